@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image"
+)
+
+// Task picks the query template (reference LOCATE_ANYTHING.md section 5).
+type Task string
+
+const (
+	TaskDetect    Task = "detect"     // query is a category list joined by </c>
+	TaskGround    Task = "ground"     // all instances matching a phrase
+	TaskGroundOne Task = "ground_one" // a single instance matching a phrase
+	TaskPoint     Task = "point"      // point to a phrase
+	TaskText      Task = "text"       // text referred as a phrase ("" = all text)
+	TaskRegion    Task = "region"     // GUI region matching a phrase
+)
+
+// Tasks lists every task in documentation order.
+var Tasks = []Task{TaskDetect, TaskGround, TaskGroundOne, TaskPoint, TaskText, TaskRegion}
+
+// Valid reports whether t names a known task.
+func (t Task) Valid() bool {
+	for _, k := range Tasks {
+		if t == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Request is one image and one query.
+type Request struct {
+	Image        []byte // encoded PNG, JPEG, GIF or WebP
+	Query        string
+	Task         Task // "" means TaskDetect
+	MaxNewTokens int  // 0 means the engine's default; above the cap is an InputError
+}
+
+// Prepared is a request after all host work that precedes the device: decoded,
+// preprocessed, tokenized. It is a plain value: a test double may build one by hand.
+type Prepared struct {
+	Request Request
+	Image   image.Image // the decoded original, for the overlay
+
+	Width, Height  int       // original size
+	CanonW, CanonH int       // size of what the model sees
+	GridH, GridW   int       // in 14-px patches
+	Patches        []float32 // [GridH*GridW, 3, 14, 14], normalized
+	PromptIDs      []int32   // chat prompt with one image token per image embedding
+	NumImageTokens int
+	MaxNewTokens   int // resolved budget
+
+	PreprocessMS float64 // decode + resize + normalize + patchify + tokenize
+}
+
+// Engine is what a worker and the HTTP shim need from a model. Prepare may run on any
+// goroutine and concurrently with Generate; Generate must be called by one goroutine at a
+// time (the chip's owner).
+type Engine interface {
+	// Prepare does the host work. Bad input returns an *InputError.
+	Prepare(ctx context.Context, req Request) (*Prepared, error)
+	// Generate runs vision, prefill and the greedy decode loop on the device and parses
+	// the answer. It checks ctx between decode steps; a cancelled ctx returns an error
+	// wrapping ctx.Err().
+	Generate(ctx context.Context, p *Prepared) (*Prediction, error)
+	// Overlay draws the prediction on the original image and encodes it as PNG.
+	Overlay(p *Prepared, pred *Prediction) ([]byte, error)
+	// Info describes the model, backend and limits (for /info and logs).
+	Info() Info
+	// Close releases the device.
+	Close() error
+}
+
+// Info describes a loaded engine.
+type Info struct {
+	Model           string `json:"model"`       // "LocateAnything-3B"
+	Backend         string `json:"backend"`     // "cpu", "ttnn"
+	Device          string `json:"device"`      // human description of the device
+	DecodeMode      string `json:"decode_mode"` // ar_greedy_trace | ar_greedy
+	Precision       string `json:"precision"`
+	WeightsDir      string `json:"weights_dir"`
+	WeightsRepo     string `json:"weights_repo"`
+	WeightsRevision string `json:"weights_revision"`
+	CanonicalGrid   [2]int `json:"canonical_grid"` // [h, w]; [0, 0] = native grid per image
+	InTokenLimit    int    `json:"in_token_limit"`
+	MaxSeqLen       int    `json:"max_seq_len"`
+	MaxNewTokens    int    `json:"max_new_tokens"`
+	MaxNewTokensCap int    `json:"max_new_tokens_cap"`
+	MaxQueryChars   int    `json:"max_query_chars"`
+}
+
+// Codes of InputError. Each is a permanent failure of the request: retrying cannot help.
+const (
+	CodeBadImage      = "bad_image"       // undecodable or unsupported bytes
+	CodeImageTooLarge = "image_too_large" // header over the pixel or byte limit
+	CodeBadQuery      = "bad_query"       // empty or over-long query
+	CodeBadTask       = "bad_task"        // unknown task
+	CodePromptTooLong = "prompt_too_long" // prompt + budget exceed the context
+	CodeBadBudget     = "bad_budget"      // max_new_tokens out of range
+)
+
+// InputError is a request the engine refuses because of what it contains. The HTTP shim
+// answers it with 400; a worker ends the job as failed without retrying.
+type InputError struct {
+	Code string // one of the Code* constants
+	Err  error
+}
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// InputErrorf builds an *InputError with a formatted message.
+func InputErrorf(code, format string, args ...any) *InputError {
+	return &InputError{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// AsInputError reports whether err is, or wraps, an *InputError.
+func AsInputError(err error) (*InputError, bool) {
+	var ie *InputError
+	ok := errors.As(err, &ie)
+	return ie, ok
+}

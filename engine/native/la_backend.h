@@ -1,0 +1,122 @@
+/*
+ * la_backend.h - the C ABI between the Go engine and a native LocateAnything backend.
+ *
+ * A backend is a table of functions (la_backend_ops). The Go side (engine/native) fills an
+ * la_config from the checkpoint's config.json and the memory-mapped safetensors, calls
+ * open() once, then vision() / prefill() / decode() per request and reset() between
+ * requests, and close() at the end.
+ *
+ * Rules every backend keeps:
+ *  - Never abort, never exit, never print to stdout. Every fallible call returns 0 on success
+ *    and non-zero on failure, with a NUL-terminated message written to err (at most errlen
+ *    bytes, LA_ERR_LEN is enough).
+ *  - Ownership: every pointer passed in (config, tensors, patches, ids) is owned by the
+ *    caller and only valid during the call, except la_config.tensors[i].data, which stays
+ *    mapped until close() returns. Pointers a backend returns (logits, embeddings) are owned
+ *    by the backend and valid until its next call on the same engine.
+ *  - One engine per chip; all calls on one engine come from one OS thread, one at a time.
+ *    Two engines in one process share nothing (no global mutable state).
+ *  - The ABI is versioned: a backend whose abi_version differs from LA_ABI_VERSION is
+ *    refused by the caller.
+ */
+#ifndef LA_BACKEND_H
+#define LA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LA_ABI_VERSION 1
+#define LA_ERR_LEN 512
+#define LA_MAX_DIMS 4
+
+typedef enum {
+    LA_DTYPE_F32 = 0,
+    LA_DTYPE_F16 = 1,
+    LA_DTYPE_BF16 = 2,
+} la_dtype;
+
+/* One tensor of the checkpoint, as named in the safetensors file. */
+typedef struct {
+    const char *name;
+    la_dtype dtype;
+    int ndim;
+    int64_t shape[LA_MAX_DIMS];
+    const void *data; /* little-endian elements, row-major; mapped read-only */
+    size_t nbytes;
+} la_tensor;
+
+/* Everything a backend needs, read by Go from config.json / preprocessor_config.json. */
+typedef struct {
+    /* MoonViT (config.json: vision_config) */
+    int vision_hidden;       /* 1152 */
+    int vision_layers;       /* 27 */
+    int vision_heads;        /* 16 */
+    int vision_intermediate; /* 4304 */
+    int patch_size;          /* 14 */
+    int merge_kernel;        /* 2 (2x2) */
+    int pos_emb_height;      /* 64 */
+    int pos_emb_width;       /* 64 */
+    float vision_norm_eps;   /* 1e-5 */
+
+    /* Qwen2 decoder (config.json: text_config) */
+    int hidden;       /* 2048 */
+    int layers;       /* 36 */
+    int heads;        /* 16 */
+    int kv_heads;     /* 2 */
+    int head_dim;     /* 128 */
+    int intermediate; /* 11008 */
+    int vocab;        /* 152681 */
+    float rope_theta; /* 1e6 */
+    float rms_norm_eps;
+    int image_token_id; /* <IMG_CONTEXT> */
+
+    /* Run-time choices */
+    int max_seq_len; /* KV cache length (LA_MAX_SEQ_LEN) */
+    int threads;     /* 0 = backend's choice */
+
+    /* The weights. A backend that loads files itself (ttnn) may use weights_dir and
+     * ignore the table. */
+    const char *weights_dir;
+    const la_tensor *tensors;
+    int n_tensors;
+
+    /* Extra backend-specific options as "key=value\n" lines; may be NULL. */
+    const char *options;
+} la_config;
+
+typedef struct la_engine la_engine; /* opaque, one per chip */
+
+typedef struct {
+    int abi_version; /* LA_ABI_VERSION the backend was built against */
+    const char *name; /* "cpu", "ttnn" */
+
+    la_engine *(*open)(const la_config *cfg, char *err, size_t errlen);
+
+    /* patches: [grid_h*grid_w, 3, patch, patch] float32, normalized. Keeps the
+     * grid_h*grid_w/merge^2 image embeddings for the next prefill. */
+    int (*vision)(la_engine *e, const float *patches, int grid_h, int grid_w,
+                  char *err, size_t errlen);
+
+    /* Runs ids[0..n) from position 0, splicing the kept image embeddings over every
+     * position whose id is image_token_id, in order. Writes the greedy first token. */
+    int (*prefill)(la_engine *e, const int32_t *ids, int n, int32_t *first,
+                   char *err, size_t errlen);
+
+    /* Appends token at the next position and writes the greedy next token. */
+    int (*decode)(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen);
+
+    /* Forgets the KV cache and image embeddings. */
+    int (*reset)(la_engine *e, char *err, size_t errlen);
+
+    /* Inspection, for parity tests: the last prefill/decode step's logits (vocab floats)
+     * and the kept image embeddings (n_tokens x hidden). NULL when not available. */
+    const float *(*logits)(la_engine *e, int *n);
+    const float *(*image_embeddings)(la_engine *e, int *n_tokens, int *dim);
+
+    void (*close)(la_engine *e);
+} la_backend_ops;
+
+/* The CPU backend's table (engine/native, cpu_*.c). */
+const la_backend_ops *la_cpu_backend(void);
+
+#endif /* LA_BACKEND_H */

@@ -1,0 +1,189 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/locateanything/detect/engine"
+)
+
+// SchemaVersion is the job schema this package reads and writes (the `v` field).
+const SchemaVersion = 1
+
+// Subjects, streams and buckets of the wire contract (README, "Wire contract").
+const (
+	JobSubjectPrefix    = "la.jobs."    // la.jobs.<class>
+	ResultSubjectPrefix = "la.results." // la.results.<batch>.<id>
+	DLQSubjectPrefix    = "la.dlq."     // la.dlq.<id>
+	DefaultClass        = "default"
+	DefaultBatch        = "default"
+
+	JobsStream    = "LA_JOBS"
+	ResultsStream = "LA_RESULTS"
+	DLQStream     = "LA_DLQ"
+	StateBucket   = "LA_JOB_STATE"
+	ConsumerName  = "la-workers"
+
+	MaxQueryChars = 1000
+)
+
+// JobSubject is the subject a job of the given class is published to.
+func JobSubject(class string) string { return JobSubjectPrefix + class }
+
+// ResultSubject is the subject the result of job id in batch is published to.
+func ResultSubject(batch, id string) string { return ResultSubjectPrefix + batch + "." + id }
+
+// Job is one detection request on the queue.
+type Job struct {
+	V            int             `json:"v,omitempty"`
+	ID           string          `json:"id"`
+	Image        string          `json:"image"` // s3://bucket/key or file:///abs/path
+	Query        string          `json:"query"`
+	Task         engine.Task     `json:"task,omitempty"`
+	MaxNewTokens int             `json:"max_new_tokens,omitempty"`
+	Overlay      bool            `json:"overlay,omitempty"`
+	Output       string          `json:"output,omitempty"` // URL prefix for result files
+	Batch        string          `json:"batch,omitempty"`
+	Deadline     *time.Time      `json:"deadline,omitempty"`
+	Metadata     json.RawMessage `json:"metadata,omitempty"` // a JSON object, echoed back
+}
+
+// Status is a job's outcome, or its state in the state bucket.
+type Status string
+
+const (
+	StatusQueued    Status = "queued"
+	StatusRunning   Status = "running"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusCanceled  Status = "canceled"
+	StatusExpired   Status = "expired"
+)
+
+// Terminal reports whether s ends a job.
+func (s Status) Terminal() bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusCanceled || s == StatusExpired
+}
+
+// Error codes of failed results beyond engine.Code*.
+const (
+	CodeInvalidJob     = "invalid_job"      // malformed JSON, unknown field, bad value
+	CodeBadURL         = "bad_url"          // unparsable or unknown-scheme image URL
+	CodeNotFound       = "not_found"        // the image object does not exist
+	CodeEmptyImage     = "empty_image"      // 0-byte object
+	CodeMaxDeliveries  = "max_deliveries"   // retried MaxDeliver times
+	CodeInternal       = "internal"         // a bug or an engine failure
+	CodeStorageFailure = "storage_failure"  // result could not be written
+	CodeDeadline       = "deadline_expired" // deadline passed before start
+	CodeCanceled       = "canceled"         // cancel requested
+)
+
+// ErrorInfo says why a job did not succeed.
+type ErrorInfo struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// JobTiming is the per-stage wall time of one job in milliseconds.
+type JobTiming struct {
+	QueueWait  float64 `json:"queue_wait"`
+	Fetch      float64 `json:"fetch"`
+	Preprocess float64 `json:"preprocess"`
+	Vision     float64 `json:"vision"`
+	Prefill    float64 `json:"prefill"`
+	Decode     float64 `json:"decode"`
+	Upload     float64 `json:"upload"`
+	Total      float64 `json:"total"`
+	DecodeTokS float64 `json:"decode_tok_s"`
+}
+
+// Result is what a worker publishes and stores for a job. It carries every field of the
+// /predict response (the embedded engine.Prediction; zero values when the job did not run)
+// plus the job's own fields. TimingMS shadows the prediction's timing with the job stages.
+type Result struct {
+	engine.Prediction
+	ID         string          `json:"id"`
+	Status     Status          `json:"status"`
+	Error      *ErrorInfo      `json:"error,omitempty"`
+	Attempt    int             `json:"attempt"`
+	Worker     string          `json:"worker"`
+	OverlayURL *string         `json:"overlay"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	Batch      string          `json:"batch"`
+	Image      string          `json:"image"`
+	Task       engine.Task     `json:"task"`
+	TimingMS   JobTiming       `json:"timing_ms"`
+	FinishedAt time.Time       `json:"finished_at"`
+}
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ValidToken reports whether s can be a job id, batch or class: 1-128 chars of
+// [A-Za-z0-9_-], so it is a valid subject token and KV key.
+func ValidToken(s string) bool { return tokenRE.MatchString(s) }
+
+// DecodeJob parses a job message strictly (unknown fields are an error), fills defaults and
+// validates it. The error says which field is wrong. A job that fails here has no usable
+// id when the error is about the id itself; the caller then falls back to the message id.
+func DecodeJob(data []byte) (*Job, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var j Job
+	if err := dec.Decode(&j); err != nil {
+		return nil, fmt.Errorf("job is not valid JSON of the job schema: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &j, fmt.Errorf("job has trailing data after the JSON object")
+	}
+	if err := j.Validate(); err != nil {
+		return &j, err
+	}
+	return &j, nil
+}
+
+// Validate fills defaults and checks every field.
+func (j *Job) Validate() error {
+	if j.V != 0 && j.V != SchemaVersion {
+		return fmt.Errorf("field v: schema version %d is not supported (this worker reads %d)", j.V, SchemaVersion)
+	}
+	if !ValidToken(j.ID) {
+		return fmt.Errorf("field id: %q must be 1-128 characters of [A-Za-z0-9_-]", j.ID)
+	}
+	if j.Image == "" {
+		return fmt.Errorf("field image: required (s3://bucket/key or file:///abs/path)")
+	}
+	n := utf8.RuneCountInString(j.Query)
+	if n == 0 {
+		return fmt.Errorf("field query: required, 1-%d characters", MaxQueryChars)
+	}
+	if n > MaxQueryChars {
+		return fmt.Errorf("field query: %d characters, the limit is %d", n, MaxQueryChars)
+	}
+	if j.Task == "" {
+		j.Task = engine.TaskDetect
+	}
+	if !j.Task.Valid() {
+		return fmt.Errorf("field task: %q is not one of %v", j.Task, engine.Tasks)
+	}
+	if j.MaxNewTokens < 0 {
+		return fmt.Errorf("field max_new_tokens: %d is negative", j.MaxNewTokens)
+	}
+	if j.Batch == "" {
+		j.Batch = DefaultBatch
+	}
+	if !ValidToken(j.Batch) {
+		return fmt.Errorf("field batch: %q must be 1-128 characters of [A-Za-z0-9_-]", j.Batch)
+	}
+	if len(j.Metadata) > 0 {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(j.Metadata, &obj); err != nil || obj == nil {
+			return fmt.Errorf("field metadata: must be a JSON object")
+		}
+	}
+	return nil
+}
