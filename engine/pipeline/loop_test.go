@@ -1,0 +1,132 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/locateanything/detect/engine"
+)
+
+// scriptBackend replays a fixed token script; it records what the loop asked of it.
+type scriptBackend struct {
+	script  []int32
+	pos     int
+	resets  int
+	decodes int
+	failAt  int // decode call number that fails (0 = never)
+	onStep  func(step int)
+}
+
+func (b *scriptBackend) Name() string                     { return "script" }
+func (b *scriptBackend) Vision([]float32, int, int) error { return nil }
+func (b *scriptBackend) PrefillLength(n int) int          { return n }
+func (b *scriptBackend) Close() error                     { return nil }
+func (b *scriptBackend) Reset() error                     { b.resets++; b.pos = 0; return nil }
+func (b *scriptBackend) Prefill([]int32) (int32, error)   { b.pos = 1; return b.script[0], nil }
+func (b *scriptBackend) Decode(tok int32) (int32, error) {
+	b.decodes++
+	if b.onStep != nil {
+		b.onStep(b.decodes)
+	}
+	if b.failAt == b.decodes {
+		return 0, errors.New("device fell over")
+	}
+	if tok != b.script[b.pos-1] {
+		return 0, errors.New("decode was not fed the previous token")
+	}
+	t := b.script[b.pos]
+	b.pos++
+	return t, nil
+}
+
+const eos = 99
+
+func prepared(budget int) *engine.Prepared {
+	return &engine.Prepared{MaxNewTokens: budget, PromptIDs: []int32{1, 2, 3}, GridH: 2, GridW: 2}
+}
+
+func TestGreedyStopsOnEOS(t *testing.T) {
+	b := &scriptBackend{script: []int32{5, 6, 7, eos, 8, 9}}
+	g, err := Greedy(context.Background(), b, prepared(10), eos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int32{5, 6, 7, eos}; !equal(g.Tokens, want) || !g.StoppedOnEOS {
+		t.Fatalf("tokens %v eos %v, want %v and true", g.Tokens, g.StoppedOnEOS, want)
+	}
+	if g.DecodeSteps != 3 || b.decodes != 3 {
+		t.Fatalf("decode steps %d (backend saw %d), want 3", g.DecodeSteps, b.decodes)
+	}
+	if b.resets != 1 {
+		t.Fatalf("backend reset %d times, want 1", b.resets)
+	}
+}
+
+func TestGreedyStopsOnBudget(t *testing.T) {
+	b := &scriptBackend{script: []int32{5, 6, 7, 8, 9, eos}}
+	g, err := Greedy(context.Background(), b, prepared(3), eos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int32{5, 6, 7}; !equal(g.Tokens, want) || g.StoppedOnEOS {
+		t.Fatalf("tokens %v eos %v, want %v and false", g.Tokens, g.StoppedOnEOS, want)
+	}
+	if b.decodes != 2 {
+		t.Fatalf("%d decode calls for a budget of 3, want 2 (the first token comes from prefill)", b.decodes)
+	}
+}
+
+func TestGreedyBudgetOfOne(t *testing.T) {
+	b := &scriptBackend{script: []int32{5, 6}}
+	g, err := Greedy(context.Background(), b, prepared(1), eos)
+	if err != nil || !equal(g.Tokens, []int32{5}) || b.decodes != 0 {
+		t.Fatalf("got %v, %v with %d decodes; want [5] and no decode", g, err, b.decodes)
+	}
+	if _, err := Greedy(context.Background(), b, prepared(0), eos); err == nil {
+		t.Fatal("a budget of 0 must be refused")
+	}
+}
+
+func TestGreedyCancelledBetweenSteps(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := &scriptBackend{script: []int32{5, 6, 7, 8, 9, 10, eos}}
+	b.onStep = func(step int) {
+		if step == 2 {
+			cancel()
+		}
+	}
+	_, err := Greedy(ctx, b, prepared(10), eos)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if b.decodes != 2 {
+		t.Fatalf("the loop ran %d decode steps, want it to stop right after the cancel at step 2", b.decodes)
+	}
+	if b.resets != 1 {
+		t.Fatalf("a cancelled run must still reset the backend (resets=%d)", b.resets)
+	}
+}
+
+func TestGreedyDeviceErrorResets(t *testing.T) {
+	b := &scriptBackend{script: []int32{5, 6, 7, eos}, failAt: 2}
+	if _, err := Greedy(context.Background(), b, prepared(10), eos); err == nil {
+		t.Fatal("a failing decode step must fail the run")
+	}
+	if b.resets != 1 {
+		t.Fatalf("resets=%d, want 1", b.resets)
+	}
+}
+
+func equal(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
