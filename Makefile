@@ -1,0 +1,36 @@
+# The two commands a newcomer needs (README "Quick start"):
+#   make run    build the worker and run it on the embedded single-machine default
+#   make test   run every test (race detector on)
+# Both install what they need first (Debian packages, the S3 test server), so they work
+# on a fresh Debian 12 machine with Go 1.26 as root.
+
+GO        ?= go
+BIN       := bin
+VERSITYGW_VERSION := v1.8.0
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
+APT_PACKAGES := libopenblas-dev pkg-config
+
+.PHONY: run test deps build bench vet fmt
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@test -x $(GOBIN_DIR)/versitygw || { echo "building versitygw $(VERSITYGW_VERSION) (the S3 server the tests start)"; \
+		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
+
+build: deps
+	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) build -o $(BIN)/submit ./cmd/submit
+
+run: build
+	$(BIN)/worker
+
+test: deps
+	$(GO) vet ./...
+	PATH="$(GOBIN_DIR):$$PATH" $(GO) test -race -timeout 30m ./...
+
+vet:
+	gofmt -l . | (! grep .) && $(GO) vet ./...
