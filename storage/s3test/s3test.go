@@ -1,0 +1,274 @@
+// Package s3test runs a real S3-compatible server (versitygw with its posix backend) for
+// tests in any package that talks to S3.
+//
+//	srv := s3test.Start(t)
+//	srv.CreateBucket(t, "images")
+//	// point the code under test at srv.Endpoint with srv.AccessKey / srv.SecretKey
+//
+// The binary is found through $VERSITYGW, then versitygw on PATH, then
+// /root/go/bin/versitygw. When it is missing the test fails with the install command.
+// Each server gets its own data directory (t.TempDir), a free 127.0.0.1 port and random
+// root credentials, and is stopped in t.Cleanup.
+package s3test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// InstallCommand is the command that builds the server binary these tests run.
+const InstallCommand = "go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+
+// Region is the region the server answers for.
+const Region = "us-east-1"
+
+const (
+	startTimeout = 30 * time.Second // first start of the binary on a loaded 2-core machine
+	stopTimeout  = 10 * time.Second // graceful shutdown before the process is killed
+	startTries   = 3                // fresh ports tried when another process takes ours first
+)
+
+// Server is one running versitygw.
+type Server struct {
+	// Endpoint is host:port (no scheme) as minio-go wants it; the server speaks plain HTTP.
+	Endpoint string
+	// AccessKey and SecretKey are the root credentials, random for every server.
+	AccessKey, SecretKey string
+
+	t       testing.TB // the test that started it; Restart reports through it
+	bin     string
+	dataDir string
+
+	mu   sync.Mutex
+	proc *process // nil while stopped
+}
+
+// process is one run of the binary: the command and a channel closed when it has exited.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // set before exited is closed
+	output *lockedBuffer
+}
+
+// Start starts a server for the test and stops it when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := findBinary()
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	s := &Server{
+		AccessKey: randomKey(t, 10),
+		SecretKey: randomKey(t, 20),
+		t:         t,
+		bin:       bin,
+		dataDir:   t.TempDir(),
+	}
+	t.Cleanup(s.Stop)
+
+	var lastErr error
+	for range startTries {
+		addr, err := freeAddr()
+		if err != nil {
+			t.Fatalf("s3test: %v", err)
+		}
+		s.Endpoint = addr
+		if lastErr = s.start(); lastErr == nil {
+			return s
+		}
+	}
+	t.Fatalf("s3test: start versitygw: %v", lastErr)
+	return nil
+}
+
+// URL is the endpoint with its scheme, for clients that want one.
+func (s *Server) URL() string { return "http://" + s.Endpoint }
+
+// Client returns a minio-go client for the server with root credentials.
+func (s *Server) Client(t testing.TB) *minio.Client {
+	t.Helper()
+	c, err := minio.New(s.Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Secure: false,
+		Region: Region,
+	})
+	if err != nil {
+		t.Fatalf("s3test: client: %v", err)
+	}
+	return c
+}
+
+// CreateBucket creates a bucket through the S3 API.
+func (s *Server) CreateBucket(t testing.TB, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := s.Client(t).MakeBucket(ctx, name, minio.MakeBucketOptions{Region: Region}); err != nil {
+		t.Fatalf("s3test: create bucket %q: %v", name, err)
+	}
+}
+
+// Stop stops the server: SIGTERM, then SIGKILL if it has not exited in time. Data stays on
+// disk for Restart. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return
+	}
+	p := s.proc
+	s.proc = nil
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(stopTimeout):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// Restart stops the server if it runs and starts it again on the same port with the same
+// data and credentials, as an S3 service that went away mid-run and came back. It fails
+// the test that started the server when the server does not come back; call it from that
+// test's goroutine.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	// The port was ours a moment ago; another process taking it in between is rare, and
+	// then the test fails with the reason rather than silently moving the endpoint.
+	if err := s.start(); err != nil {
+		s.t.Fatalf("s3test: restart versitygw on %s: %v", s.Endpoint, err)
+	}
+}
+
+// start runs the binary on s.Endpoint and waits until it answers HTTP.
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		return errors.New("already running")
+	}
+	out := &lockedBuffer{}
+	cmd := exec.Command(s.bin, "--port", s.Endpoint, "--region", Region, "--quiet", "posix", s.dataDir)
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	setDeathSignal(cmd) // a test binary killed by -timeout must not leave servers behind
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("run %s: %w", s.bin, err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{}), output: out}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+
+	if err := waitReady(s.Endpoint, p); err != nil {
+		_ = cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("%w; output:\n%s", err, out.String())
+	}
+	s.proc = p
+	return nil
+}
+
+// waitReady polls until the server answers any HTTP response on addr, the process exits,
+// or startTimeout passes.
+func waitReady(addr string, p *process) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		resp, err := client.Get("http://" + addr + "/")
+		if err == nil {
+			resp.Body.Close()
+			return nil // anonymous requests are refused, but an answer means it is serving
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("versitygw exited before serving: %v", p.err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("versitygw did not answer on %s within %s: %w", addr, startTimeout, err)
+		}
+	}
+}
+
+// findBinary locates versitygw: $VERSITYGW, PATH, then the default go install location.
+func findBinary() (string, error) {
+	if p := os.Getenv("VERSITYGW"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("VERSITYGW=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p, nil
+	}
+	candidates := []string{"/root/go/bin/versitygw"}
+	if gopath := os.Getenv("GOPATH"); gopath != "" {
+		candidates = append(candidates, filepath.Join(gopath, "bin", "versitygw"))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		candidates = append(candidates, filepath.Join(home, "go", "bin", "versitygw"))
+	}
+	for _, p := range candidates {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("versitygw not found ($VERSITYGW, PATH, /root/go/bin); install it with: %s", InstallCommand)
+}
+
+// freeAddr asks the kernel for a free port on 127.0.0.1.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func randomKey(t testing.TB, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatalf("s3test: random key: %v", err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// lockedBuffer collects the server's output; the process writes while tests may read.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
