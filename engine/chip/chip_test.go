@@ -61,7 +61,7 @@ func (r *recorder) Generate(ctx context.Context, p *engine.Prepared) (*engine.Pr
 }
 
 func (r *recorder) Overlay(*engine.Prepared, *engine.Prediction) ([]byte, error) { return nil, nil }
-func (r *recorder) Info() engine.Info                                          { return engine.Info{Model: "recorder"} }
+func (r *recorder) Info() engine.Info                                            { return engine.Info{Model: "recorder"} }
 
 func (r *recorder) Close() error {
 	r.noteThread()
