@@ -1,0 +1,42 @@
+package tokenizer
+
+// addedTokens finds the checkpoint's added tokens (<|im_start|>, <IMG_CONTEXT>, <box>,
+// <0>..<1000>, ...) in text. They are matched whole and before normalization and BPE,
+// so a special token is never split or altered, and where two overlap at one position
+// the longest wins (<10> rather than <1 followed by 0>).
+type addedTokens struct {
+	ids            map[string]int32
+	first          [256]bool // first bytes of the tokens: the only places a match can start
+	minLen, maxLen int
+}
+
+func newAddedTokens(ids map[string]int32) addedTokens {
+	a := addedTokens{ids: ids}
+	for tok := range ids {
+		a.first[tok[0]] = true
+		if a.minLen == 0 || len(tok) < a.minLen {
+			a.minLen = len(tok)
+		}
+		a.maxLen = max(a.maxLen, len(tok))
+	}
+	return a
+}
+
+// next finds the first added token in s at or after from. It returns its position and
+// id, or ok = false when there is none.
+func (a *addedTokens) next(s string, from int) (start, end int, id int32, ok bool) {
+	if len(a.ids) == 0 {
+		return 0, 0, 0, false
+	}
+	for i := from; i+a.minLen <= len(s); i++ {
+		if !a.first[s[i]] {
+			continue
+		}
+		for n := min(a.maxLen, len(s)-i); n >= a.minLen; n-- {
+			if id, ok := a.ids[s[i:i+n]]; ok {
+				return i, i + n, id, true
+			}
+		}
+	}
+	return 0, 0, 0, false
+}
