@@ -1,0 +1,221 @@
+package submit
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/locateanything/detect/jobs"
+)
+
+// Files in the output directory.
+const (
+	ResultsFile = "results.jsonl"        // one Row per finished job
+	StateFile   = "submit-state.jsonl"   // the batch, then one line per published job
+	COCOFile    = "detections.coco.json" // with --coco
+	OverlaysDir = "overlays"             // with --overlay: <id>.png
+)
+
+// Row is one line of results.jsonl: the worker's result plus the input it came from.
+type Row struct {
+	Source string `json:"source"` // the path, URL or manifest line the job was made from
+	jobs.Result
+}
+
+// stateHeader is the first line of the state file.
+type stateHeader struct {
+	Batch string `json:"batch"`
+	Class string `json:"class"`
+}
+
+// stateRecord is every later line: a job JetStream acknowledged.
+type stateRecord struct {
+	Published string `json:"published"`
+}
+
+// outDir is the output directory of one batch: it holds the results written so far and
+// the record of what was published, which together make a rerun resume.
+type outDir struct {
+	path string
+
+	mu       sync.Mutex
+	results  *os.File
+	resultsW *bufio.Writer
+	state    *os.File
+	stateW   *bufio.Writer
+}
+
+// outState is what an earlier run left in the output directory.
+type outState struct {
+	Header    stateHeader
+	HasHeader bool
+	Published map[string]bool
+	Done      map[string]Row // results already written, by job id
+}
+
+// openOutDir creates dir if needed and reads what earlier runs left there. A line cut short
+// by a crash at the end of either file is dropped (and cut off the file), since the run that
+// wrote it never got to rely on it; a bad line anywhere else is an error.
+func openOutDir(dir string) (*outDir, *outState, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("output directory: %w", err)
+	}
+	st := &outState{Published: map[string]bool{}, Done: map[string]Row{}}
+	resultsPath := filepath.Join(dir, ResultsFile)
+	err := readJSONLines(resultsPath, func(n int, line []byte) error {
+		var r Row
+		if err := json.Unmarshal(line, &r); err != nil {
+			return err
+		}
+		if !jobs.ValidToken(r.ID) {
+			return fmt.Errorf("row without a valid job id")
+		}
+		if _, dup := st.Done[r.ID]; !dup {
+			st.Done[r.ID] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	statePath := filepath.Join(dir, StateFile)
+	err = readJSONLines(statePath, func(n int, line []byte) error {
+		if n == 1 {
+			if err := json.Unmarshal(line, &st.Header); err != nil || st.Header.Batch == "" {
+				return fmt.Errorf("first line is not the batch header")
+			}
+			st.HasHeader = true
+			return nil
+		}
+		var rec stateRecord
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return err
+		}
+		st.Published[rec.Published] = true
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	o := &outDir{path: dir}
+	if o.results, err = os.OpenFile(resultsPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return nil, nil, fmt.Errorf("output directory: %w", err)
+	}
+	if o.state, err = os.OpenFile(statePath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		o.results.Close()
+		return nil, nil, fmt.Errorf("output directory: %w", err)
+	}
+	o.resultsW = bufio.NewWriter(o.results)
+	o.stateW = bufio.NewWriter(o.state)
+	return o, st, nil
+}
+
+// readJSONLines calls fn for every line of path (numbered from 1). A missing file has no
+// lines. A last line without its newline is a write cut short by a crash: it is cut off.
+func readJSONLines(path string, fn func(n int, line []byte) error) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if end := bytes.LastIndexByte(data, '\n') + 1; end < len(data) {
+		if err := os.Truncate(path, int64(end)); err != nil {
+			return fmt.Errorf("cut the unfinished last line off %s: %w", path, err)
+		}
+		data = data[:end]
+	}
+	for n := 1; len(data) > 0; n++ {
+		i := bytes.IndexByte(data, '\n')
+		line := bytes.TrimSpace(data[:i])
+		data = data[i+1:]
+		if len(line) == 0 {
+			continue
+		}
+		if err := fn(n, line); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+	}
+	return nil
+}
+
+// writeHeader starts a new state file.
+func (o *outDir) writeHeader(h stateHeader) error {
+	return o.appendLine(o.stateW, h)
+}
+
+// markPublished records that JetStream stored job id.
+func (o *outDir) markPublished(id string) error {
+	return o.appendLine(o.stateW, stateRecord{Published: id})
+}
+
+// writeRow appends a finished job to results.jsonl.
+func (o *outDir) writeRow(r Row) error {
+	return o.appendLine(o.resultsW, r)
+}
+
+func (o *outDir) appendLine(w *bufio.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode output line: %w", err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write %s: %w", o.path, err)
+	}
+	return nil
+}
+
+// sync makes everything written so far durable: results first, so a crash between the two
+// can only leave a published record without its row (collected again on rerun), never the
+// other way round.
+func (o *outDir) sync() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, f := range []struct {
+		w *bufio.Writer
+		f *os.File
+	}{{o.resultsW, o.results}, {o.stateW, o.state}} {
+		if err := f.w.Flush(); err != nil {
+			return fmt.Errorf("write %s: %w", f.f.Name(), err)
+		}
+		if err := f.f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", f.f.Name(), err)
+		}
+	}
+	return nil
+}
+
+// close syncs and closes both files.
+func (o *outDir) close() error {
+	err := o.sync()
+	if cerr := o.results.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := o.state.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// readRows reads every row of results.jsonl in dir, for the COCO export.
+func readRows(dir string) ([]Row, error) {
+	var rows []Row
+	err := readJSONLines(filepath.Join(dir, ResultsFile), func(_ int, line []byte) error {
+		var r Row
+		if err := json.Unmarshal(line, &r); err != nil {
+			return err
+		}
+		rows = append(rows, r)
+		return nil
+	})
+	return rows, err
+}

@@ -1,0 +1,127 @@
+package submit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"mime"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/storage"
+)
+
+// JobDefaults are the run's settings that an item does not override.
+type JobDefaults struct {
+	Query        string
+	Task         engine.Task
+	MaxNewTokens int
+	Overlay      bool
+	Batch        string
+	// Output is the URL prefix the worker writes result files and overlays under; "" lets
+	// the worker decide.
+	Output string
+}
+
+// planner turns items into jobs: it reads each local image once to hash it and, when an
+// upload prefix is set, puts it in the bucket under its content hash unless it is already
+// there.
+type planner struct {
+	defaults JobDefaults
+	store    storage.Store // nil when storage is not configured
+	// uploadPrefix is where local images go (s3://bucket/prefix/); "" passes local images
+	// as file:// URLs, which a worker on this machine reads directly.
+	uploadPrefix string
+	maxBytes     int64 // larger local images are refused before reading
+}
+
+// plan makes the job for one item.
+func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
+	job := &jobs.Job{
+		V:            jobs.SchemaVersion,
+		Query:        it.Query,
+		Task:         it.Task,
+		MaxNewTokens: p.defaults.MaxNewTokens,
+		Overlay:      p.defaults.Overlay,
+		Output:       p.defaults.Output,
+		Batch:        p.defaults.Batch,
+		Metadata:     it.Metadata,
+	}
+	if job.Query == "" {
+		job.Query = p.defaults.Query
+	}
+	if job.Task == "" {
+		job.Task = p.defaults.Task
+	}
+	if job.Task == "" {
+		job.Task = engine.TaskDetect
+	}
+	identity := it.Image
+	job.Image = it.Image
+	if it.Local() {
+		sum, url, err := p.local(ctx, it)
+		if err != nil {
+			return nil, err
+		}
+		identity = "sha256:" + sum
+		job.Image = url
+	}
+	job.ID = JobID(identity, JobParams{
+		Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens,
+		Overlay: job.Overlay, Batch: job.Batch,
+	})
+	if err := job.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", it.Origin, err)
+	}
+	return job, nil
+}
+
+// local hashes a local image and decides the URL the worker reads it from, uploading it if
+// needed. It returns the hex SHA-256 of the content and that URL.
+func (p *planner) local(ctx context.Context, it Item) (sum, url string, err error) {
+	info, err := os.Stat(it.Image)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", it.Origin, err)
+	}
+	if p.maxBytes > 0 && info.Size() > p.maxBytes {
+		return "", "", fmt.Errorf("%s: %d bytes, over the %d-byte image limit", it.Origin, info.Size(), p.maxBytes)
+	}
+	data, err := os.ReadFile(it.Image)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", it.Origin, err)
+	}
+	digest := sha256.Sum256(data)
+	sum = hex.EncodeToString(digest[:])
+	url, err = p.imageURL(ctx, it, sum, data)
+	return sum, url, err
+}
+
+// imageURL is where the worker finds a local image: its file:// URL, or its
+// content-addressed key under the upload prefix, uploaded when absent.
+func (p *planner) imageURL(ctx context.Context, it Item, sum string, data []byte) (string, error) {
+	if p.uploadPrefix == "" {
+		return "file://" + filepath.ToSlash(it.Image), nil
+	}
+	ext := strings.ToLower(filepath.Ext(it.Image))
+	url := p.uploadPrefix + "sha256/" + sum[:2] + "/" + sum + ext
+	_, err := p.store.Stat(ctx, url)
+	if err == nil {
+		return url, nil // the same bytes are already there
+	}
+	if !errors.Is(err, storage.ErrNotFound) {
+		return "", fmt.Errorf("%s: checking %s: %w", it.Origin, url, err)
+	}
+	ctype := mime.TypeByExtension(ext)
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	if err := p.store.Put(ctx, url, data, ctype); err != nil {
+		return "", fmt.Errorf("%s: uploading to %s: %w", it.Origin, url, err)
+	}
+	return url, nil
+}

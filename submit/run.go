@@ -1,0 +1,550 @@
+package submit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/storage"
+)
+
+// RunConfig is one `submit run`.
+type RunConfig struct {
+	Inputs   []string    // files, directories, globs, manifests, s3:// or file:// prefixes
+	Defaults JobDefaults // query, task, budget, overlay, batch ("" = resume or new), output
+	Class    string      // job class: published on la.jobs.<class>; "" = default
+	OutDir   string      // output directory (results.jsonl, state, overlays, COCO)
+	// UploadPrefix is where local images are uploaded (s3://bucket/prefix/); "" passes them
+	// as file:// URLs for a worker on the same machine.
+	UploadPrefix  string
+	Concurrency   int           // images read, hashed and uploaded at once; 0 = 4
+	MaxInFlight   int           // unacknowledged publishes; 0 = 64
+	MaxImageBytes int64         // local images over this are refused; 0 = 64 MiB
+	COCO          bool          // write detections.coco.json
+	Backoff       Backoff       // publish retry; zero = DefaultBackoff
+	ProgressEvery time.Duration // plain progress line period off a terminal; 0 = 10 s
+}
+
+// Env is what a run talks to.
+type Env struct {
+	JS       jetstream.JetStream
+	Store    storage.Store // nil when no storage is configured
+	Progress io.Writer     // where the progress bar or lines go; nil for none
+	Terminal bool          // Progress is a terminal: draw a bar
+	Log      *slog.Logger  // warnings (publish retries, unreadable results); nil discards
+}
+
+// Summary is the outcome of a run. Succeeded and Failed count the whole set, including
+// jobs that finished in an earlier run, so a rerun reports the same failures again.
+type Summary struct {
+	Batch       string
+	Total       int // distinct jobs in the input set
+	Submitted   int // published in this run
+	AlreadyDone int // finished before this run started
+	Succeeded   int
+	Failed      int // failed, canceled or expired
+	Collected   int // results received in this run
+	// Latencies are publish-to-result times of the jobs published in this run.
+	Latencies   []time.Duration
+	Elapsed     time.Duration
+	Interrupted bool // ended by ctx before every result arrived
+}
+
+// Pending is the number of jobs without a result.
+func (s Summary) Pending() int { return s.Total - s.Succeeded - s.Failed }
+
+// String is the two summary lines: counts, then latency and throughput.
+func (s Summary) String() string {
+	line1 := fmt.Sprintf("%d submitted, %d already done, %d succeeded, %d failed", s.Submitted, s.AlreadyDone, s.Succeeded, s.Failed)
+	if p := s.Pending(); p > 0 {
+		line1 += fmt.Sprintf(" (%d still pending: rerun the same command to resume)", p)
+	}
+	rate := 0.0
+	if secs := s.Elapsed.Seconds(); secs > 0 {
+		rate = float64(s.Collected) / secs
+	}
+	line2 := fmt.Sprintf("latency p50 %s p95 %s over %d jobs, throughput %.2f jobs/s (%d results in %s)",
+		fmtDuration(percentile(s.Latencies, 50)), fmtDuration(percentile(s.Latencies, 95)),
+		len(s.Latencies), rate, s.Collected, s.Elapsed.Round(time.Millisecond))
+	return line1 + "\n" + line2
+}
+
+func fmtDuration(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// percentile is the nearest-rank percentile of ds (0 when empty).
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := (p*len(s) + 99) / 100 // ceil(p/100 * n)
+	return s[max(rank, 1)-1]
+}
+
+// ErrInterrupted is returned (wrapped) when ctx ends a run before every result arrived.
+var ErrInterrupted = errors.New("interrupted before every result arrived")
+
+// Run submits the input set and collects its results into cfg.OutDir. It returns when every
+// job has a result, on a fatal error, or when ctx ends (then with ErrInterrupted); the
+// summary is valid in every case. A rerun with the same inputs and output directory
+// publishes nothing that an earlier run published or finished.
+func Run(ctx context.Context, cfg RunConfig, env Env) (Summary, error) {
+	r, err := newRun(ctx, cfg, env)
+	if err != nil {
+		return Summary{}, err
+	}
+	return r.run(ctx)
+}
+
+// planned is a job made from an item, with what the state bucket knew about it.
+type planned struct {
+	job    *jobs.Job
+	source string
+	known  bool // the state bucket has an entry: published before, do not publish again
+	err    error
+}
+
+type published struct {
+	id  string
+	dup bool
+	at  time.Time
+	err error
+}
+
+// run is the state of one Run. Its maps belong to the loop goroutine alone.
+type run struct {
+	cfg   RunConfig
+	env   Env
+	log   *slog.Logger
+	out   *outDir
+	prior *outState
+	state *jobs.StateStore
+	items []Item
+	start time.Time
+
+	sum         Summary
+	expected    map[string]string // job id -> source, for every job of this run's set
+	done        map[string]bool   // with a row in results.jsonl
+	early       map[string]jobs.Result
+	publishedAt map[string]time.Time
+}
+
+func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
+	if cfg.OutDir == "" {
+		return nil, errors.New("an output directory is required (--out)")
+	}
+	if len(cfg.Inputs) == 0 {
+		return nil, errors.New("no inputs: name image files, directories, globs, manifests or s3:// prefixes")
+	}
+	if cfg.Class == "" {
+		cfg.Class = jobs.DefaultClass
+	}
+	if !jobs.ValidToken(cfg.Class) {
+		return nil, fmt.Errorf("class %q must be 1-128 characters of [A-Za-z0-9_-]", cfg.Class)
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 64
+	}
+	if cfg.MaxImageBytes <= 0 {
+		cfg.MaxImageBytes = 64 << 20
+	}
+	if cfg.Backoff == (Backoff{}) {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10 * time.Second
+	}
+	if cfg.UploadPrefix != "" && env.Store == nil {
+		return nil, fmt.Errorf("upload prefix %s: storage is not configured (set LA_S3_ENDPOINT and the other LA_S3_* variables)", cfg.UploadPrefix)
+	}
+	log := env.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &run{cfg: cfg, env: env, log: log, start: time.Now(),
+		expected: map[string]string{}, done: map[string]bool{},
+		early: map[string]jobs.Result{}, publishedAt: map[string]time.Time{}}
+
+	out, prior, err := openOutDir(cfg.OutDir)
+	if err != nil {
+		return nil, err
+	}
+	r.out, r.prior = out, prior
+	fail := func(err error) (*run, error) { out.close(); return nil, err }
+
+	batch, err := resolveBatch(cfg.Defaults.Batch, prior, cfg.OutDir)
+	if err != nil {
+		return fail(err)
+	}
+	r.cfg.Defaults.Batch, r.sum.Batch = batch, batch
+	if !prior.HasHeader {
+		if err := out.writeHeader(stateHeader{Batch: batch, Class: cfg.Class}); err != nil {
+			return fail(err)
+		}
+	}
+	for id := range prior.Done {
+		r.done[id] = true
+	}
+
+	if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
+		return fail(err)
+	}
+	for _, name := range []string{jobs.JobsStream, jobs.ResultsStream} {
+		if _, err := env.JS.Stream(ctx, name); err != nil {
+			return fail(fmt.Errorf("stream %s: %w (start a worker once: it creates the streams)", name, err))
+		}
+	}
+	kv, err := env.JS.KeyValue(ctx, jobs.StateBucket)
+	if err != nil {
+		return fail(fmt.Errorf("state bucket %s: %w (start a worker once: it creates the bucket)", jobs.StateBucket, err))
+	}
+	r.state = jobs.NewStateStore(kv)
+	return r, nil
+}
+
+// resolveBatch picks the batch: the flag, else the one the output directory belongs to,
+// else a new name. An output directory holds one batch; a different --batch is an error.
+func resolveBatch(flag string, prior *outState, dir string) (string, error) {
+	if flag != "" && !jobs.ValidToken(flag) {
+		return "", fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", flag)
+	}
+	if prior.HasHeader {
+		if flag != "" && flag != prior.Header.Batch {
+			return "", fmt.Errorf("output directory %s belongs to batch %s, not %s: use another --out, or drop --batch to resume it", dir, prior.Header.Batch, flag)
+		}
+		return prior.Header.Batch, nil
+	}
+	if flag != "" {
+		return flag, nil
+	}
+	var b [3]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("new batch name: %w", err)
+	}
+	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:]), nil
+}
+
+func (r *run) run(parent context.Context) (sum Summary, err error) {
+	defer func() {
+		if cerr := r.out.close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		sum = r.sum
+		sum.Elapsed = time.Since(r.start)
+	}()
+	ctx, cancel := context.WithCancel(parent)
+	var wg sync.WaitGroup
+	defer wg.Wait() // every goroutine below ends once ctx is cancelled
+	defer cancel()
+
+	plannedCh := r.startPlanners(ctx, &wg)
+	pubCh := make(chan *jobs.Job)
+	pubDone := make(chan published)
+	r.startPublishers(ctx, &wg, pubCh, pubDone)
+	resultsCh := make(chan collected, 64)
+	wg.Go(func() { collectResults(ctx, r.env.JS, r.cfg.Defaults.Batch, resultsCh) })
+
+	prog := &progress{w: r.env.Progress, terminal: r.env.Terminal}
+	defer prog.finish()
+	redraw := time.Second
+	if !r.env.Terminal {
+		redraw = r.cfg.ProgressEvery
+	}
+	tick := time.NewTicker(redraw)
+	defer tick.Stop()
+	syncTick := time.NewTicker(time.Second)
+	defer syncTick.Stop()
+
+	r.sum.Total = len(r.items)
+	var queue []*jobs.Job // planned, waiting for a free publisher
+	inFlight := 0
+	planning := true
+	for {
+		if !planning && len(queue) == 0 && inFlight == 0 && r.pending() == 0 {
+			break
+		}
+		var sendCh chan *jobs.Job
+		var next *jobs.Job
+		if len(queue) > 0 {
+			sendCh, next = pubCh, queue[0]
+		}
+		select {
+		case <-parent.Done():
+			r.sum.Interrupted = true
+			prog.update(r.snapshot(planning))
+			return r.sum, fmt.Errorf("%w: %w", ErrInterrupted, parent.Err())
+		case p, ok := <-plannedCh:
+			if !ok {
+				planning, plannedCh = false, nil
+				r.early = nil // results of jobs outside this set
+				continue
+			}
+			if p.err != nil {
+				return r.sum, p.err
+			}
+			if r.admit(p) {
+				queue = append(queue, p.job)
+			}
+		case sendCh <- next:
+			queue = queue[1:]
+			inFlight++
+		case p := <-pubDone:
+			inFlight--
+			if p.err != nil {
+				return r.sum, p.err
+			}
+			r.sum.Submitted++
+			r.publishedAt[p.id] = p.at
+			if err := r.out.markPublished(p.id); err != nil {
+				return r.sum, err
+			}
+		case c, ok := <-resultsCh:
+			if !ok {
+				return r.sum, fmt.Errorf("results of batch %s: reader stopped", r.cfg.Defaults.Batch)
+			}
+			if c.Err != nil {
+				r.log.Warn("skipping a result", "err", c.Err)
+				continue
+			}
+			if err := r.receive(ctx, c.Result, planning); err != nil {
+				return r.sum, err
+			}
+		case <-syncTick.C:
+			if err := r.out.sync(); err != nil {
+				return r.sum, err
+			}
+		case <-tick.C:
+			prog.update(r.snapshot(planning))
+		}
+	}
+	prog.update(r.snapshot(false))
+	if r.cfg.COCO {
+		if err := r.out.sync(); err != nil {
+			return r.sum, err
+		}
+		if err := writeCOCO(r.cfg.OutDir); err != nil {
+			return r.sum, err
+		}
+	}
+	return r.sum, nil
+}
+
+// pending counts the jobs of the set known so far that have no result yet: Succeeded and
+// Failed count exactly the jobs of the set with a row.
+func (r *run) pending() int {
+	return len(r.expected) - r.sum.Succeeded - r.sum.Failed
+}
+
+// admit takes a planned job into the set and reports whether it must be published.
+func (r *run) admit(p planned) bool {
+	id := p.job.ID
+	if _, dup := r.expected[id]; dup {
+		r.sum.Total-- // the same image and settings again: one job
+		return false
+	}
+	r.expected[id] = p.source
+	if row, ok := r.prior.Done[id]; ok {
+		r.sum.AlreadyDone++
+		r.count(row.Status)
+		return false
+	}
+	if res, ok := r.early[id]; ok {
+		delete(r.early, id)
+		if err := r.finish(res); err != nil {
+			r.log.Warn("writing a result", "id", id, "err", err)
+		}
+		return false
+	}
+	return !p.known && !r.prior.Published[id]
+}
+
+func (r *run) count(s jobs.Status) {
+	if s == jobs.StatusSucceeded {
+		r.sum.Succeeded++
+	} else {
+		r.sum.Failed++
+	}
+}
+
+// receive handles one result from the stream.
+func (r *run) receive(ctx context.Context, res jobs.Result, planning bool) error {
+	if r.done[res.ID] {
+		return nil // written before, or a second delivery of the same job
+	}
+	if _, ok := r.expected[res.ID]; !ok {
+		if planning {
+			r.early[res.ID] = res // its item may not be planned yet
+		}
+		return nil // a job of this batch that is not in this input set
+	}
+	if err := r.finish(res); err != nil {
+		return err
+	}
+	if r.cfg.Defaults.Overlay && res.OverlayURL != nil && *res.OverlayURL != "" {
+		if err := r.downloadOverlay(ctx, res.ID, *res.OverlayURL); err != nil {
+			r.log.Warn("overlay not downloaded", "id", res.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// finish writes the row of a job of the set.
+func (r *run) finish(res jobs.Result) error {
+	r.done[res.ID] = true
+	r.sum.Collected++
+	r.count(res.Status)
+	if at, ok := r.publishedAt[res.ID]; ok {
+		r.sum.Latencies = append(r.sum.Latencies, time.Since(at))
+	}
+	return r.out.writeRow(Row{Source: r.expected[res.ID], Result: res})
+}
+
+func (r *run) downloadOverlay(ctx context.Context, id, url string) error {
+	if r.env.Store == nil {
+		return fmt.Errorf("overlay %s: storage is not configured", url)
+	}
+	data, err := r.env.Store.Get(ctx, url, 256<<20)
+	if err != nil {
+		return fmt.Errorf("overlay %s: %w", url, err)
+	}
+	dir := filepath.Join(r.cfg.OutDir, OverlaysDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("overlay %s: %w", url, err)
+	}
+	return os.WriteFile(filepath.Join(dir, id+".png"), data, 0o644)
+}
+
+func (r *run) snapshot(planning bool) progressSnapshot {
+	return progressSnapshot{
+		Total: r.sum.Total, Done: r.sum.Succeeded + r.sum.Failed, Failed: r.sum.Failed,
+		Published: r.sum.Submitted, Collected: r.sum.Collected,
+		Elapsed: time.Since(r.start), Planning: planning,
+	}
+}
+
+// startPlanners plans every item on cfg.Concurrency goroutines and sends the jobs on the
+// returned channel, which is closed when all are planned or ctx ends. A job that is neither
+// finished nor recorded as published locally is looked up in the state bucket, so a job
+// another run (or a crashed one) published is not published again.
+func (r *run) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan planned {
+	pl := &planner{defaults: r.cfg.Defaults, store: r.env.Store, uploadPrefix: r.cfg.UploadPrefix, maxBytes: r.cfg.MaxImageBytes}
+	items := make(chan Item)
+	out := make(chan planned)
+	send := func(p planned) bool {
+		select {
+		case out <- p:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	wg.Go(func() {
+		defer close(items)
+		for _, it := range r.items {
+			select {
+			case items <- it:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	var workers sync.WaitGroup
+	for range r.cfg.Concurrency {
+		workers.Go(func() {
+			for it := range items {
+				job, err := pl.plan(ctx, it)
+				if err != nil {
+					send(planned{err: err})
+					return
+				}
+				p := planned{job: job, source: it.Origin}
+				if _, done := r.prior.Done[job.ID]; !done && !r.prior.Published[job.ID] {
+					_, p.known, err = r.state.Get(ctx, job.ID)
+					if err != nil {
+						send(planned{err: fmt.Errorf("%s: %w", it.Origin, err)})
+						return
+					}
+				}
+				if !send(p) {
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() { workers.Wait(); close(out) })
+	return out
+}
+
+// startPublishers runs cfg.MaxInFlight publishers: at most that many jobs are published
+// and not yet acknowledged at any time. Each acknowledged job is marked queued in the state
+// bucket unless a worker has already written its state.
+func (r *run) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <-chan *jobs.Job, done chan<- published) {
+	pub := &publisher{js: r.env.JS, class: r.cfg.Class, backoff: r.cfg.Backoff,
+		warn: func(id string, attempt int, wait time.Duration, err error) {
+			r.log.Warn("publish failed, retrying", "id", id, "attempt", attempt, "wait", wait, "err", err)
+		}}
+	for range r.cfg.MaxInFlight {
+		wg.Go(func() {
+			for {
+				var job *jobs.Job
+				select {
+				case job = <-in:
+				case <-ctx.Done():
+					return
+				}
+				dup, err := pub.publish(ctx, job)
+				p := published{id: job.ID, dup: dup, at: time.Now(), err: err}
+				if err == nil && !dup {
+					err = r.markQueued(ctx, job.ID)
+					if err != nil {
+						r.log.Warn("state not marked queued", "id", job.ID, "err", err)
+					}
+				}
+				if ctx.Err() != nil && p.err != nil {
+					return // interrupted: the loop is no longer listening
+				}
+				select {
+				case done <- p:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+}
+
+// markQueued creates the job's state entry as queued; an existing entry (a worker was
+// faster) is left alone.
+func (r *run) markQueued(ctx context.Context, id string) error {
+	b, err := json.Marshal(jobs.State{Status: jobs.StatusQueued, UpdatedAt: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("encode state of job %s: %w", id, err)
+	}
+	_, err = r.state.KV().Create(ctx, id, b)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("mark job %s queued: %w", id, err)
+	}
+	return nil
+}
