@@ -1,0 +1,141 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/storage"
+)
+
+// MaxDeliveriesSubject is the advisory JetStream sends when a job message of the shared
+// consumer has been delivered MaxDeliver times without an ack.
+const MaxDeliveriesSubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + JobsStream + "." + ConsumerName
+
+// maxDeliveriesQueue is the queue group of the advisory subscribers: one worker handles
+// each advisory however many listen.
+const maxDeliveriesQueue = "la-max-deliveries"
+
+// maxDeliveriesAdvisory is the part of JetStream's advisory this package reads.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// DeadLetterConfig tunes a MaxDeliveriesWatcher; the fields mean what they mean in
+// RunnerConfig.
+type DeadLetterConfig struct {
+	Worker        string
+	DefaultOutput string
+	OpTimeout     time.Duration
+	Logger        *slog.Logger
+	Metrics       *Metrics
+}
+
+// MaxDeliveriesWatcher ends the jobs that ran out of deliveries: for each max-deliveries
+// advisory it reads the job message by stream sequence, writes a failed result
+// (max_deliveries) and a dead-letter record, and removes the message from LA_JOBS.
+// Advisories are core NATS messages: one sent while no worker listens is not seen, and the
+// job message then stays in LA_JOBS for an operator (`submit dlq`) to find.
+type MaxDeliveriesWatcher struct {
+	sink *sink
+	nc   *nats.Conn
+}
+
+// NewMaxDeliveriesWatcher prepares a watcher; Run subscribes.
+func NewMaxDeliveriesWatcher(nc *nats.Conn, topo *Topology, store storage.Store, cfg DeadLetterConfig) (*MaxDeliveriesWatcher, error) {
+	if nc == nil || topo == nil || store == nil {
+		return nil, errors.New("new max-deliveries watcher: connection, topology and store are required")
+	}
+	rc := RunnerConfig{Worker: cfg.Worker, DefaultOutput: cfg.DefaultOutput, OpTimeout: cfg.OpTimeout, Logger: cfg.Logger}.withDefaults(time.Second)
+	if rc.DefaultOutput == "" {
+		return nil, errors.New("new max-deliveries watcher: a default output prefix is required")
+	}
+	return &MaxDeliveriesWatcher{nc: nc, sink: &sink{
+		topo: topo, store: store, worker: rc.Worker, defaultOutput: rc.DefaultOutput,
+		opTimeout: rc.OpTimeout, log: rc.Logger.With("component", "max-deliveries"), metrics: cfg.Metrics,
+	}}, nil
+}
+
+// Run handles advisories until ctx ends. Advisories are handled one at a time.
+func (w *MaxDeliveriesWatcher) Run(ctx context.Context) error {
+	ch := make(chan *nats.Msg, 64)
+	sub, err := w.nc.ChanQueueSubscribe(MaxDeliveriesSubject, maxDeliveriesQueue, ch)
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", MaxDeliveriesSubject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := w.nc.FlushWithContext(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("subscribe to %s: %w", MaxDeliveriesSubject, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-ch:
+			if err := w.handle(ctx, m.Data); err != nil {
+				w.sink.log.Error("could not dead-letter a job that ran out of deliveries", "err", err)
+			}
+		}
+	}
+}
+
+func (w *MaxDeliveriesWatcher) handle(ctx context.Context, data []byte) error {
+	var adv maxDeliveriesAdvisory
+	if err := json.Unmarshal(data, &adv); err != nil {
+		return fmt.Errorf("advisory is not valid JSON: %w", err)
+	}
+	if adv.Stream != JobsStream || adv.Consumer != ConsumerName {
+		return nil
+	}
+	octx, cancel := context.WithTimeout(ctx, w.sink.opTimeout)
+	raw, err := w.sink.topo.Jobs.GetMsg(octx, adv.StreamSeq)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read job message %d from %s: %w", adv.StreamSeq, JobsStream, err)
+	}
+	job, decodeErr := DecodeJob(raw.Data)
+	if decodeErr != nil {
+		job = fallbackJob(job, headerMsg{raw.Header}, adv.StreamSeq)
+	}
+	octx, cancel = context.WithTimeout(ctx, w.sink.opTimeout)
+	st, seen, err := w.sink.topo.State.Get(octx, job.ID)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !seen || !st.Status.Terminal() {
+		res := newResult(job, int(adv.Deliveries))
+		res.Status = StatusFailed
+		res.Error = &ErrorInfo{Code: CodeMaxDeliveries, Message: fmt.Sprintf(
+			"gave up after %d deliveries without success; the last attempt's error is in the worker log", adv.Deliveries)}
+		if st.Worker != "" {
+			res.Error.Message += " of worker " + st.Worker
+		}
+		orig := &original{data: raw.Data, subject: raw.Subject, streamSeq: adv.StreamSeq}
+		if err := w.sink.finish(ctx, job, res, orig); err != nil {
+			return fmt.Errorf("job %s: %w", job.ID, err)
+		}
+		w.sink.log.Warn("job dead-lettered after max deliveries", "id", job.ID, "deliveries", adv.Deliveries)
+		w.sink.metrics.outcome(OutcomeFailed)
+	}
+	octx, cancel = context.WithTimeout(ctx, w.sink.opTimeout)
+	defer cancel()
+	if err := w.sink.topo.Jobs.DeleteMsg(octx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("remove dead-lettered job %s from %s: %w", job.ID, JobsStream, err)
+	}
+	return nil
+}
+
+// headerMsg lets fallbackJob read the Nats-Msg-Id of a message read by sequence.
+type headerMsg struct{ h nats.Header }
+
+func (m headerMsg) Headers() nats.Header { return m.h }

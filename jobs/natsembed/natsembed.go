@@ -1,0 +1,113 @@
+// Package natsembed runs a NATS server with JetStream inside the worker process, for the
+// single-machine default (no LA_NATS_URL configured) and for tests.
+package natsembed
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Options configure an embedded server.
+type Options struct {
+	// Listen is host:port for client connections; port 0 or -1 picks a free one.
+	Listen string
+	// StoreDir holds the JetStream file store. Required.
+	StoreDir string
+	// ServerName names the server in logs and advisories; a default is derived if empty.
+	ServerName string
+	// ReadyTimeout bounds the wait for the listener and JetStream; 10 s if zero.
+	ReadyTimeout time.Duration
+	// Logger receives the server's notices and errors; nil silences the server.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded NATS server.
+type Server struct {
+	ns *server.Server
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(o Options) (*Server, error) {
+	if o.StoreDir == "" {
+		return nil, fmt.Errorf("embedded NATS: a JetStream store directory is required")
+	}
+	host, port, err := splitListen(o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: listen address %q: %w", o.Listen, err)
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 10 * time.Second
+	}
+	opts := &server.Options{
+		ServerName: o.ServerName,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		NoSigs:     true, // the worker owns signal handling
+		NoLog:      o.Logger == nil,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	if o.Logger != nil {
+		ns.SetLoggerV2(slogAdapter{o.Logger.With("component", "nats-server")}, false, false, false)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(o.ReadyTimeout) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("embedded NATS on %s: not ready within %s (port in use?)", o.Listen, o.ReadyTimeout)
+	}
+	return &Server{ns: ns}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Shutdown stops the server and waits until it has flushed its store and stopped.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}
+
+// NATSServer exposes the underlying server, for tests that inspect JetStream state.
+func (s *Server) NATSServer() *server.Server { return s.ns }
+
+func splitListen(listen string) (string, int, error) {
+	if listen == "" {
+		return "127.0.0.1", 4222, nil
+	}
+	host, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not a number in 0-65535", p)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return host, port, nil
+}
+
+// slogAdapter routes the server's logger interface into slog. Debug and trace output is
+// off (SetLoggerV2 flags false), so those methods only exist to satisfy the interface.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Noticef(format string, v ...any) { a.l.Info(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }

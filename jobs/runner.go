@@ -1,0 +1,555 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/storage"
+)
+
+// ErrCancelRequested is the cause of a job context cancelled by a cancel.<id> request.
+var ErrCancelRequested = errors.New("cancel requested")
+
+// ErrShuttingDown is the cause of a job context cancelled because the grace period after
+// shutdown ran out; the job is given back to the queue unfinished.
+var ErrShuttingDown = errors.New("worker shutting down")
+
+// RunnerConfig tunes one Runner. Zero values take the defaults noted.
+type RunnerConfig struct {
+	Worker        string        // name in results, state and logs; default host-pid
+	Prefetch      int           // job messages held at once, running or being prepared; default 2
+	DefaultOutput string        // result URL prefix for jobs without `output`; required
+	MaxImageBytes int64         // image size limit; 0 = the store's own limit
+	Grace         time.Duration // after Run's ctx ends, time in-flight jobs get to finish; default 30 s
+	PollWait      time.Duration // how long one pull waits for a job (also the stop latency); default 2 s
+	Heartbeat     time.Duration // InProgress period of held messages; default a third of AckWait
+	RetryDelay    time.Duration // NakWithDelay after the first transient failure, doubling; default 2 s
+	RetryDelayMax time.Duration // cap of the growing delay; default 2 min
+	OpTimeout     time.Duration // limit of one storage or NATS call; default 30 s
+	Logger        *slog.Logger  // default slog.Default()
+	Metrics       *Metrics      // nil records nothing
+}
+
+func (c RunnerConfig) withDefaults(ackWait time.Duration) RunnerConfig {
+	if c.Worker == "" {
+		host, _ := os.Hostname()
+		c.Worker = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 2
+	}
+	if c.Grace == 0 {
+		c.Grace = 30 * time.Second
+	}
+	if c.PollWait == 0 {
+		c.PollWait = 2 * time.Second
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = ackWait / 3
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = 2 * time.Second
+	}
+	if c.RetryDelayMax == 0 {
+		c.RetryDelayMax = 2 * time.Minute
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Runner moves jobs from the shared consumer through one chip. Create one per chip.
+type Runner struct {
+	cfg   RunnerConfig
+	topo  *Topology
+	store storage.Store
+	chip  *chip.Chip
+	sink  *sink
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]context.CancelCauseFunc // job id -> cancel, for cancel requests
+}
+
+// NewRunner checks the configuration; Run starts the work.
+func NewRunner(topo *Topology, store storage.Store, c *chip.Chip, cfg RunnerConfig) (*Runner, error) {
+	if topo == nil || store == nil || c == nil {
+		return nil, errors.New("new runner: topology, store and chip are required")
+	}
+	if cfg.DefaultOutput == "" {
+		return nil, errors.New("new runner: a default output prefix is required")
+	}
+	if cfg.Prefetch < 0 {
+		return nil, fmt.Errorf("new runner: prefetch %d is negative", cfg.Prefetch)
+	}
+	ackWait := topo.Consumer.CachedInfo().Config.AckWait
+	if bo := topo.Consumer.CachedInfo().Config.BackOff; len(bo) > 0 && bo[0] < ackWait {
+		ackWait = bo[0]
+	}
+	cfg = cfg.withDefaults(ackWait)
+	if cfg.Heartbeat <= 0 || (ackWait > 0 && cfg.Heartbeat >= ackWait) {
+		return nil, fmt.Errorf("new runner: heartbeat %s must be positive and shorter than the ack wait %s", cfg.Heartbeat, ackWait)
+	}
+	log := cfg.Logger.With("worker", cfg.Worker)
+	return &Runner{
+		cfg:   cfg,
+		topo:  topo,
+		store: store,
+		chip:  c,
+		log:   log,
+		sink: &sink{
+			topo: topo, store: store, worker: cfg.Worker, defaultOutput: cfg.DefaultOutput,
+			opTimeout: cfg.OpTimeout, log: log, metrics: cfg.Metrics,
+		},
+		running: make(map[string]context.CancelCauseFunc),
+	}, nil
+}
+
+// Run pulls and runs jobs until ctx ends, then stops pulling, gives the jobs it holds
+// Grace to finish, gives back (nak) what is still unfinished, and returns nil. It returns
+// an error only when it cannot start.
+func (r *Runner) Run(ctx context.Context) error {
+	// Jobs run on workCtx, which outlives ctx by the grace period.
+	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopWork(nil)
+
+	watchCtx, stopWatch := context.WithCancel(workCtx)
+	watchDone, err := r.topo.State.WatchCancels(watchCtx, r.cancelRunning)
+	if err != nil {
+		stopWatch()
+		return fmt.Errorf("runner %s: %w", r.cfg.Worker, err)
+	}
+	defer func() { stopWatch(); <-watchDone }()
+
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, r.cfg.Prefetch)
+	r.pull(ctx, workCtx, slots, &wg)
+
+	// Drain: in-flight jobs get the grace period, then their contexts are cancelled.
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	grace := time.NewTimer(r.cfg.Grace)
+	defer grace.Stop()
+	select {
+	case <-drained:
+	case <-grace.C:
+		r.log.Warn("grace period over: giving back unfinished jobs", "grace", r.cfg.Grace)
+		stopWork(ErrShuttingDown)
+		<-drained
+	}
+	return nil
+}
+
+// pull fetches one message per free slot until ctx ends; each runs on its own goroutine.
+func (r *Runner) pull(ctx, workCtx context.Context, slots chan struct{}, wg *sync.WaitGroup) {
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		if ctx.Err() != nil {
+			<-slots
+			return
+		}
+		// No FetchContext: a message that arrives for a pull abandoned mid-wait would sit
+		// unacknowledged until AckWait. A bounded wait keeps the stop latency at PollWait.
+		msg, err := r.topo.Consumer.Next(jetstream.FetchMaxWait(r.cfg.PollWait))
+		if err != nil {
+			<-slots
+			if !errors.Is(err, nats.ErrTimeout) {
+				r.log.Warn("pull from the job queue failed; retrying", "err", err)
+				select {
+				case <-time.After(time.Second):
+				case <-ctx.Done():
+					return
+				}
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			r.handle(workCtx, msg)
+		}()
+	}
+}
+
+// cancelRunning is called for every cancel request; it stops the job if it runs here.
+func (r *Runner) cancelRunning(id string) {
+	r.mu.Lock()
+	cancel := r.running[id]
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrCancelRequested)
+	}
+}
+
+func (r *Runner) register(id string, cancel context.CancelCauseFunc) (unregister func()) {
+	r.mu.Lock()
+	r.running[id] = cancel
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.running, id)
+		r.mu.Unlock()
+	}
+}
+
+// settlement is what happens to a message once its job is handled.
+type settlement struct {
+	kind   settleKind
+	delay  time.Duration // nak
+	reason string        // term
+}
+
+type settleKind int
+
+const (
+	settleAck settleKind = iota
+	settleNak
+	settleTerm
+)
+
+// handle runs one message from pull to ack. It keeps the message alive while it works.
+func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
+	r.cfg.Metrics.held(1)
+	defer r.cfg.Metrics.held(-1)
+
+	hbCtx, stopHB := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t := time.NewTicker(r.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					r.log.Warn("heartbeat for a held job failed", "err", err)
+				}
+			}
+		}
+	}()
+
+	s := r.process(ctx, msg)
+
+	// Stop the heartbeat before settling, so no InProgress follows the ack or nak.
+	stopHB()
+	<-hbDone
+	var err error
+	switch s.kind {
+	case settleAck:
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+		err = msg.DoubleAck(actx)
+		cancel()
+	case settleNak:
+		err = msg.NakWithDelay(s.delay)
+	case settleTerm:
+		err = msg.TermWithReason(s.reason)
+	}
+	if err != nil {
+		// The message comes back after AckWait; its terminal state short-circuits it then.
+		r.log.Warn("settling a job message failed", "err", err)
+	}
+}
+
+// attemptInfo is what one delivery knows before the job is decoded.
+type attemptInfo struct {
+	start   time.Time
+	attempt int
+	orig    original
+	timing  JobTiming
+}
+
+// process runs the job in msg and decides how the message is settled.
+func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
+	a := attemptInfo{start: time.Now(), attempt: 1, orig: original{data: msg.Data(), subject: msg.Subject()}}
+	if meta, err := msg.Metadata(); err == nil {
+		a.attempt = int(meta.NumDelivered)
+		a.orig.streamSeq = meta.Sequence.Stream
+		a.timing.QueueWait = ms(a.start.Sub(meta.Timestamp))
+	}
+
+	job, decodeErr := DecodeJob(msg.Data())
+	if decodeErr != nil {
+		job = fallbackJob(job, msg, a.orig.streamSeq)
+	}
+	log := r.log.With("id", job.ID, "attempt", a.attempt)
+
+	// A job that already ended is not run again (a redelivery, or the same id resubmitted).
+	octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	st, seen, err := r.topo.State.Get(octx, job.ID)
+	cancel()
+	if err != nil {
+		return r.retry(ctx, log, a, fmt.Errorf("check job state: %w", err))
+	}
+	if seen && st.Status.Terminal() {
+		log.Info("job already finished; acknowledging the repeat", "status", st.Status)
+		r.cfg.Metrics.outcome(OutcomeDuplicate)
+		return settlement{kind: settleAck}
+	}
+	if decodeErr != nil {
+		return r.fail(ctx, log, job, a, CodeInvalidJob, decodeErr)
+	}
+	if job.Deadline != nil && a.start.After(*job.Deadline) {
+		return r.end(ctx, log, job, a, StatusExpired, &ErrorInfo{Code: CodeDeadline,
+			Message: fmt.Sprintf("deadline %s passed before the job started", job.Deadline.Format(time.RFC3339))})
+	}
+
+	jobCtx, cancelJob := context.WithCancelCause(ctx)
+	defer cancelJob(nil)
+	defer r.register(job.ID, cancelJob)()
+	octx, cancel = context.WithTimeout(ctx, r.cfg.OpTimeout)
+	canceled, err := r.topo.State.CancelRequested(octx, job.ID)
+	cancel()
+	if err != nil {
+		return r.retry(ctx, log, a, fmt.Errorf("check cancel request: %w", err))
+	}
+	if canceled {
+		return r.canceled(ctx, log, job, a)
+	}
+	octx, cancel = context.WithTimeout(ctx, r.cfg.OpTimeout)
+	err = r.topo.State.Put(octx, job.ID, State{Status: StatusRunning, Attempt: a.attempt, Worker: r.cfg.Worker})
+	cancel()
+	if err != nil {
+		return r.retry(ctx, log, a, err)
+	}
+
+	res, prep, err := r.run(jobCtx, job, &a)
+	if err != nil {
+		return r.stopped(ctx, jobCtx, log, job, a, err)
+	}
+	if job.Overlay {
+		t := time.Now()
+		png, err := r.chip.Engine().Overlay(prep, &res.Prediction)
+		if err != nil {
+			return r.fail(ctx, log, job, a, CodeInternal, fmt.Errorf("draw overlay: %w", err))
+		}
+		url, err := r.sink.putOverlay(ctx, job, png)
+		if err != nil {
+			return r.stopped(ctx, jobCtx, log, job, a, err)
+		}
+		res.OverlayURL = &url
+		a.timing.Upload = ms(time.Since(t))
+	}
+	return r.finish(ctx, log, job, a, res, nil)
+}
+
+// run fetches the image, prepares it and runs it on the chip.
+func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *engine.Prepared, error) {
+	t := time.Now()
+	octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	img, err := r.store.Get(octx, job.Image, r.cfg.MaxImageBytes)
+	cancel()
+	if err != nil {
+		return nil, nil, classifyFetch(job.Image, err)
+	}
+	if len(img) == 0 {
+		return nil, nil, &jobError{code: CodeEmptyImage, err: fmt.Errorf("image %s is empty (0 bytes)", job.Image)}
+	}
+	a.timing.Fetch = ms(time.Since(t))
+
+	r.cfg.Metrics.running(1)
+	defer r.cfg.Metrics.running(-1)
+	eng := r.chip.Engine()
+	prep, err := eng.Prepare(ctx, engine.Request{Image: img, Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens})
+	if err != nil {
+		return nil, nil, classifyEngine("prepare", err)
+	}
+	a.timing.Preprocess = prep.PreprocessMS
+	pred, err := r.chip.Generate(ctx, chip.Batch, prep)
+	if err != nil {
+		return nil, nil, classifyEngine("generate", err)
+	}
+	a.timing.Vision = pred.TimingMS.Vision
+	a.timing.Prefill = pred.TimingMS.Prefill
+	a.timing.Decode = pred.TimingMS.Decode
+	a.timing.DecodeTokS = pred.TimingMS.DecodeTokS
+	res := newResult(job, a.attempt)
+	res.Prediction = *pred
+	res.OverlayPNGBase64 = nil // the overlay travels as a stored file, not inline
+	res.Status = StatusSucceeded
+	return res, prep, nil
+}
+
+// jobError is a permanent failure with its result code.
+type jobError struct {
+	code string
+	err  error
+}
+
+func (e *jobError) Error() string { return e.err.Error() }
+func (e *jobError) Unwrap() error { return e.err }
+
+func classifyFetch(url string, err error) error {
+	err = fmt.Errorf("fetch image %s: %w", url, err)
+	switch {
+	case errors.Is(err, storage.ErrBadURL), errors.Is(err, storage.ErrNotAllowed):
+		return &jobError{code: CodeBadURL, err: err}
+	case errors.Is(err, storage.ErrNotFound):
+		return &jobError{code: CodeNotFound, err: err}
+	case errors.Is(err, storage.ErrTooLarge):
+		return &jobError{code: engine.CodeImageTooLarge, err: err}
+	}
+	return transient(err)
+}
+
+func classifyEngine(step string, err error) error {
+	err = fmt.Errorf("%s: %w", step, err)
+	if ie, ok := engine.AsInputError(err); ok {
+		return &jobError{code: ie.Code, err: err}
+	}
+	return transient(err) // engine busy, chip closing, device trouble: another try may work
+}
+
+// stopped settles a job that did not complete: cancelled by request, cut off by
+// shutdown, failed for good, or failed for now.
+func (r *Runner) stopped(ctx, jobCtx context.Context, log *slog.Logger, job *Job, a attemptInfo, err error) settlement {
+	if jobCtx.Err() != nil {
+		switch cause := context.Cause(jobCtx); {
+		case errors.Is(cause, ErrCancelRequested):
+			return r.canceled(ctx, log, job, a)
+		case errors.Is(cause, ErrShuttingDown):
+			log.Info("job given back unfinished at shutdown", "err", err)
+			r.cfg.Metrics.outcome(OutcomeRequeued)
+			return settlement{kind: settleNak}
+		}
+	}
+	var je *jobError
+	if errors.As(err, &je) {
+		return r.fail(ctx, log, job, a, je.code, err)
+	}
+	if !isTransient(err) {
+		return r.fail(ctx, log, job, a, CodeBadURL, err) // a refused output location
+	}
+	return r.retry(ctx, log, a, err)
+}
+
+func (r *Runner) canceled(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo) settlement {
+	return r.end(ctx, log, job, a, StatusCanceled, &ErrorInfo{Code: CodeCanceled, Message: "cancel requested"})
+}
+
+// fail ends a job as failed for good: result, dead-letter record, TermWithReason.
+func (r *Runner) fail(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo, code string, err error) settlement {
+	res := newResult(job, a.attempt)
+	res.Status = StatusFailed
+	res.Error = &ErrorInfo{Code: code, Message: err.Error()}
+	s := r.finish(ctx, log, job, a, res, &a.orig)
+	if s.kind == settleAck {
+		return settlement{kind: settleTerm, reason: code + ": " + err.Error()}
+	}
+	return s
+}
+
+// end finishes a job that did not run (expired, canceled) and acks it.
+func (r *Runner) end(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo, status Status, why *ErrorInfo) settlement {
+	res := newResult(job, a.attempt)
+	res.Status = status
+	res.Error = why
+	return r.finish(ctx, log, job, a, res, nil)
+}
+
+// finish stores and publishes res; the message is acked only when both succeeded.
+func (r *Runner) finish(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo, res *Result, dlq *original) settlement {
+	a.timing.Total = ms(time.Since(a.start))
+	res.TimingMS = a.timing
+	if err := r.sink.finish(ctx, job, res, dlq); err != nil {
+		return r.retry(ctx, log, a, fmt.Errorf("store and publish the result: %w", err))
+	}
+	r.cfg.Metrics.outcome(string(res.Status))
+	r.cfg.Metrics.stages(res.TimingMS)
+	attrs := []any{"status", res.Status, "queue_wait_ms", a.timing.QueueWait, "fetch_ms", a.timing.Fetch,
+		"preprocess_ms", a.timing.Preprocess, "vision_ms", a.timing.Vision, "prefill_ms", a.timing.Prefill,
+		"decode_ms", a.timing.Decode, "upload_ms", a.timing.Upload, "total_ms", a.timing.Total}
+	if res.Error != nil {
+		attrs = append(attrs, "code", res.Error.Code, "reason", res.Error.Message)
+		log.Warn("job ended", attrs...)
+	} else {
+		attrs = append(attrs, "detections", len(res.Detections), "points", len(res.Points), "tokens", res.NumGeneratedTokens)
+		log.Info("job ended", attrs...)
+	}
+	return settlement{kind: settleAck}
+}
+
+// retry gives the message back with a delay that grows with each delivery. A shutdown
+// that interrupts the work gives it back at once.
+func (r *Runner) retry(ctx context.Context, log *slog.Logger, a attemptInfo, err error) settlement {
+	if errors.Is(context.Cause(ctx), ErrShuttingDown) {
+		r.cfg.Metrics.outcome(OutcomeRequeued)
+		log.Info("job given back unfinished at shutdown", "err", err)
+		return settlement{kind: settleNak}
+	}
+	delay := r.cfg.RetryDelay
+	for i := 1; i < a.attempt && delay < r.cfg.RetryDelayMax; i++ {
+		delay *= 2
+	}
+	delay = min(delay, r.cfg.RetryDelayMax)
+	r.cfg.Metrics.outcome(OutcomeRetried)
+	log.Warn("job failed for now; will retry", "err", err, "retry_in", delay)
+	return settlement{kind: settleNak, delay: delay}
+}
+
+// newResult is a result with the job's own fields filled in.
+func newResult(job *Job, attempt int) *Result {
+	return &Result{
+		Prediction: emptyPrediction(job.Query),
+		ID:         job.ID,
+		Attempt:    attempt,
+		Metadata:   job.Metadata,
+		Batch:      job.Batch,
+		Image:      job.Image,
+		Task:       job.Task,
+	}
+}
+
+func emptyPrediction(query string) engine.Prediction {
+	return engine.Prediction{Query: query, Detections: []engine.Detection{}, Points: []engine.Point{}}
+}
+
+// fallbackJob makes a job that failed to decode addressable: its id if valid, else the
+// Nats-Msg-Id if valid, else seq-<stream sequence>; the default batch unless valid.
+func fallbackJob(j *Job, msg interface{ Headers() nats.Header }, seq uint64) *Job {
+	fb := &Job{}
+	if j != nil {
+		fb.Query, fb.Image, fb.Task = j.Query, j.Image, j.Task
+		if ValidToken(j.ID) {
+			fb.ID = j.ID
+		}
+		if ValidToken(j.Batch) {
+			fb.Batch = j.Batch
+		}
+		if j.Output != "" {
+			fb.Output = j.Output
+		}
+	}
+	if fb.ID == "" {
+		if h := msg.Headers().Get(nats.MsgIdHdr); ValidToken(h) {
+			fb.ID = h
+		} else {
+			fb.ID = "seq-" + strconv.FormatUint(seq, 10)
+		}
+	}
+	if fb.Batch == "" {
+		fb.Batch = DefaultBatch
+	}
+	return fb
+}

@@ -1,0 +1,181 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TopologyConfig sets up the streams, the shared consumer and the state bucket.
+// Zero values take the defaults of DefaultTopologyConfig.
+type TopologyConfig struct {
+	Replicas        int           // stream and bucket replicas (1, 3 or 5)
+	DuplicateWindow time.Duration // LA_JOBS dedupe window for Nats-Msg-Id
+	JobsMaxAge      time.Duration // how long an unconsumed job may wait; 0 = forever
+	ResultsMaxAge   time.Duration // how long LA_RESULTS keeps a result
+	DLQMaxAge       time.Duration // how long LA_DLQ keeps a record
+	StateMaxAge     time.Duration // TTL of job state and cancel entries
+
+	AckWait       time.Duration   // time a worker has between heartbeats before redelivery
+	MaxDeliver    int             // deliveries before a job is dead-lettered
+	BackOff       []time.Duration // redelivery delays after an AckWait expiry (none if empty); len < MaxDeliver
+	MaxAckPending int             // jobs in flight across all workers
+}
+
+// DefaultTopologyConfig is what a worker uses when nothing is configured.
+func DefaultTopologyConfig() TopologyConfig {
+	return TopologyConfig{
+		Replicas:        1,
+		DuplicateWindow: 2 * time.Minute,
+		ResultsMaxAge:   7 * 24 * time.Hour,
+		DLQMaxAge:       30 * 24 * time.Hour,
+		StateMaxAge:     7 * 24 * time.Hour,
+		AckWait:         60 * time.Second,
+		MaxDeliver:      5,
+		BackOff:         []time.Duration{60 * time.Second, 2 * time.Minute, 5 * time.Minute},
+		MaxAckPending:   1024,
+	}
+}
+
+func (c TopologyConfig) withDefaults() TopologyConfig {
+	d := DefaultTopologyConfig()
+	if c.Replicas == 0 {
+		c.Replicas = d.Replicas
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = d.DuplicateWindow
+	}
+	if c.ResultsMaxAge == 0 {
+		c.ResultsMaxAge = d.ResultsMaxAge
+	}
+	if c.DLQMaxAge == 0 {
+		c.DLQMaxAge = d.DLQMaxAge
+	}
+	if c.StateMaxAge == 0 {
+		c.StateMaxAge = d.StateMaxAge
+	}
+	if c.AckWait == 0 {
+		c.AckWait = d.AckWait
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = d.MaxDeliver
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = d.MaxAckPending
+	}
+	return c
+}
+
+// Validate reports the first setting that JetStream would refuse or that makes no sense.
+func (c TopologyConfig) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("replicas %d: must be 1-5", c.Replicas)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("ack wait %s: must be at least 1s", c.AckWait)
+	case c.MaxDeliver < 1:
+		return fmt.Errorf("max deliver %d: must be at least 1", c.MaxDeliver)
+	case len(c.BackOff) >= c.MaxDeliver && c.MaxDeliver > 1:
+		return fmt.Errorf("back-off has %d steps: must be fewer than max deliver (%d)", len(c.BackOff), c.MaxDeliver)
+	case c.MaxAckPending < 1:
+		return fmt.Errorf("max ack pending %d: must be at least 1", c.MaxAckPending)
+	case c.DuplicateWindow < 0 || c.JobsMaxAge < 0 || c.ResultsMaxAge < 0 || c.DLQMaxAge < 0 || c.StateMaxAge < 0:
+		return errors.New("durations must not be negative")
+	}
+	if c.JobsMaxAge > 0 && c.DuplicateWindow > c.JobsMaxAge {
+		return fmt.Errorf("duplicate window %s is longer than the jobs max age %s", c.DuplicateWindow, c.JobsMaxAge)
+	}
+	return nil
+}
+
+// Topology is the JetStream side of the wire contract, ready for use.
+type Topology struct {
+	JS       jetstream.JetStream
+	Jobs     jetstream.Stream
+	Results  jetstream.Stream
+	DLQ      jetstream.Stream
+	Consumer jetstream.Consumer
+	State    *StateStore
+	Config   TopologyConfig // with defaults applied
+}
+
+// EnsureTopology creates or updates LA_JOBS, LA_RESULTS, LA_DLQ, the shared durable pull
+// consumer and the state bucket. Calling it again with the same config changes nothing, so
+// every worker calls it at start-up.
+func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("topology config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	t := &Topology{JS: js, Config: cfg}
+	var err error
+	t.Jobs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        JobsStream,
+		Description: "LocateAnything detection jobs (la.jobs.<class>)",
+		Subjects:    []string{JobSubjectPrefix + ">"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxAge:      cfg.JobsMaxAge,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", JobsStream, err)
+	}
+	t.Results, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        ResultsStream,
+		Description: "LocateAnything results (la.results.<batch>.<id>)",
+		Subjects:    []string{ResultSubjectPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxAge:      cfg.ResultsMaxAge,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", ResultsStream, err)
+	}
+	t.DLQ, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        DLQStream,
+		Description: "LocateAnything dead-lettered jobs (la.dlq.<id>)",
+		Subjects:    []string{DLQSubjectPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxAge:      cfg.DLQMaxAge,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", DLQStream, err)
+	}
+	t.Consumer, err = t.Jobs.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "shared by every LocateAnything worker",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		BackOff:       cfg.BackOff,
+		MaxAckPending: cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s on %s: %w", ConsumerName, JobsStream, err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      StateBucket,
+		Description: "LocateAnything job state (<id>) and cancel requests (cancel.<id>)",
+		History:     1,
+		TTL:         cfg.StateMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create key-value bucket %s: %w", StateBucket, err)
+	}
+	t.State = &StateStore{kv: kv}
+	return t, nil
+}
