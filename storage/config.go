@@ -1,0 +1,163 @@
+package storage
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// DefaultMaxImageBytes is the size limit Get applies when the caller passes none.
+const DefaultMaxImageBytes = 32 << 20
+
+// Config selects and configures the backends. The worker fills it from the environment
+// with envconfig; the tags carry the full variable names, so they apply with or without a
+// prefix. Empty Endpoint turns s3:// off; empty FileRoots turns file:// off.
+type Config struct {
+	// Endpoint is the S3 service's host[:port], e.g. "s3.amazonaws.com" or "minio:9000".
+	// An "http://" or "https://" in front decides TLS and overrides Secure.
+	Endpoint string `envconfig:"LA_S3_ENDPOINT"`
+	// Region is the bucket region signed into requests.
+	Region string `envconfig:"LA_S3_REGION" default:"us-east-1"`
+	// AccessKey and SecretKey are static credentials. Set both, or use CredentialsFile,
+	// or neither for anonymous access to public buckets.
+	AccessKey string `envconfig:"LA_S3_ACCESS_KEY"`
+	SecretKey string `envconfig:"LA_S3_SECRET_KEY"`
+	// CredentialsFile is read once at Open. Two forms are accepted: an AWS shared
+	// credentials file (its [default] profile: aws_access_key_id, aws_secret_access_key,
+	// optional aws_session_token), or a plain file whose first line is the access key and
+	// second line the secret key (the form a Kubernetes secret mounts easily).
+	CredentialsFile string `envconfig:"LA_S3_CREDENTIALS_FILE"`
+	// Secure turns TLS on for an endpoint given without a scheme.
+	Secure bool `envconfig:"LA_S3_SECURE" default:"true"`
+	// PathStyle is "auto" (minio-go decides: virtual-host for AWS, path-style elsewhere),
+	// "true" (always https://endpoint/bucket/key) or "false" (always
+	// https://bucket.endpoint/key).
+	PathStyle string `envconfig:"LA_S3_PATH_STYLE" default:"auto"`
+	// CAFile is a PEM bundle trusted in addition to the system roots (a private CA).
+	CAFile string `envconfig:"LA_S3_CA_FILE"`
+	// FileRoots are the directories file:// may read and write below. Each must exist.
+	FileRoots []string `envconfig:"LA_FILE_ROOTS"`
+	// MaxImageBytes is the limit Get applies when called with maxBytes <= 0.
+	MaxImageBytes int64 `envconfig:"LA_MAX_IMAGE_BYTES" default:"33554432"`
+}
+
+const redacted = "[redacted]"
+
+// String describes the configuration with credentials redacted, fit for logs.
+func (c Config) String() string {
+	return fmt.Sprintf("storage.Config{Endpoint:%q Region:%q AccessKey:%s SecretKey:%s CredentialsFile:%q "+
+		"Secure:%t PathStyle:%q CAFile:%q FileRoots:%q MaxImageBytes:%d}",
+		c.Endpoint, c.Region, redact(c.AccessKey), redact(c.SecretKey), c.CredentialsFile,
+		c.Secure, c.PathStyle, c.CAFile, c.FileRoots, c.MaxImageBytes)
+}
+
+// GoString keeps %#v from printing the credentials.
+func (c Config) GoString() string { return c.String() }
+
+// LogValue makes slog print the configuration with credentials redacted.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("endpoint", c.Endpoint),
+		slog.String("region", c.Region),
+		slog.String("access_key", redact(c.AccessKey)),
+		slog.String("secret_key", redact(c.SecretKey)),
+		slog.String("credentials_file", c.CredentialsFile),
+		slog.Bool("secure", c.Secure),
+		slog.String("path_style", c.PathStyle),
+		slog.String("ca_file", c.CAFile),
+		slog.Any("file_roots", c.FileRoots),
+		slog.Int64("max_image_bytes", c.MaxImageBytes),
+	)
+}
+
+// redact shows whether a secret is set without showing it.
+func redact(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return redacted
+}
+
+// staticCredentials are the keys the S3 client signs with; empty means anonymous.
+type staticCredentials struct {
+	accessKey, secretKey, sessionToken string
+}
+
+// credentials picks the configured credentials: the two variables or the file, never both.
+func (c Config) credentials() (staticCredentials, error) {
+	inline := c.AccessKey != "" || c.SecretKey != ""
+	switch {
+	case inline && c.CredentialsFile != "":
+		return staticCredentials{}, fmt.Errorf("set either LA_S3_ACCESS_KEY and LA_S3_SECRET_KEY or LA_S3_CREDENTIALS_FILE, not both")
+	case inline && (c.AccessKey == "" || c.SecretKey == ""):
+		return staticCredentials{}, fmt.Errorf("LA_S3_ACCESS_KEY and LA_S3_SECRET_KEY must be set together")
+	case inline:
+		return staticCredentials{accessKey: c.AccessKey, secretKey: c.SecretKey}, nil
+	case c.CredentialsFile != "":
+		return readCredentialsFile(c.CredentialsFile)
+	default:
+		return staticCredentials{}, nil
+	}
+}
+
+// readCredentialsFile reads an AWS shared credentials file ([default] profile) or a
+// two-line file (access key, then secret key). Error messages never quote the file's lines.
+func readCredentialsFile(name string) (staticCredentials, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return staticCredentials{}, fmt.Errorf("LA_S3_CREDENTIALS_FILE: %w", err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";") {
+			continue
+		}
+		lines = append(lines, line)
+	}
+	if err := sc.Err(); err != nil {
+		return staticCredentials{}, fmt.Errorf("LA_S3_CREDENTIALS_FILE %s: %w", name, err)
+	}
+	if len(lines) > 0 && strings.HasPrefix(lines[0], "[") {
+		return parseAWSProfile(name, lines)
+	}
+	if len(lines) != 2 {
+		return staticCredentials{}, fmt.Errorf("LA_S3_CREDENTIALS_FILE %s: want an AWS credentials file with a [default] profile, "+
+			"or two lines (access key, secret key); found %d non-empty lines", name, len(lines))
+	}
+	return staticCredentials{accessKey: lines[0], secretKey: lines[1]}, nil
+}
+
+func parseAWSProfile(name string, lines []string) (staticCredentials, error) {
+	var creds staticCredentials
+	section := ""
+	for _, line := range lines {
+		if strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]") {
+			section = strings.TrimSpace(line[1 : len(line)-1])
+			continue
+		}
+		if section != "default" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "aws_access_key_id":
+			creds.accessKey = strings.TrimSpace(v)
+		case "aws_secret_access_key":
+			creds.secretKey = strings.TrimSpace(v)
+		case "aws_session_token":
+			creds.sessionToken = strings.TrimSpace(v)
+		}
+	}
+	if creds.accessKey == "" || creds.secretKey == "" {
+		return staticCredentials{}, fmt.Errorf("LA_S3_CREDENTIALS_FILE %s: the [default] profile needs aws_access_key_id and aws_secret_access_key", name)
+	}
+	return creds, nil
+}

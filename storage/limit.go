@@ -1,0 +1,19 @@
+package storage
+
+import (
+	"fmt"
+	"io"
+)
+
+// readLimited reads r to the end, refusing with ErrTooLarge as soon as it has seen more than
+// maxBytes bytes. It never holds more than maxBytes+1 bytes.
+func readLimited(r io.Reader, maxBytes int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("%w: more than %d bytes read (the reported size was smaller)", ErrTooLarge, maxBytes)
+	}
+	return data, nil
+}

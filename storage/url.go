@@ -1,0 +1,156 @@
+package storage
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"unicode/utf8"
+)
+
+// Schemes a Router serves.
+const (
+	SchemeS3   = "s3"
+	SchemeFile = "file"
+)
+
+// Location is a parsed storage URL.
+//
+// URLs are written as the AWS CLI writes them, not percent-encoded: everything after
+// "s3://bucket/" is the key byte for byte, and everything after "file://" is the path, so
+// "s3://b/a b?.jpg" names the key "a b?.jpg".
+type Location struct {
+	Scheme string // SchemeS3 or SchemeFile
+	Bucket string // s3: the bucket
+	Key    string // s3: the object key, or a key prefix (possibly empty) when listing
+	Path   string // file: the absolute, clean path; a trailing "/" only in a listing prefix
+}
+
+// String is the URL the location was parsed from, in canonical form.
+func (l Location) String() string {
+	if l.Scheme == SchemeFile {
+		return "file://" + l.Path
+	}
+	return "s3://" + l.Bucket + "/" + l.Key
+}
+
+// URLError says which part of a storage URL is wrong. It wraps ErrBadURL.
+type URLError struct {
+	URL    string
+	Part   string // "url", "scheme", "bucket", "key" or "path"
+	Reason string
+}
+
+func (e *URLError) Error() string {
+	return fmt.Sprintf("bad storage URL %q: %s: %s", e.URL, e.Part, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrBadURL) true.
+func (e *URLError) Unwrap() error { return ErrBadURL }
+
+// maxKeyBytes is S3's limit on the length of an object key.
+const maxKeyBytes = 1024
+
+// ParseURL parses the URL of one object: s3://bucket/key or file:///absolute/path.
+func ParseURL(raw string) (Location, error) {
+	return parse(raw, false)
+}
+
+// ParsePrefix parses a listing prefix: like ParseURL, but the key may be empty
+// (s3://bucket/ or s3://bucket lists the whole bucket) and a path may end in "/".
+func ParsePrefix(raw string) (Location, error) {
+	return parse(raw, true)
+}
+
+func parse(raw string, prefix bool) (Location, error) {
+	bad := func(part, format string, args ...any) (Location, error) {
+		return Location{}, &URLError{URL: raw, Part: part, Reason: fmt.Sprintf(format, args...)}
+	}
+	if raw == "" {
+		return bad("url", "empty")
+	}
+	if !utf8.ValidString(raw) {
+		return bad("url", "not valid UTF-8")
+	}
+	if strings.ContainsRune(raw, 0) {
+		return bad("url", "contains a NUL byte")
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return bad("scheme", "missing (want s3://bucket/key or file:///absolute/path)")
+	}
+	switch strings.ToLower(scheme) {
+	case SchemeS3:
+		return parseS3(raw, rest, prefix, bad)
+	case SchemeFile:
+		return parseFile(rest, prefix, bad)
+	default:
+		return bad("scheme", "%q is not supported (want s3 or file)", scheme)
+	}
+}
+
+func parseS3(raw, rest string, prefix bool, bad func(string, string, ...any) (Location, error)) (Location, error) {
+	bucket, key, hasSlash := strings.Cut(rest, "/")
+	if bucket == "" {
+		return bad("bucket", "empty")
+	}
+	if reason := checkBucketName(bucket); reason != "" {
+		return bad("bucket", "%q %s", bucket, reason)
+	}
+	if len(key) > maxKeyBytes {
+		return bad("key", "%d bytes, over S3's limit of %d", len(key), maxKeyBytes)
+	}
+	if !prefix {
+		if !hasSlash || key == "" {
+			return bad("key", "empty (want s3://%s/some/key)", bucket)
+		}
+		if strings.HasSuffix(key, "/") {
+			return bad("key", "%q ends in \"/\", which names a folder, not an object", key)
+		}
+	}
+	return Location{Scheme: SchemeS3, Bucket: bucket, Key: key}, nil
+}
+
+// checkBucketName applies S3's bucket naming rules and returns why name breaks them, or "".
+func checkBucketName(name string) string {
+	if len(name) < 3 || len(name) > 63 {
+		return "must be 3 to 63 characters long"
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return fmt.Sprintf("has %q; only lowercase letters, digits, '.' and '-' are allowed", c)
+		}
+	}
+	if !isAlnum(name[0]) || !isAlnum(name[len(name)-1]) {
+		return "must begin and end with a letter or digit"
+	}
+	if strings.Contains(name, "..") {
+		return "must not contain \"..\""
+	}
+	return ""
+}
+
+func isAlnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+
+func parseFile(rest string, prefix bool, bad func(string, string, ...any) (Location, error)) (Location, error) {
+	if !strings.HasPrefix(rest, "/") {
+		host, _, _ := strings.Cut(rest, "/")
+		return bad("path", "host %q is not supported; write file:///absolute/path (three slashes)", host)
+	}
+	p := rest
+	body := p
+	if prefix && len(p) > 1 {
+		body = strings.TrimSuffix(p, "/")
+	}
+	for _, elem := range strings.Split(body, "/") {
+		if elem == ".." {
+			return bad("path", "%q contains \"..\"", p)
+		}
+	}
+	if path.Clean(body) != body {
+		return bad("path", "%q is not clean (no \"//\", \"/./\" or trailing \"/\"; clean form %q)", p, path.Clean(body))
+	}
+	if !prefix && p == "/" {
+		return bad("path", "\"/\" is a folder, not a file")
+	}
+	return Location{Scheme: SchemeFile, Path: p}, nil
+}
