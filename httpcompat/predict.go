@@ -1,0 +1,171 @@
+package httpcompat
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+)
+
+// Fallbacks for an engine that leaves its limits at zero (the seed's values).
+const (
+	fallbackMaxNewTokensCap = 1024
+	fallbackMaxQueryChars   = 1000
+)
+
+// limits are what /predict checks before the engine sees a request.
+type limits struct{ maxNewTokens, maxQueryChars int }
+
+func limitsFor(in engine.Info) limits {
+	l := limits{maxNewTokens: in.MaxNewTokensCap, maxQueryChars: in.MaxQueryChars}
+	if l.maxNewTokens <= 0 {
+		l.maxNewTokens = fallbackMaxNewTokensCap
+	}
+	if l.maxQueryChars <= 0 {
+		l.maxQueryChars = fallbackMaxQueryChars
+	}
+	return l
+}
+
+// handlePredict is POST /predict: read and check the body, prepare on this goroutine, wait
+// for the chip ahead of queued jobs, draw the overlay after the chip is released.
+func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
+	st := s.ready.Load()
+	if st == nil {
+		s.writeStarting(w)
+		return
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), s.predictBudget())
+	defer cancel()
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.writeDetail(w, http.StatusRequestEntityTooLarge,
+				"request body is over the %d-byte limit (LA_HTTP_MAX_BODY_BYTES)", tooBig.Limit)
+			return
+		}
+		s.writeDetail(w, http.StatusBadRequest, "cannot read the request body: %v", err)
+		return
+	}
+	req, invalid := parsePredictRequest(body)
+	if len(invalid) > 0 {
+		s.writeJSON(w, http.StatusUnprocessableEntity, validationErrors{Detail: invalid})
+		return
+	}
+	ereq, err := checkRequest(req, limitsFor(st.info))
+	if err != nil {
+		s.writeDetail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+
+	eng := st.dev.Engine()
+	prep, err := eng.Prepare(ctx, ereq)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("prepare: %w", err))
+		return
+	}
+	pred, err := st.dev.Generate(ctx, chip.Interactive, prep)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	pred.OverlayPNGBase64 = nil
+	if req.ReturnOverlay {
+		png, err := eng.Overlay(prep, pred)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("overlay: %w", err))
+			return
+		}
+		b64 := base64.StdEncoding.EncodeToString(png)
+		pred.OverlayPNGBase64 = &b64
+	}
+	s.writeJSON(w, http.StatusOK, newPredictResponse(pred))
+	s.log.Info("predict", "status", http.StatusOK, "query", pred.Query, "boxes", len(pred.Detections),
+		"points", len(pred.Points), "tokens", pred.NumGeneratedTokens, "eos", pred.StoppedOnEOS,
+		"device_ms", pred.TimingMS.Total, "ms", time.Since(start).Milliseconds())
+}
+
+// predictBudget is how long one /predict may take: the write timeout less a margin to
+// still write the error, so a request stuck behind others gets a 503 rather than a cut
+// connection.
+func (s *Server) predictBudget() time.Duration {
+	margin := min(5*time.Second, s.cfg.WriteTimeout/10)
+	return s.cfg.WriteTimeout - margin
+}
+
+// checkRequest applies the contract's limits and turns the request into the engine's. Its
+// errors are the 400s: the Python pipeline's ValueErrors.
+func checkRequest(req predictRequest, lim limits) (engine.Request, error) {
+	if strings.TrimSpace(req.Query) == "" {
+		return engine.Request{}, errors.New("query must not be empty")
+	}
+	if n := utf8.RuneCountInString(req.Query); n > lim.maxQueryChars {
+		return engine.Request{}, fmt.Errorf("query is %d characters; the limit is %d", n, lim.maxQueryChars)
+	}
+	budget := 0 // the engine's default
+	if req.MaxNewTokens != nil {
+		n := *req.MaxNewTokens
+		if n < 1 || n > int64(lim.maxNewTokens) {
+			return engine.Request{}, fmt.Errorf("max_new_tokens must be between 1 and %d, got %d", lim.maxNewTokens, n)
+		}
+		budget = int(n)
+	}
+	task := req.Task
+	if task == "" {
+		task = engine.TaskDetect
+	}
+	if !task.Valid() {
+		names := make([]string, len(engine.Tasks))
+		for i, t := range engine.Tasks {
+			names[i] = string(t)
+		}
+		return engine.Request{}, fmt.Errorf("unknown task %q; use one of %s", task, strings.Join(names, ", "))
+	}
+	img, err := decodeImage(req.Image)
+	if err != nil {
+		return engine.Request{}, err
+	}
+	return engine.Request{Image: img, Query: req.Query, Task: task, MaxNewTokens: budget}, nil
+}
+
+// fail answers a request that the engine or the chip could not serve.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if ie, ok := engine.AsInputError(err); ok {
+		s.log.Info("predict", "status", http.StatusBadRequest, "code", ie.Code, "err", err)
+		s.writeDetail(w, http.StatusBadRequest, "%s", ie.Error())
+		return
+	}
+	switch {
+	case r.Context().Err() != nil:
+		// The client has gone away: nobody reads this, the log keeps the count.
+		s.log.Info("predict: client went away", "status", StatusClientClosedRequest, "err", err)
+		w.WriteHeader(StatusClientClosedRequest)
+	case errors.Is(err, chip.ErrClosed):
+		w.Header().Set("Retry-After", "5")
+		s.writeDetail(w, http.StatusServiceUnavailable, "the server is shutting down")
+	case errors.Is(err, context.DeadlineExceeded):
+		s.log.Warn("predict timed out", "budget", s.predictBudget(), "err", err)
+		w.Header().Set("Retry-After", "5")
+		s.writeDetail(w, http.StatusServiceUnavailable,
+			"the request did not finish within %v (LA_HTTP_WRITE_TIMEOUT); the chip is busy, retry later", s.predictBudget())
+	default:
+		s.log.Error("predict failed", "status", http.StatusInternalServerError, "err", err)
+		s.writeDetail(w, http.StatusInternalServerError, "RuntimeError: %v", err)
+	}
+}
+
+func (s *Server) writeStarting(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "5")
+	s.writeDetail(w, http.StatusServiceUnavailable, "model is starting; GET /health says \"ok\" once it is ready")
+}

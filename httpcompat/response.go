@@ -1,0 +1,87 @@
+package httpcompat
+
+import "github.com/locateanything/detect/engine"
+
+// predictResponse is engine.Prediction as the Python server writes it: the same keys in the
+// same order, floats always written as floats, lists never null. TestResponseKeysMatchPrediction
+// keeps the two in step.
+type predictResponse struct {
+	Query              string      `json:"query"`
+	Width              int         `json:"width"`
+	Height             int         `json:"height"`
+	CanonicalSize      [2]int      `json:"canonical_size"`
+	GridHW             [2]int      `json:"grid_hw"`
+	NumImageTokens     int         `json:"num_image_tokens"`
+	PromptTokens       int         `json:"prompt_tokens"`
+	PrefillTokens      int         `json:"prefill_tokens"`
+	RawText            string      `json:"raw_text"`
+	Detections         []detection `json:"detections"`
+	Points             []point     `json:"points"`
+	NumGeneratedTokens int         `json:"num_generated_tokens"`
+	StoppedOnEOS       bool        `json:"stopped_on_eos"`
+	DecodeMode         string      `json:"decode_mode"`
+	TimingMS           timing      `json:"timing_ms"`
+	OverlayPNGBase64   *string     `json:"overlay_png_b64"`
+}
+
+type detection struct {
+	Label   string     `json:"label"`
+	Box     [4]pyFloat `json:"box"`
+	BoxNorm [4]int     `json:"box_norm"`
+}
+
+type point struct {
+	Label     string     `json:"label"`
+	Point     [2]pyFloat `json:"point"`
+	PointNorm [2]int     `json:"point_norm"`
+}
+
+type timing struct {
+	Vision     pyFloat `json:"vision"`
+	Prefill    pyFloat `json:"prefill"`
+	Decode     pyFloat `json:"decode"`
+	Total      pyFloat `json:"total"`
+	DecodeTokS pyFloat `json:"decode_tok_s"`
+}
+
+func newPredictResponse(p *engine.Prediction) predictResponse {
+	r := predictResponse{
+		Query:              p.Query,
+		Width:              p.Width,
+		Height:             p.Height,
+		CanonicalSize:      p.CanonicalSize,
+		GridHW:             p.GridHW,
+		NumImageTokens:     p.NumImageTokens,
+		PromptTokens:       p.PromptTokens,
+		PrefillTokens:      p.PrefillTokens,
+		RawText:            p.RawText,
+		Detections:         make([]detection, 0, len(p.Detections)),
+		Points:             make([]point, 0, len(p.Points)),
+		NumGeneratedTokens: p.NumGeneratedTokens,
+		StoppedOnEOS:       p.StoppedOnEOS,
+		DecodeMode:         p.DecodeMode,
+		TimingMS: timing{
+			Vision:     pyFloat(p.TimingMS.Vision),
+			Prefill:    pyFloat(p.TimingMS.Prefill),
+			Decode:     pyFloat(p.TimingMS.Decode),
+			Total:      pyFloat(p.TimingMS.Total),
+			DecodeTokS: pyFloat(p.TimingMS.DecodeTokS),
+		},
+		OverlayPNGBase64: p.OverlayPNGBase64,
+	}
+	for _, d := range p.Detections {
+		r.Detections = append(r.Detections, detection{
+			Label:   d.Label,
+			Box:     [4]pyFloat{pyFloat(d.Box[0]), pyFloat(d.Box[1]), pyFloat(d.Box[2]), pyFloat(d.Box[3])},
+			BoxNorm: d.BoxNorm,
+		})
+	}
+	for _, pt := range p.Points {
+		r.Points = append(r.Points, point{
+			Label:     pt.Label,
+			Point:     [2]pyFloat{pyFloat(pt.Point[0]), pyFloat(pt.Point[1])},
+			PointNorm: pt.PointNorm,
+		})
+	}
+	return r
+}

@@ -1,0 +1,53 @@
+package httpcompat
+
+import (
+	"net/http"
+	"runtime/debug"
+)
+
+// routeMethods is every path the contract serves and its one method, for 405 answers.
+var routeMethods = map[string]string{
+	"/health":    http.MethodGet,
+	"/info":      http.MethodGet,
+	"/v1/models": http.MethodGet,
+	"/predict":   http.MethodPost,
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /info", s.handleInfo)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("POST /predict", s.handlePredict)
+	mux.HandleFunc("/", s.handleUnrouted)
+	return s.recoverPanics(mux)
+}
+
+// handleUnrouted answers 404 and 405 with FastAPI's bodies instead of net/http's plain text.
+func (s *Server) handleUnrouted(w http.ResponseWriter, r *http.Request) {
+	if method, ok := routeMethods[r.URL.Path]; ok {
+		w.Header().Set("Allow", method)
+		s.writeDetail(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+		return
+	}
+	s.writeDetail(w, http.StatusNotFound, "Not Found")
+}
+
+// recoverPanics turns a panic in a handler into a logged stack and a 500 whose body says
+// nothing about the code: no stack trace ever reaches a client.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("http handler panicked", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			s.writeDetail(w, http.StatusInternalServerError, "RuntimeError: internal error")
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

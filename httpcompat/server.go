@@ -1,0 +1,287 @@
+// Package httpcompat serves the synchronous HTTP contract of the tt-model container (seed
+// SERVING.md section 3) from the Go worker: GET /health, GET /info, GET /v1/models and
+// POST /predict, with the Python server's paths, field names, types, units, defaults and
+// status codes, so the tt-model launcher, its readiness watch and ready card, the smoke test
+// and users' scripts keep working unchanged.
+//
+// The server reaches the model through a Device (an *chip.Chip): requests are prepared on
+// their own goroutine, then wait for the chip at Interactive priority, ahead of queued jobs
+// that have not started. A request whose client has gone away is dropped before the chip.
+//
+// Lifecycle: New, Serve (answers /health with "starting" and /predict with 503 at once),
+// SetReady once the engine is loaded and warmed up, Shutdown to drain.
+package httpcompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+)
+
+// Device is the part of *chip.Chip the server uses.
+type Device interface {
+	// Engine gives the host-side methods: Prepare, Overlay, Info.
+	Engine() engine.Engine
+	// Generate waits for the device at the given priority and runs p on it.
+	Generate(ctx context.Context, prio chip.Priority, p *engine.Prepared) (*engine.Prediction, error)
+}
+
+var _ Device = (*chip.Chip)(nil)
+
+// Defaults of Config; a zero field in Config means its default.
+const (
+	DefaultAddr              = ":20000"         // the seed's host-run port
+	DefaultMaxBodyBytes      = 64 << 20         // a 47 MiB image, base64-encoded, plus the JSON around it
+	DefaultReadHeaderTimeout = 10 * time.Second //
+	DefaultReadTimeout       = 2 * time.Minute  // whole request, body included
+	DefaultWriteTimeout      = 10 * time.Minute // from the end of the headers to the end of the response
+	DefaultIdleTimeout       = 2 * time.Minute  // keep-alive
+	DefaultShutdownTimeout   = 90 * time.Second // under the 120 s `tt-model stop` allows
+)
+
+// Config is the server's process-level configuration. ConfigFromEnv reads it from LA_HTTP_*.
+type Config struct {
+	Addr              string        `envconfig:"HTTP_ADDR"`
+	MaxBodyBytes      int64         `envconfig:"HTTP_MAX_BODY_BYTES"`
+	ReadHeaderTimeout time.Duration `envconfig:"HTTP_READ_HEADER_TIMEOUT"`
+	ReadTimeout       time.Duration `envconfig:"HTTP_READ_TIMEOUT"`
+	// WriteTimeout bounds a whole /predict, waiting for the chip included. A request that
+	// cannot finish in time is abandoned shortly before it so the client still gets an answer.
+	WriteTimeout    time.Duration `envconfig:"HTTP_WRITE_TIMEOUT"`
+	IdleTimeout     time.Duration `envconfig:"HTTP_IDLE_TIMEOUT"`
+	ShutdownTimeout time.Duration `envconfig:"HTTP_SHUTDOWN_TIMEOUT"` // Serve's drain when its ctx ends
+}
+
+// ConfigFromEnv reads LA_HTTP_ADDR, LA_HTTP_MAX_BODY_BYTES, LA_HTTP_READ_HEADER_TIMEOUT,
+// LA_HTTP_READ_TIMEOUT, LA_HTTP_WRITE_TIMEOUT, LA_HTTP_IDLE_TIMEOUT and
+// LA_HTTP_SHUTDOWN_TIMEOUT (Go durations); unset ones take the Default* values.
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	if err := envconfig.Process("LA", &c); err != nil {
+		return Config{}, fmt.Errorf("http config: %w", err)
+	}
+	if err := c.withDefaults().validate(); err != nil {
+		return Config{}, err
+	}
+	return c.withDefaults(), nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("http config: LA_HTTP_MAX_BODY_BYTES is %d, want a positive size", c.MaxBodyBytes)
+	}
+	for name, d := range map[string]time.Duration{
+		"LA_HTTP_READ_HEADER_TIMEOUT": c.ReadHeaderTimeout, "LA_HTTP_READ_TIMEOUT": c.ReadTimeout,
+		"LA_HTTP_WRITE_TIMEOUT": c.WriteTimeout, "LA_HTTP_IDLE_TIMEOUT": c.IdleTimeout,
+		"LA_HTTP_SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
+	} {
+		if d < 0 {
+			return fmt.Errorf("http config: %s is %v, want a positive duration", name, d)
+		}
+	}
+	return nil
+}
+
+// Options are what the caller knows about this worker beyond the engine.
+type Options struct {
+	Logger *slog.Logger // nil: discard
+
+	// Model and Device are what /health reports before the engine is ready (afterwards the
+	// engine's Info says). Defaults: "LocateAnything-3B" and "starting".
+	Model  string
+	Device string
+
+	Chips int    // chips this worker drives (/info worker.chips); 0 counts as 1
+	Queue string // the job queue it consumes, e.g. "nats://nats:4222 LA_JOBS/la-workers"; "" for none
+}
+
+// Server answers the contract. Create it with New.
+type Server struct {
+	cfg     Config
+	opts    Options
+	log     *slog.Logger
+	started time.Time
+	source  sourceInfo
+	handler http.Handler
+
+	ready atomic.Pointer[readyState] // nil while starting
+
+	mu       sync.Mutex
+	hs       *http.Server // set by Serve
+	closed   bool         // Shutdown was called
+	drained  chan struct{}
+	drainErr error
+}
+
+// readyState is what SetReady hands over: the device and the engine facts read once.
+type readyState struct {
+	dev  Device
+	info engine.Info
+}
+
+// New builds a server that is starting: it answers /health with "starting" and /predict with
+// 503 until SetReady.
+func New(cfg Config, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Model == "" {
+		opts.Model = "LocateAnything-3B"
+	}
+	if opts.Device == "" {
+		opts.Device = "starting"
+	}
+	if opts.Chips <= 0 {
+		opts.Chips = 1
+	}
+	s := &Server{
+		cfg:     cfg.withDefaults(),
+		opts:    opts,
+		log:     opts.Logger,
+		started: time.Now(),
+		source:  readSource(),
+		drained: make(chan struct{}),
+	}
+	s.handler = s.routes()
+	return s
+}
+
+// SetReady hands the server the device once the engine is loaded and warmed up. From then on
+// /health says "ok" and /predict runs. It fails if dev is nil or the server is already ready,
+// so a caller that prints the startup landmark after it prints it once.
+func (s *Server) SetReady(dev Device) error {
+	if dev == nil || dev.Engine() == nil {
+		return errors.New("httpcompat: SetReady needs a device with an engine")
+	}
+	if !s.ready.CompareAndSwap(nil, &readyState{dev: dev, info: dev.Engine().Info()}) {
+		return errors.New("httpcompat: SetReady called twice")
+	}
+	return nil
+}
+
+// Ready reports whether SetReady has been called.
+func (s *Server) Ready() bool { return s.ready.Load() != nil }
+
+// Handler is the contract's routes, for tests and for callers that run their own http.Server.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Addr is the configured listen address (LA_HTTP_ADDR).
+func (s *Server) Addr() string { return s.cfg.Addr }
+
+// Listen opens the configured address.
+func (s *Server) Listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("http listen on %s: %w", s.cfg.Addr, err)
+	}
+	return ln, nil
+}
+
+// Serve answers on ln until ctx ends or Shutdown is called, and returns only once the
+// requests in flight are answered: when ctx ends it drains them for at most
+// Config.ShutdownTimeout. It returns nil after a drain, the listener's error otherwise.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	case s.hs != nil:
+		s.mu.Unlock()
+		return errors.New("httpcompat: Serve called twice")
+	}
+	s.hs = hs
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		select {
+		case <-ctx.Done():
+			drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+			defer cancel()
+			if err := s.Shutdown(drainCtx); err != nil {
+				s.log.Warn("http shutdown cut requests short", "err", err)
+			}
+		case <-stop:
+		}
+	})
+	s.log.Info("http listening", "addr", ln.Addr().String())
+	err := hs.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		<-s.drained // Shutdown returns from hs.Serve at once; wait for its drain
+		err = nil
+	}
+	close(stop)
+	wg.Wait()
+	return err
+}
+
+// Shutdown stops accepting connections and waits for the requests in flight (a /predict
+// waiting for or running on the chip included) until ctx ends; then it closes what is left
+// and returns ctx's error. It is safe to call more than once and before Serve.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	hs, first := s.hs, !s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if !first {
+		<-s.drained
+		return s.drainErr
+	}
+	var err error
+	if hs != nil {
+		if err = hs.Shutdown(ctx); err != nil {
+			err = fmt.Errorf("http drain: %w", err)
+			hs.Close()
+		}
+	}
+	s.drainErr = err
+	close(s.drained)
+	return err
+}
