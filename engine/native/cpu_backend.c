@@ -1,0 +1,541 @@
+/*
+ * cpu_backend.c - the CPU backend's ops table: open (check the tensor table against the
+ * config, plan the run), reset, inspection and close.
+ *
+ * Memory policy. The mapped checkpoint is never copied as a whole: at the real 3B size a
+ * float32 copy would be 12 GB next to the 6 GB mapping. Decode reads the mapped bf16/f16/f32
+ * rows directly. Prefill and the vision tower run their matrix products through OpenBLAS's
+ * cblas_sgemm, which wants float32: a float32 weight is used in place, a bf16/f16 one is
+ * widened into one scratch buffer (the size of the largest such matrix) right before its
+ * product. Widening costs one pass over the weight per call, small next to the product
+ * itself at prompt lengths in the hundreds. Only 1-D tensors (norms, biases) and the
+ * position-embedding table are widened once, at open.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_internal.h"
+
+/* Rows of attention queries per score block: bounds the score buffer to
+ * attn_chunk x (longest key sequence) floats while keeping the GEMMs large. */
+enum { LA_CPU_ATTN_CHUNK = 256 };
+
+/* ---- tensor lookup ------------------------------------------------------------------ */
+
+static const la_tensor *find_tensor(const la_config *c, const char *name) {
+    for (int i = 0; i < c->n_tensors; i++)
+        if (c->tensors[i].name && strcmp(c->tensors[i].name, name) == 0)
+            return &c->tensors[i];
+    return NULL;
+}
+
+static void format_shape(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t off = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (off < len)
+        snprintf(buf + off, len - off, "]");
+}
+
+/* check_tensor finds name and checks its dtype, shape, size and alignment. */
+static const la_tensor *check_tensor(const la_config *c, const char *name, int ndim,
+                                     const int64_t *want, char *err, size_t errlen) {
+    const la_tensor *t = find_tensor(c, name);
+    char got[96], exp[96];
+    if (!t) {
+        cpu_errorf(err, errlen, "tensor %s: missing from the checkpoint", name);
+        return NULL;
+    }
+    if (t->dtype != LA_DTYPE_F32 && t->dtype != LA_DTYPE_F16 && t->dtype != LA_DTYPE_BF16) {
+        cpu_errorf(err, errlen, "tensor %s: unsupported dtype %d (want f32, f16 or bf16)", name,
+                   (int)t->dtype);
+        return NULL;
+    }
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = t->shape[i] == want[i];
+    if (!same) {
+        format_shape(got, sizeof got, t->ndim < 0 || t->ndim > LA_MAX_DIMS ? 0 : t->ndim, t->shape);
+        format_shape(exp, sizeof exp, ndim, want);
+        cpu_errorf(err, errlen, "tensor %s: shape %s, config wants %s", name, got, exp);
+        return NULL;
+    }
+    size_t count = 1;
+    for (int i = 0; i < ndim; i++)
+        count *= (size_t)want[i];
+    size_t esize = cpu_dtype_size(t->dtype);
+    if (t->nbytes != count * esize || !t->data) {
+        cpu_errorf(err, errlen, "tensor %s: %zu bytes of data, shape and dtype need %zu", name,
+                   t->nbytes, count * esize);
+        return NULL;
+    }
+    if ((uintptr_t)t->data % esize != 0) {
+        cpu_errorf(err, errlen, "tensor %s: data not aligned to its %zu-byte elements", name, esize);
+        return NULL;
+    }
+    return t;
+}
+
+/* ---- weights ------------------------------------------------------------------------ */
+
+static int keep_owned(la_engine *e, float *p) {
+    if (e->n_owned == e->cap_owned) {
+        int cap = e->cap_owned ? 2 * e->cap_owned : 64;
+        float **n = realloc(e->owned, (size_t)cap * sizeof *n);
+        if (!n)
+            return -1;
+        e->owned = n;
+        e->cap_owned = cap;
+    }
+    e->owned[e->n_owned++] = p;
+    return 0;
+}
+
+/* load_f32 widens a tensor of the given shape into a float32 copy the engine owns. */
+static int load_f32(la_engine *e, const la_config *c, const char *name, int ndim,
+                    const int64_t *shape, const float **out, char *err, size_t errlen) {
+    const la_tensor *t = check_tensor(c, name, ndim, shape, err, errlen);
+    if (!t)
+        return -1;
+    size_t n = t->nbytes / cpu_dtype_size(t->dtype);
+    float *p = malloc(n * sizeof *p);
+    if (!p || keep_owned(e, p) != 0) {
+        free(p);
+        return cpu_errorf(err, errlen, "tensor %s: out of memory for a float32 copy", name);
+    }
+    cpu_to_f32(t->dtype, t->data, p, n);
+    *out = p;
+    return 0;
+}
+
+static int load_vec(la_engine *e, const la_config *c, const char *name, int n, const float **out,
+                    char *err, size_t errlen) {
+    int64_t shape[1] = {n};
+    return load_f32(e, c, name, 1, shape, out, err, errlen);
+}
+
+/* load_matrix points m at a [rows, cols] tensor (or a conv kernel [rows, a, b, c] read as
+ * [rows, a*b*c]) in the mapping. */
+static int load_matrix(const la_config *c, const char *name, int ndim, const int64_t *shape,
+                       cpu_matrix *m, char *err, size_t errlen) {
+    const la_tensor *t = check_tensor(c, name, ndim, shape, err, errlen);
+    if (!t)
+        return -1;
+    int64_t cols = 1;
+    for (int i = 1; i < ndim; i++)
+        cols *= shape[i];
+    m->data = t->data;
+    m->dtype = t->dtype;
+    m->rows = (int)shape[0];
+    m->cols = (int)cols;
+    return 0;
+}
+
+static int load_linear(const la_config *c, const char *name, int out, int in, cpu_matrix *m,
+                       char *err, size_t errlen) {
+    int64_t shape[2] = {out, in};
+    return load_matrix(c, name, 2, shape, m, err, errlen);
+}
+
+#define TRY(x)                                                                                 \
+    do {                                                                                       \
+        if ((x) != 0)                                                                          \
+            return -1;                                                                         \
+    } while (0)
+
+static int load_vision(la_engine *e, const la_config *c, char *err, size_t errlen) {
+    cpu_weights *w = &e->w;
+    const int C = c->vision_hidden, Iv = c->vision_intermediate, p = c->patch_size;
+    char name[160];
+
+    int64_t patch_shape[4] = {C, 3, p, p};
+    TRY(load_matrix(c, "vision_model.patch_embed.proj.weight", 4, patch_shape, &w->patch, err, errlen));
+    TRY(load_vec(e, c, "vision_model.patch_embed.proj.bias", C, &w->patch_b, err, errlen));
+    int64_t pos_shape[3] = {c->pos_emb_height, c->pos_emb_width, C};
+    TRY(load_f32(e, c, "vision_model.patch_embed.pos_emb.weight", 3, pos_shape, &w->pos_emb, err, errlen));
+
+    w->blocks = calloc((size_t)c->vision_layers, sizeof *w->blocks);
+    if (!w->blocks)
+        return cpu_errorf(err, errlen, "out of memory for %d vision blocks", c->vision_layers);
+    for (int i = 0; i < c->vision_layers; i++) {
+        cpu_vision_block *b = &w->blocks[i];
+#define VNAME(suffix) (snprintf(name, sizeof name, "vision_model.encoder.blocks.%d.%s", i, suffix), name)
+        TRY(load_vec(e, c, VNAME("norm0.weight"), C, &b->norm0_w, err, errlen));
+        TRY(load_vec(e, c, VNAME("norm0.bias"), C, &b->norm0_b, err, errlen));
+        TRY(load_vec(e, c, VNAME("norm1.weight"), C, &b->norm1_w, err, errlen));
+        TRY(load_vec(e, c, VNAME("norm1.bias"), C, &b->norm1_b, err, errlen));
+        TRY(load_linear(c, VNAME("wqkv.weight"), 3 * C, C, &b->wqkv, err, errlen));
+        TRY(load_vec(e, c, VNAME("wqkv.bias"), 3 * C, &b->wqkv_b, err, errlen));
+        TRY(load_linear(c, VNAME("wo.weight"), C, C, &b->wo, err, errlen));
+        TRY(load_vec(e, c, VNAME("wo.bias"), C, &b->wo_b, err, errlen));
+        TRY(load_linear(c, VNAME("mlp.fc0.weight"), Iv, C, &b->fc0, err, errlen));
+        TRY(load_vec(e, c, VNAME("mlp.fc0.bias"), Iv, &b->fc0_b, err, errlen));
+        TRY(load_linear(c, VNAME("mlp.fc1.weight"), C, Iv, &b->fc1, err, errlen));
+        TRY(load_vec(e, c, VNAME("mlp.fc1.bias"), C, &b->fc1_b, err, errlen));
+#undef VNAME
+    }
+    TRY(load_vec(e, c, "vision_model.encoder.final_layernorm.weight", C, &w->post_norm_w, err, errlen));
+    TRY(load_vec(e, c, "vision_model.encoder.final_layernorm.bias", C, &w->post_norm_b, err, errlen));
+
+    /* Projector mlp1: LayerNorm(m^2 C) -> Linear(m^2 C, mid) -> GELU -> Linear(mid, hidden).
+     * The middle width is not in the config; read it from mlp1.1's shape. */
+    const int merged = c->merge_kernel * c->merge_kernel * C;
+    TRY(load_vec(e, c, "mlp1.0.weight", merged, &w->proj_norm_w, err, errlen));
+    TRY(load_vec(e, c, "mlp1.0.bias", merged, &w->proj_norm_b, err, errlen));
+    const la_tensor *p1 = find_tensor(c, "mlp1.1.weight");
+    if (!p1 || p1->ndim != 2 || p1->shape[0] <= 0 || p1->shape[0] > (1 << 20))
+        return cpu_errorf(err, errlen, "tensor mlp1.1.weight: missing or not a [mid, %d] matrix", merged);
+    e->proj_mid = (int)p1->shape[0];
+    TRY(load_linear(c, "mlp1.1.weight", e->proj_mid, merged, &w->proj1, err, errlen));
+    TRY(load_vec(e, c, "mlp1.1.bias", e->proj_mid, &w->proj1_b, err, errlen));
+    TRY(load_linear(c, "mlp1.3.weight", c->hidden, e->proj_mid, &w->proj2, err, errlen));
+    TRY(load_vec(e, c, "mlp1.3.bias", c->hidden, &w->proj2_b, err, errlen));
+    return 0;
+}
+
+static int load_text(la_engine *e, const la_config *c, char *err, size_t errlen) {
+    cpu_weights *w = &e->w;
+    const int D = c->hidden, inter = c->intermediate, qd = c->heads * c->head_dim;
+    const int kvd = c->kv_heads * c->head_dim;
+    char name[160];
+
+    TRY(load_linear(c, "language_model.model.embed_tokens.weight", c->vocab, D, &w->embed, err, errlen));
+    w->layers = calloc((size_t)c->layers, sizeof *w->layers);
+    if (!w->layers)
+        return cpu_errorf(err, errlen, "out of memory for %d decoder layers", c->layers);
+    for (int i = 0; i < c->layers; i++) {
+        cpu_text_layer *l = &w->layers[i];
+#define TNAME(suffix) (snprintf(name, sizeof name, "language_model.model.layers.%d.%s", i, suffix), name)
+        TRY(load_vec(e, c, TNAME("input_layernorm.weight"), D, &l->attn_norm, err, errlen));
+        TRY(load_vec(e, c, TNAME("post_attention_layernorm.weight"), D, &l->mlp_norm, err, errlen));
+        TRY(load_linear(c, TNAME("self_attn.q_proj.weight"), qd, D, &l->q, err, errlen));
+        TRY(load_vec(e, c, TNAME("self_attn.q_proj.bias"), qd, &l->q_b, err, errlen));
+        TRY(load_linear(c, TNAME("self_attn.k_proj.weight"), kvd, D, &l->k, err, errlen));
+        TRY(load_vec(e, c, TNAME("self_attn.k_proj.bias"), kvd, &l->k_b, err, errlen));
+        TRY(load_linear(c, TNAME("self_attn.v_proj.weight"), kvd, D, &l->v, err, errlen));
+        TRY(load_vec(e, c, TNAME("self_attn.v_proj.bias"), kvd, &l->v_b, err, errlen));
+        TRY(load_linear(c, TNAME("self_attn.o_proj.weight"), D, qd, &l->o, err, errlen));
+        TRY(load_linear(c, TNAME("mlp.gate_proj.weight"), inter, D, &l->gate, err, errlen));
+        TRY(load_linear(c, TNAME("mlp.up_proj.weight"), inter, D, &l->up, err, errlen));
+        TRY(load_linear(c, TNAME("mlp.down_proj.weight"), D, inter, &l->down, err, errlen));
+#undef TNAME
+    }
+    TRY(load_vec(e, c, "language_model.model.norm.weight", D, &w->final_norm, err, errlen));
+    /* The real checkpoint carries a head although its config says tied; use it when present. */
+    if (find_tensor(c, "language_model.lm_head.weight"))
+        TRY(load_linear(c, "language_model.lm_head.weight", c->vocab, D, &w->lm_head, err, errlen));
+    else
+        w->lm_head = w->embed;
+    return 0;
+}
+
+/* ---- run state ---------------------------------------------------------------------- */
+
+static size_t matrix_elems(const cpu_matrix *m) { return (size_t)m->rows * (size_t)m->cols; }
+
+/* gemm_scratch_elems is the largest bf16/f16 matrix that goes through cblas_sgemm. */
+static size_t gemm_scratch_elems(const la_engine *e) {
+    const cpu_matrix *ms[16];
+    size_t max = 0;
+    int n = 0;
+    ms[n++] = &e->w.patch;
+    ms[n++] = &e->w.proj1;
+    ms[n++] = &e->w.proj2;
+    for (int j = 0; j < n; j++)
+        if (ms[j]->dtype != LA_DTYPE_F32 && matrix_elems(ms[j]) > max)
+            max = matrix_elems(ms[j]);
+    for (int i = 0; i < e->cfg.vision_layers; i++) {
+        const cpu_vision_block *b = &e->w.blocks[i];
+        const cpu_matrix *v[4] = {&b->wqkv, &b->wo, &b->fc0, &b->fc1};
+        for (int j = 0; j < 4; j++)
+            if (v[j]->dtype != LA_DTYPE_F32 && matrix_elems(v[j]) > max)
+                max = matrix_elems(v[j]);
+    }
+    for (int i = 0; i < e->cfg.layers; i++) {
+        const cpu_text_layer *l = &e->w.layers[i];
+        const cpu_matrix *t[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
+        for (int j = 0; j < 7; j++)
+            if (t[j]->dtype != LA_DTYPE_F32 && matrix_elems(t[j]) > max)
+                max = matrix_elems(t[j]);
+    }
+    return max;
+}
+
+static float *alloc_floats(size_t n) { return n ? calloc(n, sizeof(float)) : NULL; }
+
+static int alloc_state(la_engine *e, char *err, size_t errlen) {
+    const la_config *c = &e->cfg;
+    cpu_state *s = &e->s;
+    const size_t S = (size_t)c->max_seq_len, D = (size_t)c->hidden;
+    const size_t m2 = (size_t)c->merge_kernel * (size_t)c->merge_kernel;
+    const size_t P = S * m2; /* an image can not have more tokens than the prompt */
+    const size_t Cv = (size_t)c->vision_hidden, hdv = (size_t)e->vision_head_dim;
+    const size_t qd = (size_t)c->heads * (size_t)c->head_dim;
+    const size_t kvd = (size_t)c->kv_heads * (size_t)c->head_dim;
+    const size_t keys = P > S ? P : S;
+
+    s->max_patches = (int)P;
+    s->vx = alloc_floats(P * Cv);
+    s->vxb = alloc_floats(P * Cv);
+    s->vqkv = alloc_floats(P * 3 * Cv);
+    s->vhb = alloc_floats(P * (size_t)c->vision_intermediate);
+    s->merged = alloc_floats(P * Cv);
+    s->proj_hb = alloc_floats(S * (size_t)e->proj_mid);
+    s->scores = alloc_floats((size_t)e->attn_chunk * keys);
+    s->pos_cache = alloc_floats(P * Cv);
+    s->vrope_cos = alloc_floats(P * hdv / 2);
+    s->vrope_sin = alloc_floats(P * hdv / 2);
+    s->img = alloc_floats(S * D);
+    s->x = alloc_floats(S * D);
+    s->xb = alloc_floats(S * D);
+    s->q = alloc_floats(S * qd);
+    s->att = alloc_floats(S * qd);
+    s->hb = alloc_floats(S * (size_t)c->intermediate);
+    s->hb2 = alloc_floats(S * (size_t)c->intermediate);
+    s->rope_cos = alloc_floats(S * (size_t)c->head_dim / 2);
+    s->rope_sin = alloc_floats(S * (size_t)c->head_dim / 2);
+    s->key_cache = alloc_floats((size_t)c->layers * S * kvd);
+    s->value_cache = alloc_floats((size_t)c->layers * S * kvd);
+    s->logits = alloc_floats((size_t)c->vocab);
+    s->wscratch_len = gemm_scratch_elems(e);
+    s->wscratch = s->wscratch_len ? alloc_floats(s->wscratch_len) : NULL;
+
+    if (!s->vx || !s->vxb || !s->vqkv || !s->vhb || !s->merged || !s->proj_hb || !s->scores ||
+        !s->pos_cache || !s->vrope_cos || !s->vrope_sin || !s->img || !s->x || !s->xb || !s->q ||
+        !s->att || !s->hb || !s->hb2 || !s->rope_cos || !s->rope_sin || !s->key_cache ||
+        !s->value_cache || !s->logits || (s->wscratch_len && !s->wscratch))
+        return cpu_errorf(err, errlen,
+                          "out of memory for the run state (max_seq_len %d: KV cache %zu MB, "
+                          "vision buffers for %zu patches)",
+                          c->max_seq_len, 2 * (size_t)c->layers * S * kvd * 4 >> 20, P);
+
+    /* Rotate-half RoPE for positions 0..S-1, computed as HF's Qwen2 does in float32:
+     * inv_freq_i = 1 / theta^(2i/hd), angle = pos * inv_freq_i. */
+    const int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float inv_freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        for (size_t pos = 0; pos < S; pos++) {
+            float angle = (float)pos * inv_freq;
+            s->rope_cos[pos * half + i] = (float)cos((double)angle);
+            s->rope_sin[pos * half + i] = (float)sin((double)angle);
+        }
+    }
+    s->pos_cache_h = s->pos_cache_w = 0;
+    return 0;
+}
+
+static void free_state(cpu_state *s) {
+    float *bufs[] = {s->vx, s->vxb, s->vqkv, s->vhb, s->merged, s->proj_hb, s->scores,
+                     s->pos_cache, s->vrope_cos, s->vrope_sin, s->img, s->x, s->xb, s->q,
+                     s->att, s->hb, s->hb2, s->rope_cos, s->rope_sin, s->key_cache,
+                     s->value_cache, s->logits, s->wscratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- GEMM with widened weights ------------------------------------------------------ */
+
+typedef struct {
+    const cpu_matrix *w;
+    float *dst;
+} widen_task;
+
+static void widen_slice(void *arg, int thread, int nthreads) {
+    const widen_task *t = arg;
+    size_t n = matrix_elems(t->w);
+    size_t a = n * (size_t)thread / (size_t)nthreads, b = n * (size_t)(thread + 1) / (size_t)nthreads;
+    size_t esize = cpu_dtype_size(t->w->dtype);
+    cpu_to_f32(t->w->dtype, (const char *)t->w->data + a * esize, t->dst + a, b - a);
+}
+
+void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
+                 float *y) {
+    const float *wf = w->data;
+    if (w->dtype != LA_DTYPE_F32) {
+        widen_task t = {w, e->s.wscratch};
+        cpu_pool_run(&e->pool, widen_slice, &t);
+        wf = e->s.wscratch;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x, w->cols,
+                wf, w->cols, 0.0f, y, w->rows);
+    if (bias)
+        for (int i = 0; i < n; i++) {
+            float *row = y + (size_t)i * (size_t)w->rows;
+            for (int j = 0; j < w->rows; j++)
+                row[j] += bias[j];
+        }
+}
+
+/* ---- ops ---------------------------------------------------------------------------- */
+
+static int check_config(const la_config *c, char *err, size_t errlen) {
+    struct {
+        const char *name;
+        int value;
+    } positive[] = {
+        {"vision_hidden", c->vision_hidden}, {"vision_layers", c->vision_layers},
+        {"vision_heads", c->vision_heads}, {"vision_intermediate", c->vision_intermediate},
+        {"patch_size", c->patch_size}, {"merge_kernel", c->merge_kernel},
+        {"pos_emb_height", c->pos_emb_height}, {"pos_emb_width", c->pos_emb_width},
+        {"hidden", c->hidden}, {"layers", c->layers}, {"heads", c->heads},
+        {"kv_heads", c->kv_heads}, {"head_dim", c->head_dim},
+        {"intermediate", c->intermediate}, {"vocab", c->vocab}, {"max_seq_len", c->max_seq_len},
+    };
+    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
+        if (positive[i].value <= 0)
+            return cpu_errorf(err, errlen, "config: %s is %d, must be positive", positive[i].name,
+                              positive[i].value);
+    if (c->vision_hidden % c->vision_heads != 0 || (c->vision_hidden / c->vision_heads) % 4 != 0)
+        return cpu_errorf(err, errlen,
+                          "config: vision head dim %d/%d must be a whole multiple of 4 (2D RoPE)",
+                          c->vision_hidden, c->vision_heads);
+    if (c->head_dim % 2 != 0)
+        return cpu_errorf(err, errlen, "config: head_dim %d must be even (RoPE)", c->head_dim);
+    if (c->heads % c->kv_heads != 0)
+        return cpu_errorf(err, errlen, "config: heads %d not a multiple of kv_heads %d", c->heads,
+                          c->kv_heads);
+    if (c->image_token_id < 0 || c->image_token_id >= c->vocab)
+        return cpu_errorf(err, errlen, "config: image_token_id %d outside the vocabulary of %d",
+                          c->image_token_id, c->vocab);
+    if (!(c->vision_norm_eps > 0) || !(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
+        return cpu_errorf(err, errlen, "config: norm eps and rope_theta must be positive");
+    if (c->max_seq_len > (1 << 20))
+        return cpu_errorf(err, errlen, "config: max_seq_len %d is unreasonably large", c->max_seq_len);
+    if (c->threads < 0)
+        return cpu_errorf(err, errlen, "config: threads %d is negative", c->threads);
+    if (!c->tensors || c->n_tensors <= 0)
+        return cpu_errorf(err, errlen, "config: no tensors given");
+    return 0;
+}
+
+static void cpu_close(la_engine *e);
+
+static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
+    if (!cfg) {
+        cpu_errorf(err, errlen, "open: no config");
+        return NULL;
+    }
+    if (check_config(cfg, err, errlen) != 0)
+        return NULL;
+    la_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        cpu_errorf(err, errlen, "open: out of memory");
+        return NULL;
+    }
+    e->cfg = *cfg;
+    e->vision_head_dim = cfg->vision_hidden / cfg->vision_heads;
+    e->attn_chunk = LA_CPU_ATTN_CHUNK;
+    cpu_kernels_select(&e->kern);
+
+    int threads = cfg->threads;
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    if (load_vision(e, cfg, err, errlen) != 0 || load_text(e, cfg, err, errlen) != 0 ||
+        alloc_state(e, err, errlen) != 0 || cpu_pool_init(&e->pool, threads, err, errlen) != 0 ||
+        cpu_plan_decode(e, err, errlen) != 0) {
+        cpu_close(e);
+        return NULL;
+    }
+    e->cfg.threads = threads;
+    /* The caller's table, names and strings are only valid during open. */
+    e->cfg.tensors = NULL;
+    e->cfg.n_tensors = 0;
+    e->cfg.weights_dir = NULL;
+    e->cfg.options = NULL;
+    return e;
+}
+
+static int cpu_vision_op(la_engine *e, const float *patches, int grid_h, int grid_w, char *err,
+                         size_t errlen) {
+    if (!e)
+        return cpu_errorf(err, errlen, "vision: engine is closed");
+    return cpu_vision(e, patches, grid_h, grid_w, err, errlen);
+}
+
+static int cpu_prefill_op(la_engine *e, const int32_t *ids, int n, int32_t *first, char *err,
+                          size_t errlen) {
+    if (!e)
+        return cpu_errorf(err, errlen, "prefill: engine is closed");
+    return cpu_prefill(e, ids, n, first, err, errlen);
+}
+
+static int cpu_decode_op(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen) {
+    if (!e)
+        return cpu_errorf(err, errlen, "decode: engine is closed");
+    return cpu_decode(e, token, next, err, errlen);
+}
+
+static int cpu_reset(la_engine *e, char *err, size_t errlen) {
+    if (!e)
+        return cpu_errorf(err, errlen, "reset: engine is closed");
+    /* The cache needs no clearing: attention only ever reads positions below pos. */
+    e->s.pos = 0;
+    e->s.n_img = 0;
+    e->s.has_logits = 0;
+    return 0;
+}
+
+static const float *cpu_logits(la_engine *e, int *n) {
+    if (!e || !e->s.has_logits) {
+        if (n)
+            *n = 0;
+        return NULL;
+    }
+    if (n)
+        *n = e->cfg.vocab;
+    return e->s.logits;
+}
+
+static const float *cpu_image_embeddings(la_engine *e, int *n_tokens, int *dim) {
+    if (!e || e->s.n_img == 0) {
+        if (n_tokens)
+            *n_tokens = 0;
+        if (dim)
+            *dim = 0;
+        return NULL;
+    }
+    if (n_tokens)
+        *n_tokens = e->s.n_img;
+    if (dim)
+        *dim = e->cfg.hidden;
+    return e->s.img;
+}
+
+static void cpu_close(la_engine *e) {
+    if (!e)
+        return;
+    cpu_pool_destroy(&e->pool);
+    free_state(&e->s);
+    free(e->plan.layers);
+    float *plan_bufs[] = {e->plan.x, e->plan.xb, e->plan.q, e->plan.k, e->plan.v,
+                          e->plan.att, e->plan.hb, e->plan.hb2, e->plan.scores};
+    for (size_t i = 0; i < sizeof plan_bufs / sizeof plan_bufs[0]; i++)
+        free(plan_bufs[i]);
+    free(e->w.blocks);
+    free(e->w.layers);
+    for (int i = 0; i < e->n_owned; i++)
+        free(e->owned[i]);
+    free(e->owned);
+    free(e);
+}
+
+static const la_backend_ops cpu_ops = {
+    .abi_version = LA_ABI_VERSION,
+    .name = "cpu",
+    .open = cpu_open,
+    .vision = cpu_vision_op,
+    .prefill = cpu_prefill_op,
+    .decode = cpu_decode_op,
+    .reset = cpu_reset,
+    .logits = cpu_logits,
+    .image_embeddings = cpu_image_embeddings,
+    .close = cpu_close,
+};
+
+const la_backend_ops *la_cpu_backend(void) { return &cpu_ops; }

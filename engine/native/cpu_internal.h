@@ -1,0 +1,250 @@
+/*
+ * cpu_internal.h - the CPU backend's own types, shared by its cpu_*.c files.
+ *
+ * The layout follows llama2.c's run.c: a config (la_config, read as given), a weights
+ * struct whose matrices point into the caller's mapped tensors, a run state with every
+ * activation buffer and the KV cache allocated once at open, and one function per layer
+ * part. Nothing here is global: an engine owns everything it uses, so two engines in one
+ * process never share state.
+ */
+#ifndef LA_CPU_INTERNAL_H
+#define LA_CPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "la_backend.h"
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+/* cpu_errorf writes a formatted message into err (always NUL-terminated) and returns -1,
+ * so a failing path can end with `return cpu_errorf(err, errlen, "...", ...);`. */
+int cpu_errorf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- element conversion ------------------------------------------------------------- */
+
+float cpu_bf16_to_f32(uint16_t h);
+float cpu_f16_to_f32(uint16_t h);
+size_t cpu_dtype_size(la_dtype t);
+/* Converts n elements of type t at src to float32 at dst. */
+void cpu_to_f32(la_dtype t, const void *src, float *dst, size_t n);
+
+/* ---- thread pool -------------------------------------------------------------------- */
+
+/* A task is called once per thread with the thread's index (0 = the caller) and the
+ * number of threads; it splits its own work from those two numbers. */
+typedef void (*cpu_task_fn)(void *arg, int thread, int nthreads);
+
+struct cpu_pool;
+typedef struct {
+    struct cpu_pool *pool;
+    int index;
+    pthread_t thread;
+} cpu_pool_worker;
+
+typedef struct cpu_pool {
+    int nthreads; /* including the calling thread */
+    cpu_pool_worker *workers; /* nthreads - 1 of them */
+    int started; /* workers running, for a partial init's cleanup */
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* workers wait here for a new generation */
+    pthread_cond_t done; /* the caller waits here for pending == 0 */
+    uint64_t generation;
+    int pending;
+    int stopping;
+    cpu_task_fn fn;
+    void *arg;
+} cpu_pool;
+
+/* cpu_pool_init starts nthreads-1 workers (the caller is thread 0). */
+int cpu_pool_init(cpu_pool *p, int nthreads, char *err, size_t errlen);
+/* cpu_pool_run calls fn on every thread and returns when all have finished. */
+void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *arg);
+/* cpu_pool_destroy stops and joins the workers. Safe on a zeroed pool. */
+void cpu_pool_destroy(cpu_pool *p);
+
+/* ---- matrices and kernels ----------------------------------------------------------- */
+
+/* A dense row-major matrix [rows, cols] (PyTorch Linear weights are [out, in]) in the
+ * checkpoint's own dtype, pointing into mapped memory. */
+typedef struct {
+    const void *data;
+    la_dtype dtype;
+    int rows, cols;
+} cpu_matrix;
+
+/* dot of one weight row (n elements of the matrix's dtype) with n floats. */
+typedef float (*cpu_dot_fn)(const void *row, const float *x, int n);
+
+/* The kernels picked once at open from the CPU's features. */
+typedef struct {
+    const char *isa; /* "avx512", "avx2" or "generic" */
+    cpu_dot_fn dot[3]; /* indexed by la_dtype */
+} cpu_kernels;
+
+void cpu_kernels_select(cpu_kernels *k);
+/* cpu_kernels_generic gives the plain C kernels (used by tests to cross-check). */
+void cpu_kernels_generic(cpu_kernels *k);
+
+/* One matrix-vector product y = W x (+ b), run on a slice of rows. */
+typedef struct {
+    const cpu_matrix *w;
+    const float *bias; /* may be NULL */
+    const float *x;
+    float *y;
+} cpu_matvec;
+
+/* Runs up to 4 independent matrix-vector products in one pool dispatch, each thread taking
+ * the same share of every product's rows (one wake-up instead of several). */
+void cpu_matvec_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matvec *mv, int n);
+
+/* Dense helpers on float32 rows. */
+void cpu_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
+void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void cpu_softmax(float *x, int n);
+float cpu_gelu_tanh(float x);
+float cpu_gelu_erf(float x);
+float cpu_silu(float x);
+int32_t cpu_argmax(const float *x, int n);
+
+/* ---- the engine --------------------------------------------------------------------- */
+
+typedef struct {
+    const float *norm0_w, *norm0_b, *norm1_w, *norm1_b;
+    cpu_matrix wqkv, wo, fc0, fc1;
+    const float *wqkv_b, *wo_b, *fc0_b, *fc1_b;
+} cpu_vision_block;
+
+typedef struct {
+    const float *attn_norm, *mlp_norm;
+    cpu_matrix q, k, v, o, gate, up, down;
+    const float *q_b, *k_b, *v_b;
+} cpu_text_layer;
+
+typedef struct {
+    /* vision tower */
+    cpu_matrix patch; /* [vision_hidden, 3*p*p] */
+    const float *patch_b;
+    const float *pos_emb; /* [pos_h, pos_w, vision_hidden], f32 copy */
+    cpu_vision_block *blocks;
+    const float *post_norm_w, *post_norm_b;
+    /* projector mlp1 */
+    const float *proj_norm_w, *proj_norm_b;
+    cpu_matrix proj1, proj2;
+    const float *proj1_b, *proj2_b;
+    /* decoder */
+    cpu_matrix embed; /* [vocab, hidden] */
+    cpu_text_layer *layers;
+    const float *final_norm;
+    cpu_matrix lm_head; /* lm_head, or embed when tied */
+} cpu_weights;
+
+/* Activations and the KV cache, every buffer sized from max_seq_len at open. */
+typedef struct {
+    /* vision, for up to max_patches patches */
+    int max_patches;
+    float *vx;      /* [P, Cv] residual stream */
+    float *vxb;     /* [P, Cv] normed input / attention output */
+    float *vqkv;    /* [P, 3 Cv] */
+    float *vhb;     /* [P, Iv] MLP hidden */
+    float *merged;  /* [P / m^2, m^2 Cv] */
+    float *proj_hb; /* [P / m^2, proj_mid] */
+    float *scores;  /* [attn_chunk, max(P, max_seq_len)] */
+    float *pos_cache; /* resized pos-emb for pos_cache_h x pos_cache_w */
+    int pos_cache_h, pos_cache_w;
+    float *vrope_cos, *vrope_sin; /* [P, head_dim/2] for the current grid */
+
+    /* kept image embeddings [n_img, hidden] */
+    float *img;
+    int n_img;
+
+    /* decoder prefill, for up to max_seq_len tokens */
+    float *x;    /* [S, D] residual */
+    float *xb;   /* [S, D] normed */
+    float *q;    /* [S, H*hd] */
+    float *att;  /* [S, H*hd] attention output */
+    float *hb;   /* [S, I] gate */
+    float *hb2;  /* [S, I] up */
+    float *rope_cos, *rope_sin; /* [S, hd/2], positions 0..S-1 */
+
+    /* KV cache [layers][max_seq_len][kv_heads*hd] */
+    float *key_cache, *value_cache;
+    int pos; /* next position to write */
+
+    float *logits; /* [vocab] */
+    int has_logits;
+
+    /* bf16/f16 weights are widened here, one matrix at a time, for cblas_sgemm */
+    float *wscratch;
+    size_t wscratch_len;
+} cpu_state;
+
+/* The decode step, planned once at open: every matrix-vector product with its input,
+ * output and bias fixed, replayed per token. */
+typedef struct {
+    cpu_matvec qkv[3];
+    cpu_matvec o[1];
+    cpu_matvec gate_up[2];
+    cpu_matvec down[1];
+} cpu_decode_layer;
+
+typedef struct {
+    cpu_decode_layer *layers;
+    cpu_matvec lm_head;
+    /* single-token buffers */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *scores;
+} cpu_decode_plan;
+
+struct la_engine {
+    la_config cfg; /* copied; tensors pointer is the caller's and stays mapped */
+    int vision_head_dim;
+    int proj_mid;     /* mlp1.1 output width */
+    int attn_chunk;   /* query rows per attention score block */
+    cpu_weights w;
+    cpu_state s;
+    cpu_decode_plan plan;
+    cpu_kernels kern;
+    cpu_pool pool;
+    /* float32 copies made at open (1-D tensors, pos-emb), freed at close */
+    float **owned;
+    int n_owned, cap_owned;
+};
+
+/* Vision tower + merge + projector (cpu_vision.c). */
+int cpu_vision(la_engine *e, const float *patches, int grid_h, int grid_w, char *err,
+               size_t errlen);
+/* Decoder (cpu_text.c). */
+int cpu_prefill(la_engine *e, const int32_t *ids, int n, int32_t *first, char *err,
+                size_t errlen);
+int cpu_decode(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen);
+int cpu_plan_decode(la_engine *e, char *err, size_t errlen);
+
+/* cpu_gemm_wt computes y[n, w.rows] = x[n, w.cols] W^T (+ bias per column), widening a
+ * bf16/f16 W into the engine's scratch first (cblas_sgemm wants float32). */
+void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
+                 float *y);
+/* Multi-head attention over float32 rows: out[i, h] = softmax(scale * q[i, h] . k[j, g]) v[j, g]
+ * for query rows i < n_q and key rows j < n_k, where key/value head g = h / (heads /
+ * kv_heads). Causal masks keys past q_offset + i (the query's own position). Runs through
+ * cblas_sgemm in blocks of attn_chunk query rows. */
+typedef struct {
+    const float *q;
+    int ldq;
+    const float *k, *v;
+    int ldkv;
+    float *out;
+    int ldo;
+    int n_q, n_k, heads, kv_heads, head_dim;
+    int causal, q_offset;
+} cpu_attn;
+
+void cpu_attention(la_engine *e, const cpu_attn *a);
+
+/* cpu_bicubic_resize resizes a [ih, iw, c] table to [oh, ow, c] like torch's
+ * F.interpolate(mode="bicubic", align_corners=False) without antialiasing. */
+void cpu_bicubic_resize(const float *in, int ih, int iw, int c, float *out, int oh, int ow);
+
+#endif /* LA_CPU_INTERNAL_H */

@@ -1,0 +1,319 @@
+// Package native binds the C backends behind engine/native/la_backend.h to Go. The CPU
+// backend (cpu_*.c in this directory) is compiled in; Open("cpu", ...) loads a checkpoint
+// into it and returns an engine.Backend.
+//
+// Threading: every method of a Backend must be called from one goroutine locked to one OS
+// thread (runtime.LockOSThread), one call at a time. engine/chip guarantees this in the
+// service; tests lock their goroutine themselves. The C side keeps its own worker threads
+// (sized by Options.Threads) and OpenBLAS keeps its own (OPENBLAS_NUM_THREADS).
+package native
+
+/*
+#cgo CFLAGS: -O3 -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Wall
+#cgo LDFLAGS: -lopenblas -lm -lpthread
+#include <stdlib.h>
+#include "la_backend.h"
+
+// cgo can not call through C function pointers; these trampolines do.
+static la_engine *la_open(const la_backend_ops *o, const la_config *c, char *err, size_t n) {
+	return o->open(c, err, n);
+}
+static int la_vision(const la_backend_ops *o, la_engine *e, const float *p, int gh, int gw, char *err, size_t n) {
+	return o->vision(e, p, gh, gw, err, n);
+}
+static int la_prefill(const la_backend_ops *o, la_engine *e, const int32_t *ids, int len, int32_t *first, char *err, size_t n) {
+	return o->prefill(e, ids, len, first, err, n);
+}
+static int la_decode(const la_backend_ops *o, la_engine *e, int32_t tok, int32_t *next, char *err, size_t n) {
+	return o->decode(e, tok, next, err, n);
+}
+static int la_reset(const la_backend_ops *o, la_engine *e, char *err, size_t n) {
+	return o->reset(e, err, n);
+}
+static const float *la_logits(const la_backend_ops *o, la_engine *e, int *n) {
+	return o->logits ? o->logits(e, n) : NULL;
+}
+static const float *la_image_embeddings(const la_backend_ops *o, la_engine *e, int *nt, int *dim) {
+	return o->image_embeddings ? o->image_embeddings(e, nt, dim) : NULL;
+}
+static void la_close(const la_backend_ops *o, la_engine *e) {
+	o->close(e);
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/checkpoint"
+)
+
+// DefaultMaxSeqLen is the KV-cache length used when Options.MaxSeqLen is 0. A 24x44 grid
+// (264 image tokens) with a query and a 1024-token answer fits.
+const DefaultMaxSeqLen = 2048
+
+// Options are the run-time choices of a native backend.
+type Options struct {
+	// MaxSeqLen is the longest prompt plus generated tokens (the KV-cache length);
+	// 0 means DefaultMaxSeqLen. Images are limited to MaxSeqLen image tokens.
+	MaxSeqLen int
+	// Threads is the number of threads of the backend's own pool (decode matrix-vector
+	// products, softmax, weight widening); 0 means one per online CPU.
+	Threads int
+}
+
+// Backend is one checkpoint loaded into a native backend. It implements engine.Backend.
+// The checkpoint.Model must stay open until Close returns: the C side reads its mapped
+// tensors directly.
+type Backend struct {
+	ops    *C.la_backend_ops
+	eng    *C.la_engine
+	name   string
+	errBuf *C.char
+
+	patchElems int // 3 * patch * patch floats per patch
+	maxSeqLen  int
+}
+
+var _ engine.Backend = (*Backend)(nil)
+
+// ErrClosed is returned by every call on a closed Backend.
+var ErrClosed = errors.New("native backend is closed")
+
+// Open loads model into the named backend ("cpu").
+func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
+	if m == nil || m.Config == nil {
+		return nil, errors.New("native: open: no checkpoint")
+	}
+	var ops *C.la_backend_ops
+	switch backend {
+	case "cpu":
+		ops = C.la_cpu_backend()
+	default:
+		return nil, fmt.Errorf("native: open: unknown backend %q (this build has \"cpu\")", backend)
+	}
+	if int(ops.abi_version) != C.LA_ABI_VERSION {
+		return nil, fmt.Errorf("native: open %s: backend built for ABI %d, this binding speaks %d",
+			backend, int(ops.abi_version), C.LA_ABI_VERSION)
+	}
+	if o.MaxSeqLen < 0 || o.Threads < 0 {
+		return nil, fmt.Errorf("native: open %s: MaxSeqLen %d and Threads %d must not be negative",
+			backend, o.MaxSeqLen, o.Threads)
+	}
+	if o.MaxSeqLen == 0 {
+		o.MaxSeqLen = DefaultMaxSeqLen
+	}
+
+	cfg, free, err := makeConfig(m, o)
+	if err != nil {
+		return nil, fmt.Errorf("native: open %s: %w", backend, err)
+	}
+	defer free()
+
+	errBuf := (*C.char)(C.calloc(C.LA_ERR_LEN, 1))
+	if errBuf == nil {
+		return nil, fmt.Errorf("native: open %s: out of memory", backend)
+	}
+	eng := C.la_open(ops, cfg, errBuf, C.LA_ERR_LEN)
+	if eng == nil {
+		msg := C.GoString(errBuf)
+		C.free(unsafe.Pointer(errBuf))
+		return nil, fmt.Errorf("native: open %s backend on %s: %s", backend, m.Dir, msg)
+	}
+	c := m.Config
+	return &Backend{
+		ops:        ops,
+		eng:        eng,
+		name:       C.GoString(ops.name),
+		errBuf:     errBuf,
+		patchElems: 3 * c.Vision.PatchSize * c.Vision.PatchSize,
+		maxSeqLen:  o.MaxSeqLen,
+	}, nil
+}
+
+// makeConfig builds the la_config in C memory (cgo forbids passing Go memory that holds
+// Go pointers): the tensor table and names are C allocations freed by the returned func
+// after open; the tensor data pointers are the checkpoint's mmap'd bytes, which are not Go
+// heap and stay valid until the Model is closed.
+func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
+	c := m.Config
+	cfg := (*C.la_config)(C.calloc(1, C.size_t(unsafe.Sizeof(C.la_config{}))))
+	n := len(m.Tensors)
+	tablePtr := (*C.la_tensor)(C.calloc(C.size_t(n+1), C.size_t(unsafe.Sizeof(C.la_tensor{}))))
+	if cfg == nil || tablePtr == nil {
+		C.free(unsafe.Pointer(cfg))
+		C.free(unsafe.Pointer(tablePtr))
+		return nil, nil, errors.New("out of memory for the tensor table")
+	}
+	table := unsafe.Slice(tablePtr, n+1)
+	free := func() {
+		for i := 0; i < n; i++ {
+			C.free(unsafe.Pointer(table[i].name))
+		}
+		C.free(unsafe.Pointer(tablePtr))
+		C.free(unsafe.Pointer(cfg))
+	}
+	for i := range m.Tensors {
+		t := &m.Tensors[i]
+		if len(t.Shape) > C.LA_MAX_DIMS {
+			free()
+			return nil, nil, fmt.Errorf("tensor %s: %d dimensions, at most %d supported", t.Name, len(t.Shape), C.LA_MAX_DIMS)
+		}
+		ct := &table[i]
+		ct.name = C.CString(t.Name)
+		ct.dtype = C.la_dtype(t.DType)
+		ct.ndim = C.int(len(t.Shape))
+		for d, v := range t.Shape {
+			ct.shape[d] = C.int64_t(v)
+		}
+		if len(t.Data) > 0 {
+			ct.data = unsafe.Pointer(unsafe.SliceData(t.Data))
+		}
+		ct.nbytes = C.size_t(len(t.Data))
+	}
+
+	cfg.vision_hidden = C.int(c.Vision.Hidden)
+	cfg.vision_layers = C.int(c.Vision.Layers)
+	cfg.vision_heads = C.int(c.Vision.Heads)
+	cfg.vision_intermediate = C.int(c.Vision.Intermediate)
+	cfg.patch_size = C.int(c.Vision.PatchSize)
+	cfg.merge_kernel = C.int(c.Vision.MergeKernel)
+	cfg.pos_emb_height = C.int(c.Vision.PosEmbHeight)
+	cfg.pos_emb_width = C.int(c.Vision.PosEmbWidth)
+	cfg.vision_norm_eps = C.float(c.Vision.NormEps)
+	cfg.hidden = C.int(c.Text.Hidden)
+	cfg.layers = C.int(c.Text.Layers)
+	cfg.heads = C.int(c.Text.Heads)
+	cfg.kv_heads = C.int(c.Text.KVHeads)
+	cfg.head_dim = C.int(c.Text.HeadDim)
+	cfg.intermediate = C.int(c.Text.Intermediate)
+	cfg.vocab = C.int(c.Text.Vocab)
+	cfg.rope_theta = C.float(c.Text.RopeTheta)
+	cfg.rms_norm_eps = C.float(c.Text.RMSNormEps)
+	cfg.image_token_id = C.int(c.ImageTokenID)
+	cfg.max_seq_len = C.int(o.MaxSeqLen)
+	cfg.threads = C.int(o.Threads)
+	cfg.tensors = tablePtr
+	cfg.n_tensors = C.int(n)
+	return cfg, free, nil
+}
+
+// Name is the backend's short name ("cpu").
+func (b *Backend) Name() string { return b.name }
+
+// MaxSeqLen is the KV-cache length the backend was opened with.
+func (b *Backend) MaxSeqLen() int { return b.maxSeqLen }
+
+// PrefillLength is n: the CPU backend runs a prompt at its own length.
+func (b *Backend) PrefillLength(n int) int { return n }
+
+// failure turns the C error buffer into a Go error.
+func (b *Backend) failure(op string) error {
+	return fmt.Errorf("native %s: %s: %s", b.name, op, C.GoString(b.errBuf))
+}
+
+// Vision runs the vision tower on patches [gridH*gridW, 3, p, p] and keeps the image
+// embeddings for the next Prefill.
+func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
+	if b.eng == nil {
+		return ErrClosed
+	}
+	if gridH <= 0 || gridW <= 0 || gridH > 1<<15 || gridW > 1<<15 {
+		return fmt.Errorf("native %s: vision: grid %dx%d out of range", b.name, gridH, gridW)
+	}
+	if want := gridH * gridW * b.patchElems; len(patches) != want {
+		return fmt.Errorf("native %s: vision: %d floats of patches, a %dx%d grid needs %d",
+			b.name, len(patches), gridH, gridW, want)
+	}
+	if C.la_vision(b.ops, b.eng, (*C.float)(unsafe.SliceData(patches)), C.int(gridH), C.int(gridW),
+		b.errBuf, C.LA_ERR_LEN) != 0 {
+		return b.failure("vision")
+	}
+	return nil
+}
+
+// Prefill runs the prompt from position 0 and returns the greedy first token.
+func (b *Backend) Prefill(ids []int32) (int32, error) {
+	if b.eng == nil {
+		return 0, ErrClosed
+	}
+	if len(ids) == 0 {
+		return 0, fmt.Errorf("native %s: prefill: empty prompt", b.name)
+	}
+	if len(ids) > b.maxSeqLen {
+		return 0, fmt.Errorf("native %s: prefill: prompt of %d tokens is longer than max_seq_len %d",
+			b.name, len(ids), b.maxSeqLen)
+	}
+	var first C.int32_t
+	if C.la_prefill(b.ops, b.eng, (*C.int32_t)(unsafe.SliceData(ids)), C.int(len(ids)), &first,
+		b.errBuf, C.LA_ERR_LEN) != 0 {
+		return 0, b.failure("prefill")
+	}
+	return int32(first), nil
+}
+
+// Decode appends token and returns the greedy next token.
+func (b *Backend) Decode(token int32) (int32, error) {
+	if b.eng == nil {
+		return 0, ErrClosed
+	}
+	var next C.int32_t
+	if C.la_decode(b.ops, b.eng, C.int32_t(token), &next, b.errBuf, C.LA_ERR_LEN) != 0 {
+		return 0, b.failure("decode")
+	}
+	return int32(next), nil
+}
+
+// Reset forgets the KV cache and the image embeddings.
+func (b *Backend) Reset() error {
+	if b.eng == nil {
+		return ErrClosed
+	}
+	if C.la_reset(b.ops, b.eng, b.errBuf, C.LA_ERR_LEN) != 0 {
+		return b.failure("reset")
+	}
+	return nil
+}
+
+// Logits returns a copy of the last prefill or decode step's logits (vocab floats), or
+// nil before the first step.
+func (b *Backend) Logits() []float32 {
+	if b.eng == nil {
+		return nil
+	}
+	var n C.int
+	p := C.la_logits(b.ops, b.eng, &n)
+	if p == nil || n <= 0 {
+		return nil
+	}
+	return append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(p)), int(n))...)
+}
+
+// ImageEmbeddings returns a copy of the kept image embeddings, n rows of dim floats.
+func (b *Backend) ImageEmbeddings() (data []float32, n, dim int) {
+	if b.eng == nil {
+		return nil, 0, 0
+	}
+	var nt, d C.int
+	p := C.la_image_embeddings(b.ops, b.eng, &nt, &d)
+	if p == nil || nt <= 0 || d <= 0 {
+		return nil, 0, 0
+	}
+	total := int(nt) * int(d)
+	return append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(p)), total)...), int(nt), int(d)
+}
+
+// Close frees the engine and its threads. Further calls return ErrClosed.
+func (b *Backend) Close() error {
+	if b.eng == nil {
+		return nil
+	}
+	C.la_close(b.ops, b.eng)
+	b.eng = nil
+	C.free(unsafe.Pointer(b.errBuf))
+	b.errBuf = nil
+	return nil
+}
