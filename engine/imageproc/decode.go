@@ -1,0 +1,110 @@
+package imageproc
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"io"
+
+	"golang.org/x/image/webp"
+
+	"github.com/locateanything/detect/engine"
+)
+
+// DefaultMaxPixels is the pixel budget Decode applies when given none: 40 megapixels
+// (an 8K frame is 33). A decoded image costs 3 to 8 bytes per pixel depending on format.
+const DefaultMaxPixels = 40_000_000
+
+// Format names, as Decode returns them.
+const (
+	FormatJPEG = "jpeg"
+	FormatPNG  = "png"
+	FormatGIF  = "gif"
+	FormatWebP = "webp"
+)
+
+type codec struct {
+	config func(io.Reader) (image.Config, error)
+	decode func(io.Reader) (image.Image, error)
+}
+
+// codecs is chosen by magic bytes, not by image.RegisterFormat, so that the set of
+// accepted formats is exactly this list whatever else the binary imports.
+var codecs = map[string]codec{
+	FormatJPEG: {jpeg.DecodeConfig, jpeg.Decode},
+	FormatPNG:  {png.DecodeConfig, png.Decode},
+	FormatGIF:  {gif.DecodeConfig, gif.Decode}, // the first frame only
+	FormatWebP: {webp.DecodeConfig, webp.Decode},
+}
+
+// Sniff names the format of encoded image bytes from their signature, or returns "".
+func Sniff(data []byte) string {
+	switch {
+	case bytes.HasPrefix(data, []byte{0xFF, 0xD8, 0xFF}):
+		return FormatJPEG
+	case bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")):
+		return FormatPNG
+	case bytes.HasPrefix(data, []byte("GIF87a")), bytes.HasPrefix(data, []byte("GIF89a")):
+		return FormatGIF
+	case len(data) >= 12 && bytes.Equal(data[:4], []byte("RIFF")) && bytes.Equal(data[8:12], []byte("WEBP")):
+		return FormatWebP
+	}
+	return ""
+}
+
+// Decode decodes a JPEG, PNG, GIF (first frame) or WebP image. It reads the header first
+// and refuses an image of more than maxPixels pixels before decoding any of it
+// (maxPixels <= 0 means DefaultMaxPixels), so a small file claiming a huge size costs
+// nothing. Errors are *engine.InputError: CodeImageTooLarge over the budget, CodeBadImage
+// for empty, unknown, corrupt or truncated bytes. The returned string is the format.
+//
+// EXIF orientation is ignored, as it is by the reference (PIL's Image.open).
+func Decode(data []byte, maxPixels int64) (img image.Image, format string, err error) {
+	if maxPixels <= 0 {
+		maxPixels = DefaultMaxPixels
+	}
+	if len(data) == 0 {
+		return nil, "", engine.InputErrorf(engine.CodeBadImage, "image is empty (0 bytes)")
+	}
+	format = Sniff(data)
+	c, ok := codecs[format]
+	if !ok {
+		head := data[:min(len(data), 8)]
+		return nil, "", engine.InputErrorf(engine.CodeBadImage,
+			"unrecognised image format (first bytes %x); accepted: JPEG, PNG, GIF, WebP", head)
+	}
+	// The standard decoders return errors on bad input; this guard only makes sure that a
+	// decoder bug on hostile bytes fails the one request instead of the whole worker.
+	defer func() {
+		if r := recover(); r != nil {
+			img = nil
+			err = engine.InputErrorf(engine.CodeBadImage, "%s: decoder failed on malformed data: %v", format, r)
+		}
+	}()
+	cfg, err := c.config(bytes.NewReader(data))
+	if err != nil {
+		return nil, format, &engine.InputError{Code: engine.CodeBadImage,
+			Err: fmt.Errorf("%s header: %w", format, err)}
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return nil, format, engine.InputErrorf(engine.CodeBadImage,
+			"%s header claims a %dx%d image", format, cfg.Width, cfg.Height)
+	}
+	if px := int64(cfg.Width) * int64(cfg.Height); px > maxPixels {
+		return nil, format, engine.InputErrorf(engine.CodeImageTooLarge,
+			"%s image is %dx%d = %d pixels, over the limit of %d", format, cfg.Width, cfg.Height, px, maxPixels)
+	}
+	img, err = c.decode(bytes.NewReader(data))
+	if err != nil {
+		return nil, format, &engine.InputError{Code: engine.CodeBadImage,
+			Err: fmt.Errorf("decode %s %dx%d: %w", format, cfg.Width, cfg.Height, err)}
+	}
+	if b := img.Bounds(); int64(b.Dx())*int64(b.Dy()) > maxPixels || b.Empty() {
+		return nil, format, engine.InputErrorf(engine.CodeBadImage,
+			"%s decoded to %dx%d, not the %dx%d its header claims", format, b.Dx(), b.Dy(), cfg.Width, cfg.Height)
+	}
+	return img, format, nil
+}

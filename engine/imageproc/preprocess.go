@@ -1,0 +1,182 @@
+// Package imageproc turns encoded image bytes into the normalized patches LocateAnything's
+// vision tower reads, reproducing the reference processor (PIL 9.4 + the HF processor's
+// rescale) to the 8-bit pixel: decode with a pixel budget checked before decoding, PIL's
+// convert("RGB"), the in_token_limit rescale and the stretch to multiples of 28 px with
+// PIL's fixed-point bicubic, the optional squash onto the deployment's canonical grid,
+// then normalization and patchify to [L, 3, 14, 14].
+package imageproc
+
+import (
+	"fmt"
+	"image"
+	"math"
+
+	"github.com/locateanything/detect/engine"
+)
+
+// MaxGridSide is the first grid side (in patches) the vision tower refuses.
+const MaxGridSide = 512
+
+// Options are the processor's settings. Read them from the checkpoint's
+// preprocessor_config.json; DefaultOptions holds the served deployment's values.
+type Options struct {
+	InTokenLimit int        // most patches before the rescale kicks in (1024 served, 25600 in the checkpoint)
+	PatchSize    int        // 14
+	MergeKernel  int        // 2: sizes are rounded up to PatchSize*MergeKernel
+	Mean, Std    [3]float32 // per channel, applied to x/255
+	MaxPixels    int64      // decode budget; <= 0 means DefaultMaxPixels
+	CanonGrid    [2]int     // {h, w} in patches, both even; {0, 0} = native grid per image
+}
+
+// DefaultOptions is the validated deployment: limit 1024, mean = std = 0.5, and the
+// canonical grid 24x44 derived from a 1920x1080 aspect.
+func DefaultOptions() Options {
+	return Options{
+		InTokenLimit: 1024,
+		PatchSize:    14,
+		MergeKernel:  2,
+		Mean:         [3]float32{0.5, 0.5, 0.5},
+		Std:          [3]float32{0.5, 0.5, 0.5},
+		MaxPixels:    DefaultMaxPixels,
+		CanonGrid:    [2]int{24, 44},
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (o Options) Validate() error {
+	switch {
+	case o.InTokenLimit <= 0:
+		return fmt.Errorf("in_token_limit %d must be positive", o.InTokenLimit)
+	case o.PatchSize <= 0 || o.MergeKernel <= 0:
+		return fmt.Errorf("patch size %d and merge kernel %d must be positive", o.PatchSize, o.MergeKernel)
+	}
+	for c, s := range o.Std {
+		if s == 0 || math.IsNaN(float64(s)) || math.IsNaN(float64(o.Mean[c])) {
+			return fmt.Errorf("channel %d: mean %v / std %v cannot normalize", c, o.Mean[c], s)
+		}
+	}
+	if o.CanonGrid != [2]int{} {
+		return checkGrid(o.CanonGrid, o.MergeKernel)
+	}
+	return nil
+}
+
+func checkGrid(g [2]int, merge int) error {
+	for i, side := range g {
+		name := [2]string{"height", "width"}[i]
+		if side <= 0 || side%merge != 0 || side >= MaxGridSide {
+			return fmt.Errorf("grid %s %d must be a positive multiple of %d below %d", name, side, merge, MaxGridSide)
+		}
+	}
+	return nil
+}
+
+// NativeSize is the size the processor's rescale gives a w x h image: if it holds more
+// than InTokenLimit whole patches it is scaled by sqrt(limit/patches) (truncated, as
+// Python's int() does), then each side is rounded up to a multiple of PatchSize*MergeKernel.
+// A grid side reaching MaxGridSide is an *engine.InputError (CodeImageTooLarge).
+func (o Options) NativeSize(w, h int) (int, int, error) {
+	ps := o.PatchSize
+	rw, rh := w, h
+	if patches := (w / ps) * (h / ps); patches > o.InTokenLimit {
+		s := math.Sqrt(float64(o.InTokenLimit) / float64(patches))
+		rw, rh = int(float64(w)*s), int(float64(h)*s)
+	}
+	side := ps * o.MergeKernel
+	tw, th := ceilTo(rw, side), ceilTo(rh, side)
+	if tw == 0 || th == 0 || th/ps >= MaxGridSide || tw/ps >= MaxGridSide {
+		return 0, 0, engine.InputErrorf(engine.CodeImageTooLarge,
+			"a %dx%d image rescales to %dx%d, a %dx%d patch grid; each side must be 1..%d patches",
+			w, h, tw, th, th/ps, tw/ps, MaxGridSide-1)
+	}
+	return tw, th, nil
+}
+
+func ceilTo(v, m int) int { return (v + m - 1) / m * m }
+
+// Result is what the vision tower reads.
+type Result struct {
+	Patches       []float32 // [GridH*GridW, 3, PatchSize, PatchSize], row-major over the grid
+	GridH, GridW  int       // in patches
+	Width, Height int       // the size of the image the model sees (canonical size)
+}
+
+// ModelView is the 8-bit RGB image the model sees: PIL's convert("RGB") of img, the
+// processor's two bicubic resizes (rescale to the token limit, stretch to multiples of
+// 28) and, with a canonical grid, a third that squashes it onto the grid's size.
+func ModelView(img image.Image, o Options) (*RGB, error) {
+	rgb, err := ToRGB(img)
+	if err != nil {
+		return nil, &engine.InputError{Code: engine.CodeBadImage, Err: err}
+	}
+	return ModelViewRGB(rgb, o)
+}
+
+// ModelViewRGB is ModelView for pixels already converted to RGB.
+func ModelViewRGB(rgb *RGB, o Options) (*RGB, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("image options: %w", err)
+	}
+	tw, th, err := o.NativeSize(rgb.W, rgb.H)
+	if err != nil {
+		return nil, err
+	}
+	cur := rgb
+	ps := o.PatchSize
+	if (rgb.W/ps)*(rgb.H/ps) > o.InTokenLimit {
+		s := math.Sqrt(float64(o.InTokenLimit) / float64((rgb.W/ps)*(rgb.H/ps)))
+		if cur, err = ResizeBicubic(cur, int(float64(rgb.W)*s), int(float64(rgb.H)*s)); err != nil {
+			return nil, fmt.Errorf("rescale to the token limit: %w", err)
+		}
+	}
+	if cur, err = ResizeBicubic(cur, tw, th); err != nil {
+		return nil, fmt.Errorf("stretch to multiples of %d: %w", ps*o.MergeKernel, err)
+	}
+	if o.CanonGrid != [2]int{} {
+		if cur, err = ResizeBicubic(cur, o.CanonGrid[1]*ps, o.CanonGrid[0]*ps); err != nil {
+			return nil, fmt.Errorf("squash onto the canonical grid: %w", err)
+		}
+	}
+	return cur, nil
+}
+
+// Preprocess runs ModelView, then normalizes and patchifies.
+func Preprocess(img image.Image, o Options) (*Result, error) {
+	view, err := ModelView(img, o)
+	if err != nil {
+		return nil, err
+	}
+	return Patchify(view, o), nil
+}
+
+// Patchify normalizes ((x/255 - mean)/std, in float32 as torchvision does) and lays the
+// image out as [gh*gw, 3, p, p] patches in row-major grid order. The image sides must be
+// multiples of the patch size (ModelView's output always is).
+func Patchify(view *RGB, o Options) *Result {
+	p := o.PatchSize
+	gh, gw := view.H/p, view.W/p
+	var lut [3][256]float32
+	for c := range lut {
+		for v := range lut[c] {
+			lut[c][v] = (float32(v)/255 - o.Mean[c]) / o.Std[c]
+		}
+	}
+	out := make([]float32, gh*gw*3*p*p)
+	i := 0
+	for gy := 0; gy < gh; gy++ {
+		for gx := 0; gx < gw; gx++ {
+			for c := 0; c < 3; c++ {
+				table := &lut[c]
+				for r := 0; r < p; r++ {
+					row := view.Pix[3*((gy*p+r)*view.W+gx*p):]
+					dst := out[i : i+p]
+					for col := range dst {
+						dst[col] = table[row[3*col+c]]
+					}
+					i += p
+				}
+			}
+		}
+	}
+	return &Result{Patches: out, GridH: gh, GridW: gw, Width: view.W, Height: view.H}
+}
