@@ -295,4 +295,3 @@ func readTestImage(t *testing.T) []byte {
 	}
 	return data
 }
-
