@@ -76,7 +76,7 @@ func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 		Overlay: job.Overlay, Batch: job.Batch,
 	})
 	if err := job.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", it.Origin, err)
+		return nil, &InputError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
 	}
 	return job, nil
 }
@@ -86,14 +86,14 @@ func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 func (p *planner) local(ctx context.Context, it Item) (sum, url string, err error) {
 	info, err := os.Stat(it.Image)
 	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", it.Origin, err)
+		return "", "", &InputError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
 	}
 	if p.maxBytes > 0 && info.Size() > p.maxBytes {
-		return "", "", fmt.Errorf("%s: %d bytes, over the %d-byte image limit", it.Origin, info.Size(), p.maxBytes)
+		return "", "", &InputError{Err: fmt.Errorf("%s: %d bytes, over the %d-byte image limit", it.Origin, info.Size(), p.maxBytes)}
 	}
 	data, err := os.ReadFile(it.Image)
 	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", it.Origin, err)
+		return "", "", &InputError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
 	}
 	digest := sha256.Sum256(data)
 	sum = hex.EncodeToString(digest[:])

@@ -209,7 +209,7 @@ func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
 	}
 
 	if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
-		return fail(err)
+		return fail(&InputError{Err: err})
 	}
 	for _, name := range []string{jobs.JobsStream, jobs.ResultsStream} {
 		if _, err := env.JS.Stream(ctx, name); err != nil {

@@ -1,0 +1,31 @@
+// Command submit pushes image sets through the LocateAnything job queue and collects every
+// result: `submit run` (the default), `submit status`, `submit cancel` and `submit dlq`.
+// See docs/submit.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/locateanything/detect/submit"
+)
+
+func main() {
+	// Ctrl-C or SIGTERM ends the run cleanly: what was collected is on disk, and the same
+	// command resumes. After the first signal the default handling is restored, so a
+	// second one kills the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	code := submit.Main(ctx, os.Args[1:], submit.IO{
+		Stdout:         os.Stdout,
+		Stderr:         os.Stderr,
+		StderrTerminal: submit.IsTerminal(os.Stderr),
+	})
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,399 @@
+package submit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/jobs"
+)
+
+// Admin answers status, cancel and dead-letter questions against a running system.
+type Admin struct {
+	js    jetstream.JetStream
+	state *jobs.StateStore
+}
+
+// NewAdmin opens the state bucket; the streams are opened as needed.
+func NewAdmin(ctx context.Context, js jetstream.JetStream) (*Admin, error) {
+	kv, err := js.KeyValue(ctx, jobs.StateBucket)
+	if err != nil {
+		return nil, fmt.Errorf("state bucket %s: %w (start a worker once: it creates the bucket)", jobs.StateBucket, err)
+	}
+	return &Admin{js: js, state: jobs.NewStateStore(kv)}, nil
+}
+
+// JobStatus is what the system knows about one job.
+type JobStatus struct {
+	ID              string
+	State           jobs.State
+	HasState        bool
+	CancelRequested bool
+	Result          *jobs.Result // the latest result on LA_RESULTS, if any
+}
+
+// Status looks job id up in the state bucket and LA_RESULTS.
+func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
+	if !jobs.ValidToken(id) {
+		return JobStatus{}, fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)
+	}
+	s := JobStatus{ID: id}
+	var err error
+	if s.State, s.HasState, err = a.state.Get(ctx, id); err != nil {
+		return s, err
+	}
+	if s.CancelRequested, err = a.state.CancelRequested(ctx, id); err != nil {
+		return s, err
+	}
+	results, err := a.js.Stream(ctx, jobs.ResultsStream)
+	if err != nil {
+		return s, fmt.Errorf("stream %s: %w", jobs.ResultsStream, err)
+	}
+	msg, err := results.GetLastMsgForSubject(ctx, jobs.ResultSubjectPrefix+"*."+id)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return s, fmt.Errorf("result of job %s: %w", id, err)
+	default:
+		var res jobs.Result
+		if err := json.Unmarshal(msg.Data, &res); err != nil {
+			return s, fmt.Errorf("result of job %s on %s is not valid JSON: %w", id, msg.Subject, err)
+		}
+		s.Result = &res
+	}
+	if !s.HasState && s.Result == nil {
+		return s, fmt.Errorf("job %s: unknown (no state and no result; it was never published, or its records expired)", id)
+	}
+	return s, nil
+}
+
+// Print prints the status for people.
+func (s JobStatus) Print(w io.Writer) {
+	status := "unknown"
+	if s.HasState {
+		status = string(s.State.Status)
+	} else if s.Result != nil {
+		status = string(s.Result.Status)
+	}
+	fmt.Fprintf(w, "job %s: %s", s.ID, status)
+	if s.HasState && s.State.Attempt > 0 {
+		fmt.Fprintf(w, " (attempt %d", s.State.Attempt)
+		if s.State.Worker != "" {
+			fmt.Fprintf(w, " on %s", s.State.Worker)
+		}
+		fmt.Fprint(w, ")")
+	}
+	if s.HasState && !s.State.UpdatedAt.IsZero() {
+		fmt.Fprintf(w, ", updated %s", s.State.UpdatedAt.Format("2006-01-02 15:04:05Z07:00"))
+	}
+	fmt.Fprintln(w)
+	if s.CancelRequested {
+		fmt.Fprintln(w, "  cancel requested")
+	}
+	if r := s.Result; r != nil {
+		fmt.Fprintf(w, "  result: %s, batch %s, image %s\n", r.Status, r.Batch, r.Image)
+		if r.Error != nil {
+			fmt.Fprintf(w, "  error: %s: %s\n", r.Error.Code, r.Error.Message)
+		} else {
+			fmt.Fprintf(w, "  %d detections, %d points, %d tokens, %.0f ms\n", len(r.Detections), len(r.Points), r.NumGeneratedTokens, r.TimingMS.Total)
+		}
+		if r.OverlayURL != nil {
+			fmt.Fprintf(w, "  overlay: %s\n", *r.OverlayURL)
+		}
+	}
+}
+
+// BatchStatus counts a batch's jobs: those still in LA_JOBS (queued or running) and the
+// results on LA_RESULTS by status.
+type BatchStatus struct {
+	Batch    string
+	InQueue  int
+	Results  map[jobs.Status]int
+	Finished int // distinct jobs with a result
+}
+
+// BatchStatus scans LA_JOBS and LA_RESULTS for batch.
+func (a *Admin) BatchStatus(ctx context.Context, batch string) (BatchStatus, error) {
+	if !jobs.ValidToken(batch) {
+		return BatchStatus{}, fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)
+	}
+	b := BatchStatus{Batch: batch, Results: map[jobs.Status]int{}}
+	err := a.queuedJobs(ctx, func(j *jobs.Job) error {
+		if j.Batch == batch {
+			b.InQueue++
+		}
+		return nil
+	})
+	if err != nil {
+		return b, err
+	}
+	latest := map[string]jobs.Status{}
+	err = readAll(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+batch+".>", func(m jetstream.Msg) error {
+		var r jobs.Result
+		if err := json.Unmarshal(m.Data(), &r); err != nil {
+			return nil // not a result: nothing to count
+		}
+		latest[r.ID] = r.Status
+		return nil
+	})
+	if err != nil {
+		return b, err
+	}
+	for _, st := range latest {
+		b.Results[st]++
+	}
+	b.Finished = len(latest)
+	return b, nil
+}
+
+// Print prints the counts for people.
+func (b BatchStatus) Print(w io.Writer) {
+	fmt.Fprintf(w, "batch %s: %d in the queue (queued or running), %d finished", b.Batch, b.InQueue, b.Finished)
+	var parts []string
+	for _, st := range []jobs.Status{jobs.StatusSucceeded, jobs.StatusFailed, jobs.StatusCanceled, jobs.StatusExpired} {
+		if n := b.Results[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+}
+
+// Cancel requests the cancel of job id. A queued job ends canceled when a worker picks it
+// up; a running one stops at its next decode step.
+func (a *Admin) Cancel(ctx context.Context, id, reason string) error {
+	return a.state.RequestCancel(ctx, id, reason)
+}
+
+// CancelBatch requests the cancel of every job of batch still in LA_JOBS and returns how
+// many were asked.
+func (a *Admin) CancelBatch(ctx context.Context, batch, reason string) (int, error) {
+	if !jobs.ValidToken(batch) {
+		return 0, fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)
+	}
+	n := 0
+	err := a.queuedJobs(ctx, func(j *jobs.Job) error {
+		if j.Batch != batch {
+			return nil
+		}
+		if err := a.state.RequestCancel(ctx, j.ID, reason); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// queuedJobs calls fn for every decodable job message in LA_JOBS, oldest first. LA_JOBS
+// is a work queue, which allows no second consumer over all its subjects, so the messages
+// are read one by one with direct gets ("the next message at or after this sequence").
+func (a *Admin) queuedJobs(ctx context.Context, fn func(*jobs.Job) error) error {
+	st, err := a.js.Stream(ctx, jobs.JobsStream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", jobs.JobsStream, err)
+	}
+	for seq := uint64(1); ; {
+		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(jobs.JobSubjectPrefix+">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s at sequence %d: %w", jobs.JobsStream, seq, err)
+		}
+		seq = msg.Sequence + 1
+		j, err := jobs.DecodeJob(msg.Data)
+		if err != nil || j == nil {
+			continue // an invalid job: a worker will dead-letter it
+		}
+		if err := fn(j); err != nil {
+			return err
+		}
+	}
+}
+
+// readAll calls fn for every message of stream on subject, oldest first, through an
+// ordered consumer, and returns when it has read what the stream held when it started.
+func readAll(ctx context.Context, js jetstream.JetStream, stream, subject string, fn func(jetstream.Msg) error) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	var total uint64
+	for _, n := range info.State.Subjects {
+		total += n
+	}
+	if total == 0 {
+		return nil
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", stream, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", stream, err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", stream, err)
+		}
+		if err := fn(msg); err != nil {
+			return err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", stream, err)
+		}
+		if md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// DLQEntry is one record in LA_DLQ with its stream sequence.
+type DLQEntry struct {
+	Seq    uint64
+	Record jobs.DLQRecord
+}
+
+// DLQList returns every dead-letter record, oldest first.
+func (a *Admin) DLQList(ctx context.Context) ([]DLQEntry, error) {
+	var out []DLQEntry
+	err := readAll(ctx, a.js, jobs.DLQStream, jobs.DLQSubjectPrefix+">", func(m jetstream.Msg) error {
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", jobs.DLQStream, err)
+		}
+		e := DLQEntry{Seq: md.Sequence.Stream}
+		if err := json.Unmarshal(m.Data(), &e.Record); err != nil {
+			e.Record.ID = strings.TrimPrefix(m.Subject(), jobs.DLQSubjectPrefix)
+			e.Record.Reason = "unreadable record: " + err.Error()
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+// PrintDLQ prints a table of records.
+func PrintDLQ(w io.Writer, entries []DLQEntry) {
+	if len(entries) == 0 {
+		fmt.Fprintln(w, "no dead-lettered jobs")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCODE\tATTEMPTS\tFAILED AT\tREASON")
+	for _, e := range entries {
+		r := e.Record
+		reason := r.Reason
+		if len(reason) > 100 {
+			reason = reason[:97] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.ID, r.Code, r.Attempts, r.FailedAt.Format("2006-01-02 15:04:05Z07:00"), reason)
+	}
+	tw.Flush()
+}
+
+// DLQShow returns the latest dead-letter record of job id.
+func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
+	if !jobs.ValidToken(id) {
+		return DLQEntry{}, fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)
+	}
+	st, err := a.js.Stream(ctx, jobs.DLQStream)
+	if err != nil {
+		return DLQEntry{}, fmt.Errorf("stream %s: %w", jobs.DLQStream, err)
+	}
+	msg, err := st.GetLastMsgForSubject(ctx, jobs.DLQSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return DLQEntry{}, fmt.Errorf("job %s is not in the dead-letter queue", id)
+	}
+	if err != nil {
+		return DLQEntry{}, fmt.Errorf("dead-letter record of job %s: %w", id, err)
+	}
+	e := DLQEntry{Seq: msg.Sequence}
+	if err := json.Unmarshal(msg.Data, &e.Record); err != nil {
+		return e, fmt.Errorf("dead-letter record of job %s is not valid JSON: %w", id, err)
+	}
+	return e, nil
+}
+
+// DLQReplay publishes the dead-lettered job id again, after its cause is fixed: it clears
+// the job's state and any cancel request (a worker skips a job whose state is terminal),
+// publishes the original job bytes to their original subject, and removes every
+// dead-letter record of the job. The publish carries a fresh Nats-Msg-Id
+// (<id>-replay-<dlq sequence>) so that the duplicate window does not swallow it.
+func (a *Admin) DLQReplay(ctx context.Context, id string) error {
+	e, err := a.DLQShow(ctx, id)
+	if err != nil {
+		return err
+	}
+	data := []byte(e.Record.Job)
+	if len(data) == 0 {
+		data = e.Record.JobBase64
+	}
+	job, err := jobs.DecodeJob(data)
+	if err != nil {
+		return fmt.Errorf("job %s cannot be replayed: the job itself is invalid (%v); fix it and submit it again", id, err)
+	}
+	subject := e.Record.Subject
+	if !strings.HasPrefix(subject, jobs.JobSubjectPrefix) {
+		subject = jobs.JobSubject(jobs.DefaultClass)
+	}
+	for _, key := range []string{job.ID, jobs.CancelKey(job.ID)} {
+		if err := a.state.KV().Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("replay job %s: clear %s: %w", id, key, err)
+		}
+	}
+	msgID := fmt.Sprintf("%s-replay-%d", id, e.Seq)
+	if _, err := a.js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(jobs.JobsStream)); err != nil {
+		return fmt.Errorf("replay job %s: publish to %s: %w", id, subject, err)
+	}
+	st, err := a.js.Stream(ctx, jobs.DLQStream)
+	if err != nil {
+		return fmt.Errorf("replay job %s: stream %s: %w", id, jobs.DLQStream, err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(jobs.DLQSubject(id))); err != nil {
+		return fmt.Errorf("replay job %s: published, but its dead-letter record stays: %w", id, err)
+	}
+	return nil
+}
+
+// DLQReplayAll replays every dead-lettered job and returns the ids replayed. It stops at
+// the first failure.
+func (a *Admin) DLQReplayAll(ctx context.Context) ([]string, error) {
+	entries, err := a.DLQList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var order []string // oldest record first, each job once
+	for _, e := range entries {
+		if !seen[e.Record.ID] {
+			seen[e.Record.ID] = true
+			order = append(order, e.Record.ID)
+		}
+	}
+	var done []string
+	for _, id := range order {
+		if err := a.DLQReplay(ctx, id); err != nil {
+			return done, err
+		}
+		done = append(done, id)
+	}
+	return done, nil
+}
