@@ -28,19 +28,16 @@ type predictRequest struct {
 // does not fit as FastAPI's 422 entries.
 func parsePredictRequest(body []byte) (predictRequest, []fieldError) {
 	var req predictRequest
-	if err := json.Unmarshal(body, new(json.RawMessage)); err != nil {
-		offset := int64(0)
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) {
-			offset = syn.Offset
-		}
+	var fields map[string]json.RawMessage
+	err := json.Unmarshal(body, &fields)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
 		return req, []fieldError{{
-			Type: "json_invalid", Loc: []any{"body", offset}, Msg: "JSON decode error",
+			Type: "json_invalid", Loc: []any{"body", syntax.Offset}, Msg: "JSON decode error",
 			Input: json.RawMessage(`{}`), Ctx: map[string]any{"error": err.Error()},
 		}}
-	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(body, &fields) != nil || fields == nil { // not an object, or null
+	case err != nil || fields == nil: // valid JSON, but not an object (or null)
 		return req, []fieldError{{
 			Type: "model_attributes_type", Loc: []any{"body"},
 			Msg:   "Input should be a valid dictionary or object to extract fields from",
