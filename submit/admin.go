@@ -332,10 +332,11 @@ func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
 	return e, nil
 }
 
-// DLQReplay publishes the dead-lettered job id again, after its cause is fixed: it clears
-// the job's state and any cancel request (a worker skips a job whose state is terminal),
-// publishes the original job bytes to their original subject, and removes every
-// dead-letter record of the job. The publish carries a fresh Nats-Msg-Id
+// DLQReplay publishes the dead-lettered job id again, after its cause is fixed: it sets
+// the job's state back to queued and clears any cancel request (a worker skips a job whose
+// state is terminal), publishes the original job bytes to their original subject, and
+// removes every dead-letter record of the job. A `submit run` over the same inputs then
+// waits for the job's new result instead of reporting the old failure. The publish carries a fresh Nats-Msg-Id
 // (<id>-replay-<dlq sequence>) so that the duplicate window does not swallow it.
 func (a *Admin) DLQReplay(ctx context.Context, id string) error {
 	e, err := a.DLQShow(ctx, id)
@@ -354,10 +355,11 @@ func (a *Admin) DLQReplay(ctx context.Context, id string) error {
 	if !strings.HasPrefix(subject, jobs.JobSubjectPrefix) {
 		subject = jobs.JobSubject(jobs.DefaultClass)
 	}
-	for _, key := range []string{job.ID, jobs.CancelKey(job.ID)} {
-		if err := a.state.KV().Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("replay job %s: clear %s: %w", id, key, err)
-		}
+	if err := a.state.KV().Delete(ctx, jobs.CancelKey(job.ID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("replay job %s: clear its cancel request: %w", id, err)
+	}
+	if err := a.state.Put(ctx, job.ID, jobs.State{Status: jobs.StatusQueued}); err != nil {
+		return fmt.Errorf("replay job %s: %w", id, err)
 	}
 	msgID := fmt.Sprintf("%s-replay-%d", id, e.Seq)
 	if _, err := a.js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(jobs.JobsStream)); err != nil {

@@ -76,9 +76,7 @@ func openOutDir(dir string) (*outDir, *outState, error) {
 		if !jobs.ValidToken(r.ID) {
 			return fmt.Errorf("row without a valid job id")
 		}
-		if _, dup := st.Done[r.ID]; !dup {
-			st.Done[r.ID] = r
-		}
+		st.Done[r.ID] = r // a later row (a replayed job's new result) replaces an earlier one
 		return nil
 	})
 	if err != nil {
@@ -206,14 +204,21 @@ func (o *outDir) close() error {
 	return err
 }
 
-// readRows reads every row of results.jsonl in dir, for the COCO export.
+// readRows reads the rows of results.jsonl in dir, one per job in the order of their first
+// row; a job's later row (its result after a replay) replaces the earlier one.
 func readRows(dir string) ([]Row, error) {
 	var rows []Row
+	index := map[string]int{}
 	err := readJSONLines(filepath.Join(dir, ResultsFile), func(_ int, line []byte) error {
 		var r Row
 		if err := json.Unmarshal(line, &r); err != nil {
 			return err
 		}
+		if i, ok := index[r.ID]; ok {
+			rows[i] = r
+			return nil
+		}
+		index[r.ID] = len(rows)
 		rows = append(rows, r)
 		return nil
 	})

@@ -117,10 +117,11 @@ func Run(ctx context.Context, cfg RunConfig, env Env) (Summary, error) {
 
 // planned is a job made from an item, with what the state bucket knew about it.
 type planned struct {
-	job    *jobs.Job
-	source string
-	known  bool // the state bucket has an entry: published before, do not publish again
-	err    error
+	job      *jobs.Job
+	source   string
+	state    jobs.State
+	hasState bool // the state bucket has an entry: published before, do not publish again
+	err      error
 }
 
 type published struct {
@@ -146,6 +147,9 @@ type run struct {
 	done        map[string]bool   // with a row in results.jsonl
 	early       map[string]jobs.Result
 	publishedAt map[string]time.Time
+	// replayed holds jobs whose row says failed but which were published again since
+	// (submit dlq replay): only a result finished after the time held counts.
+	replayed map[string]time.Time
 }
 
 func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
@@ -185,7 +189,7 @@ func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
 	}
 	r := &run{cfg: cfg, env: env, log: log, start: time.Now(),
 		expected: map[string]string{}, done: map[string]bool{},
-		early: map[string]jobs.Result{}, publishedAt: map[string]time.Time{}}
+		early: map[string]jobs.Result{}, publishedAt: map[string]time.Time{}, replayed: map[string]time.Time{}}
 
 	out, prior, err := openOutDir(cfg.OutDir)
 	if err != nil {
@@ -203,9 +207,6 @@ func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
 		if err := out.writeHeader(stateHeader{Batch: batch, Class: cfg.Class}); err != nil {
 			return fail(err)
 		}
-	}
-	for id := range prior.Done {
-		r.done[id] = true
 	}
 
 	if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
@@ -366,18 +367,40 @@ func (r *run) admit(p planned) bool {
 	}
 	r.expected[id] = p.source
 	if row, ok := r.prior.Done[id]; ok {
-		r.sum.AlreadyDone++
-		r.count(row.Status)
-		return false
+		if !replayedSince(row, p) {
+			r.done[id] = true
+			r.sum.AlreadyDone++
+			r.count(row.Status)
+			return false
+		}
+		r.replayed[id] = row.FinishedAt
 	}
-	if res, ok := r.early[id]; ok {
+	if res, ok := r.early[id]; ok && r.acceptable(res) {
 		delete(r.early, id)
 		if err := r.finish(res); err != nil {
 			r.log.Warn("writing a result", "id", id, "err", err)
 		}
 		return false
 	}
-	return !p.known && !r.prior.Published[id]
+	_, hadRow := r.prior.Done[id]
+	return !hadRow && !p.hasState && !r.prior.Published[id]
+}
+
+// replayedSince reports whether a job whose row did not succeed has been published again
+// since that row was written (submit dlq replay): its state is queued or running again, or
+// ended differently. A replay that failed again is not told apart from the first failure.
+func replayedSince(row Row, p planned) bool {
+	if row.Status == jobs.StatusSucceeded || !p.hasState {
+		return false
+	}
+	return !p.state.Status.Terminal() || p.state.Status != row.Status
+}
+
+// acceptable reports whether res may be a job's row: any result, except for a replayed job
+// only one that finished after the row it replaces.
+func (r *run) acceptable(res jobs.Result) bool {
+	after, ok := r.replayed[res.ID]
+	return !ok || res.FinishedAt.After(after)
 }
 
 func (r *run) count(s jobs.Status) {
@@ -390,14 +413,14 @@ func (r *run) count(s jobs.Status) {
 
 // receive handles one result from the stream.
 func (r *run) receive(ctx context.Context, res jobs.Result, planning bool) error {
-	if r.done[res.ID] {
-		return nil // written before, or a second delivery of the same job
+	if r.done[res.ID] || !r.acceptable(res) {
+		return nil // written before, a second delivery, or the result a replay replaces
 	}
 	if _, ok := r.expected[res.ID]; !ok {
-		if planning {
+		if row, had := r.prior.Done[res.ID]; planning && (!had || row.Status != jobs.StatusSucceeded) {
 			r.early[res.ID] = res // its item may not be planned yet
 		}
-		return nil // a job of this batch that is not in this input set
+		return nil // a job of this batch that is not in this input set, or not yet planned
 	}
 	if err := r.finish(res); err != nil {
 		return err
@@ -447,7 +470,8 @@ func (r *run) snapshot(planning bool) progressSnapshot {
 // startPlanners plans every item on cfg.Concurrency goroutines and sends the jobs on the
 // returned channel, which is closed when all are planned or ctx ends. A job that is neither
 // finished nor recorded as published locally is looked up in the state bucket, so a job
-// another run (or a crashed one) published is not published again.
+// another run (or a crashed one) published is not published again; so is a job whose row
+// says it failed, to learn whether it was replayed since.
 func (r *run) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan planned {
 	pl := &planner{defaults: r.cfg.Defaults, store: r.env.Store, uploadPrefix: r.cfg.UploadPrefix, maxBytes: r.cfg.MaxImageBytes}
 	items := make(chan Item)
@@ -480,8 +504,9 @@ func (r *run) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan plan
 					return
 				}
 				p := planned{job: job, source: it.Origin}
-				if _, done := r.prior.Done[job.ID]; !done && !r.prior.Published[job.ID] {
-					_, p.known, err = r.state.Get(ctx, job.ID)
+				row, done := r.prior.Done[job.ID]
+				if (!done && !r.prior.Published[job.ID]) || (done && row.Status != jobs.StatusSucceeded) {
+					p.state, p.hasState, err = r.state.Get(ctx, job.ID)
 					if err != nil {
 						send(planned{err: fmt.Errorf("%s: %w", it.Origin, err)})
 						return
