@@ -86,6 +86,10 @@ typedef struct {
 } cpu_kernels;
 
 void cpu_kernels_select(cpu_kernels *k);
+/* cpu_dot_probe runs one dot product through the selected (or, with generic set, the plain
+ * C) kernel and names the instruction set used; tests cross-check the two with it. */
+float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, int n,
+                    const char **isa);
 /* cpu_kernels_generic gives the plain C kernels (used by tests to cross-check). */
 void cpu_kernels_generic(cpu_kernels *k);
 

@@ -303,6 +303,18 @@ void cpu_kernels_select(cpu_kernels *k) {
 #endif
 }
 
+float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, int n,
+                    const char **isa) {
+    cpu_kernels k;
+    if (generic)
+        cpu_kernels_generic(&k);
+    else
+        cpu_kernels_select(&k);
+    if (isa)
+        *isa = k.isa;
+    return k.dot[t](row, x, n);
+}
+
 /* ---- matrix-vector products on the pool --------------------------------------------- */
 
 typedef struct {

@@ -1,0 +1,38 @@
+package native
+
+/*
+#include "cpu_internal.h"
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/locateanything/detect/engine/checkpoint"
+)
+
+// The probes below reach single C kernels so tests can check them in isolation; they are
+// not part of the package's API.
+
+// dotProbe computes the dot product of one weight row (raw little-endian elements of
+// dtype) with x, through the kernel the CPU selects or, with generic, the plain C one,
+// and names the instruction set used.
+func dotProbe(generic bool, dtype checkpoint.DType, row []byte, x []float32) (float32, string) {
+	g := C.int(0)
+	if generic {
+		g = 1
+	}
+	var isa *C.char
+	r := C.cpu_dot_probe(g, C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(row)),
+		(*C.float)(unsafe.SliceData(x)), C.int(len(x)), &isa)
+	return float32(r), C.GoString(isa)
+}
+
+// bicubicProbe resizes an [ih, iw, c] table to [oh, ow, c] with the backend's torch-style
+// bicubic kernel.
+func bicubicProbe(in []float32, ih, iw, c, oh, ow int) []float32 {
+	out := make([]float32, oh*ow*c)
+	C.cpu_bicubic_resize((*C.float)(unsafe.SliceData(in)), C.int(ih), C.int(iw), C.int(c),
+		(*C.float)(unsafe.SliceData(out)), C.int(oh), C.int(ow))
+	return out
+}
