@@ -18,7 +18,7 @@ import (
 // tinyCheckpoint describes a random checkpoint the tests write for themselves: the real
 // nested config layout and the real vocabulary size, tiny widths.
 type tinyCheckpoint struct {
-	dtype  checkpoint.DType
+	dtype   checkpoint.DType
 	lmHead  bool
 	posGrid [2]int // stored pos-emb grid (default 4x6)
 }
