@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"math"
 	"strings"
 	"sync"
 )
@@ -35,39 +34,120 @@ func (t *Tokenizer) bpe(word string, dst []int32) []int32 {
 }
 
 // mergeWord runs byte pair encoding on word: start from one symbol per byte, then
-// repeatedly merge every occurrence of the adjacent pair with the lowest rank until no
-// pair has a merge. Each round is a linear scan; words are short, so this is faster in
-// practice than a priority queue.
+// repeatedly merge the adjacent pair with the lowest rank (the leftmost of equals) until
+// no pair has a merge. The symbols form a linked list and the candidate pairs a heap,
+// so a word of n bytes costs O(n log n) even when it is long: a plain rescan per merge
+// would be quadratic, and one long word could stall the caller.
 func (t *Tokenizer) mergeWord(word string) []int32 {
-	symbols := make([]int32, len(word))
-	for i := 0; i < len(word); i++ {
-		symbols[i] = t.byteIDs[word[i]]
+	if word == "" {
+		return nil
 	}
-	for len(symbols) > 1 {
-		best := merge{rank: math.MaxInt32}
-		var left, right int32
-		for i := 0; i+1 < len(symbols); i++ {
-			m, ok := t.merges[pairKey(symbols[i], symbols[i+1])]
-			if ok && m.rank < best.rank {
-				best, left, right = m, symbols[i], symbols[i+1]
-			}
+	symbols := make([]symbol, len(word))
+	for i := range symbols {
+		symbols[i] = symbol{id: t.byteIDs[word[i]], prev: int32(i) - 1, next: int32(i) + 1}
+	}
+	symbols[len(symbols)-1].next = -1
+
+	var queue pairQueue
+	for i := range len(symbols) - 1 {
+		t.queuePair(&queue, symbols, int32(i))
+	}
+	for len(queue) > 0 {
+		c := queue.pop()
+		left := &symbols[c.left]
+		if left.id != c.leftID || left.next < 0 || symbols[left.next].id != c.rightID {
+			continue // an earlier merge changed this pair
 		}
-		if best.rank == math.MaxInt32 {
+		right := &symbols[left.next]
+		left.id = c.merged
+		left.next = right.next
+		if right.next >= 0 {
+			symbols[right.next].prev = c.left
+		}
+		right.id = gone
+		if left.prev >= 0 {
+			t.queuePair(&queue, symbols, left.prev)
+		}
+		if left.next >= 0 {
+			t.queuePair(&queue, symbols, c.left)
+		}
+	}
+
+	ids := make([]int32, 0, len(symbols))
+	for i := int32(0); i >= 0; i = symbols[i].next {
+		ids = append(ids, symbols[i].id)
+	}
+	return ids
+}
+
+// symbol is one token of a word being merged, linked to its neighbours by index (-1 at
+// the ends).
+type symbol struct {
+	id         int32
+	prev, next int32
+}
+
+// gone marks a symbol merged into its left neighbour.
+const gone = -1
+
+// queuePair queues the pair that starts at symbols[left], if the merges have it.
+func (t *Tokenizer) queuePair(q *pairQueue, symbols []symbol, left int32) {
+	l, r := symbols[left].id, symbols[symbols[left].next].id
+	if m, ok := t.merges[pairKey(l, r)]; ok {
+		q.push(candidate{rank: m.rank, left: left, leftID: l, rightID: r, merged: m.id})
+	}
+}
+
+// candidate is a pair that can merge, as it was when queued.
+type candidate struct {
+	rank            int32
+	left            int32 // index of the left symbol
+	leftID, rightID int32
+	merged          int32
+}
+
+func (c candidate) before(d candidate) bool {
+	return c.rank < d.rank || (c.rank == d.rank && c.left < d.left)
+}
+
+// pairQueue is a binary min-heap of candidates ordered by rank, then position.
+type pairQueue []candidate
+
+func (q *pairQueue) push(c candidate) {
+	*q = append(*q, c)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h[i].before(h[parent]) {
 			break
 		}
-		// Merge every occurrence, left to right, compacting in place.
-		out := symbols[:0]
-		for i := 0; i < len(symbols); i++ {
-			if i+1 < len(symbols) && symbols[i] == left && symbols[i+1] == right {
-				out = append(out, best.id)
-				i++
-			} else {
-				out = append(out, symbols[i])
-			}
-		}
-		symbols = out
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
 	}
-	return symbols
+}
+
+func (q *pairQueue) pop() candidate {
+	h := *q
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h[l].before(h[least]) {
+			least = l
+		}
+		if r < len(h) && h[r].before(h[least]) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+	*q = h
+	return top
 }
 
 // wordCache remembers the ids of recently encoded words. It holds at most limit words

@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,8 +48,8 @@ func readVocab(path string) (map[string]int32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read vocabulary: %w", err)
 	}
-	vocab := make(map[string]int32, 160000)
-	if err := json.Unmarshal(data, &vocab); err != nil {
+	vocab, err := parseTokenMap(data)
+	if err != nil {
 		return nil, fmt.Errorf("parse vocabulary %s: %w", path, err)
 	}
 	if len(vocab) == 0 {
@@ -65,8 +64,8 @@ func readAddedTokens(path string) (map[string]int32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read added tokens: %w", err)
 	}
-	var added map[string]int32
-	if err := json.Unmarshal(data, &added); err != nil {
+	added, err := parseTokenMap(data)
+	if err != nil {
 		return nil, fmt.Errorf("parse added tokens %s: %w", path, err)
 	}
 	if _, ok := added[""]; ok {
@@ -87,6 +86,7 @@ func readMerges(path string, vocab map[string]int32) (map[uint64]merge, error) {
 
 	merges := make(map[uint64]merge, 160000)
 	sc := bufio.NewScanner(f)
+	var joined []byte
 	line := 0
 	for sc.Scan() {
 		line++
@@ -100,7 +100,8 @@ func readMerges(path string, vocab map[string]int32) (map[uint64]merge, error) {
 		}
 		leftID, okL := vocab[left]
 		rightID, okR := vocab[right]
-		mergedID, okM := vocab[left+right]
+		joined = append(append(joined[:0], left...), right...)
+		mergedID, okM := vocab[string(joined)] // no allocation for a map lookup
 		if !okL || !okR || !okM {
 			return nil, fmt.Errorf("merges %s line %d: %q, %q or %q is not in the vocabulary", path, line, left, right, left+right)
 		}
