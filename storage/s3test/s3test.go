@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,7 +157,7 @@ func (s *Server) Restart() {
 	}
 }
 
-// start runs the binary on s.Endpoint and waits until it answers HTTP.
+// start runs the binary on s.Endpoint and waits until it serves this server's credentials.
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -180,7 +179,7 @@ func (s *Server) start() error {
 		close(p.exited)
 	}()
 
-	if err := waitReady(s.Endpoint, p); err != nil {
+	if err := s.waitReady(p); err != nil {
 		_ = cmd.Process.Kill()
 		<-p.exited
 		return fmt.Errorf("%w; output:\n%s", err, out.String())
@@ -189,24 +188,38 @@ func (s *Server) start() error {
 	return nil
 }
 
-// waitReady polls until the server answers any HTTP response on addr, the process exits,
-// or startTimeout passes.
-func waitReady(addr string, p *process) error {
-	client := &http.Client{Timeout: time.Second}
+// waitReady polls until the server on addr accepts this process's credentials, the process
+// exits, or startTimeout passes. An authenticated request, not just any answer, proves the
+// server is ours: between freeAddr and our bind another test's server may take the port.
+func (s *Server) waitReady(p *process) error {
+	client, err := minio.New(s.Endpoint, &minio.Options{
+		Creds:      credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Region:     Region,
+		MaxRetries: 1,
+	})
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(startTimeout)
 	for {
-		resp, err := client.Get("http://" + addr + "/")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := client.ListBuckets(ctx)
+		cancel()
+		select {
+		case <-p.exited:
+			return fmt.Errorf("versitygw exited before serving: %v", p.err)
+		default:
+		}
 		if err == nil {
-			resp.Body.Close()
-			return nil // anonymous requests are refused, but an answer means it is serving
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("versitygw did not answer on %s within %s: %w", s.Endpoint, startTimeout, err)
 		}
 		select {
 		case <-p.exited:
 			return fmt.Errorf("versitygw exited before serving: %v", p.err)
 		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("versitygw did not answer on %s within %s: %w", addr, startTimeout, err)
 		}
 	}
 }
