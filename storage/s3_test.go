@@ -234,6 +234,7 @@ func TestS3StoppedThenRestarted(t *testing.T) {
 	if err == nil {
 		t.Fatal("Get succeeded with the server stopped")
 	}
+	t.Logf("with the server stopped: %v", err)
 	for _, permanent := range []error{storage.ErrNotFound, storage.ErrTooLarge, storage.ErrBadURL, storage.ErrNotAllowed} {
 		if errors.Is(err, permanent) {
 			t.Fatalf("Get with the server stopped: %v; classified as %v, want a transient error", err, permanent)
