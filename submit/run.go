@@ -57,7 +57,8 @@ type Summary struct {
 	Succeeded   int
 	Failed      int // failed, canceled or expired
 	Collected   int // results received in this run
-	// Latencies are publish-to-result times of the jobs published in this run.
+	// Latencies are the queue-to-finish times (the worker's queue_wait + total) of the
+	// results collected in this run.
 	Latencies   []time.Duration
 	Elapsed     time.Duration
 	Interrupted bool // ended by ctx before every result arrived
@@ -127,7 +128,6 @@ type planned struct {
 type published struct {
 	id  string
 	dup bool
-	at  time.Time
 	err error
 }
 
@@ -146,7 +146,6 @@ type run struct {
 	expected    map[string]string // job id -> source, for every job of this run's set
 	done        map[string]bool   // with a row in results.jsonl
 	early       map[string]jobs.Result
-	publishedAt map[string]time.Time
 	// replayed holds jobs whose row says failed but which were published again since
 	// (submit dlq replay): only a result finished after the time held counts.
 	replayed map[string]time.Time
@@ -189,7 +188,7 @@ func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
 	}
 	r := &run{cfg: cfg, env: env, log: log, start: time.Now(),
 		expected: map[string]string{}, done: map[string]bool{},
-		early: map[string]jobs.Result{}, publishedAt: map[string]time.Time{}, replayed: map[string]time.Time{}}
+		early: map[string]jobs.Result{}, replayed: map[string]time.Time{}}
 
 	out, prior, err := openOutDir(cfg.OutDir)
 	if err != nil {
@@ -317,7 +316,6 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 				return r.sum, p.err
 			}
 			r.sum.Submitted++
-			r.publishedAt[p.id] = p.at
 			if err := r.out.markPublished(p.id); err != nil {
 				return r.sum, err
 			}
@@ -438,8 +436,8 @@ func (r *run) finish(res jobs.Result) error {
 	r.done[res.ID] = true
 	r.sum.Collected++
 	r.count(res.Status)
-	if at, ok := r.publishedAt[res.ID]; ok {
-		r.sum.Latencies = append(r.sum.Latencies, time.Since(at))
+	if t := res.TimingMS; t.Total > 0 {
+		r.sum.Latencies = append(r.sum.Latencies, time.Duration((t.QueueWait+t.Total)*float64(time.Millisecond)))
 	}
 	return r.out.writeRow(Row{Source: r.expected[res.ID], Result: res})
 }
@@ -540,7 +538,7 @@ func (r *run) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <-chan
 					return
 				}
 				dup, err := pub.publish(ctx, job)
-				p := published{id: job.ID, dup: dup, at: time.Now(), err: err}
+				p := published{id: job.ID, dup: dup, err: err}
 				if err == nil && !dup {
 					err = r.markQueued(ctx, job.ID)
 					if err != nil {

@@ -1,0 +1,153 @@
+package submit
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/jobs"
+)
+
+// 500 images and a corrupt one through the real queue and a real worker; the run is killed
+// (SIGKILL, no chance to clean up) half way and resumed. No job may be published twice,
+// every result must be collected once, and the corrupt image must end as a failed row
+// with its reason and a non-zero exit code.
+func TestEndToEndKilledRunResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts NATS, versitygw and a worker")
+	}
+	const n = 500
+	eng := newTestEngine(100) // the first 100 images run, the rest wait until released
+	sys := startSystem(t, jobs.TopologyConfig{}, eng)
+	publishes := sys.countPublishes(t)
+
+	dir := t.TempDir()
+	frames := filepath.Join(dir, "frames")
+	writeImages(t, frames, n)
+	if err := os.WriteFile(filepath.Join(frames, "corrupt.jpg"), []byte("not a JPEG at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	args := []string{"run", "--out", out, "--query", "thing</c>other", "--upload", "s3://images/up", "--coco", frames}
+
+	// First run, in a child process, killed once it has published every job and
+	// collected some results.
+	rawArgs, _ := json.Marshal(args)
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childArgsEnv+"="+string(rawArgs))
+	var childOut strings.Builder
+	child.Stdout, child.Stderr = &childOut, &childOut
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	eventually(t, 2*time.Minute, "the first run to publish everything and collect 100 results", func() bool {
+		select {
+		case err := <-exited:
+			t.Fatalf("the first run ended before it was killed (%v):\n%s", err, childOut.String())
+		default:
+		}
+		return countLines(filepath.Join(out, StateFile)) == 1+n+1 && countLines(filepath.Join(out, ResultsFile)) >= 100
+	})
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	before := len(readResults(t, out))
+	if before >= n+1 {
+		t.Fatalf("the first run had collected all %d results before the kill: nothing left to resume", before)
+	}
+	t.Logf("killed with %d of %d results collected", before, n+1)
+
+	// Resume in this process, with the rest of the work allowed to run.
+	eng.open()
+	code, stdout, _ := sys.submit(t, args...)
+	if code != ExitJobsFailed {
+		t.Errorf("exit code %d, want %d (a job failed)", code, ExitJobsFailed)
+	}
+	wantSummary := "0 submitted, " + itoa(before) + " already done, 500 succeeded, 1 failed"
+	if !strings.Contains(stdout, wantSummary) {
+		t.Errorf("summary:\n%s\nwant %q", stdout, wantSummary)
+	}
+
+	// Every job's result is collected exactly once.
+	rows := readResults(t, out)
+	if len(rows) != n+1 {
+		t.Errorf("%d rows, want %d", len(rows), n+1)
+	}
+	ids, sources := map[string]bool{}, map[string]bool{}
+	var corrupt *Row
+	for i, r := range rows {
+		if ids[r.ID] || sources[r.Source] {
+			t.Errorf("row %d repeats job %s (%s)", i, r.ID, r.Source)
+		}
+		ids[r.ID], sources[r.Source] = true, true
+		if filepath.Base(r.Source) == "corrupt.jpg" {
+			corrupt = &rows[i]
+		} else if r.Status != jobs.StatusSucceeded || len(r.Detections) != 1 || r.Detections[0].Label != "thing" {
+			t.Errorf("row %d: %s %+v, want one thing detected", i, r.Status, r.Detections)
+		}
+	}
+	if corrupt == nil {
+		t.Fatal("no row for corrupt.jpg")
+	}
+	if corrupt.Status != jobs.StatusFailed || corrupt.Error == nil || corrupt.Error.Code != engine.CodeBadImage ||
+		!strings.Contains(corrupt.Error.Message, "decode image") {
+		t.Errorf("corrupt.jpg row: status %s, error %+v; want failed, bad_image with the reason", corrupt.Status, corrupt.Error)
+	}
+
+	// No job was published twice: not stored twice, not even sent twice.
+	counts := publishes()
+	if len(counts) != n+1 {
+		t.Errorf("%d distinct jobs published, want %d", len(counts), n+1)
+	}
+	for id, c := range counts {
+		if c != 1 {
+			t.Errorf("job %s published %d times", id, c)
+		}
+		if !ids[id] {
+			t.Errorf("job %s published but has no row", id)
+		}
+	}
+	info, err := sys.topo.Jobs.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != n+1 {
+		t.Errorf("LA_JOBS stored %d messages, want %d", info.State.LastSeq, n+1)
+	}
+	if images, most := eng.generations(); images != n || most != 1 {
+		t.Errorf("the engine ran %d images, one of them %d times; want %d images once each", images, most, n)
+	}
+
+	// The COCO export has every succeeded image and its box.
+	var coco cocoFile
+	data, err := os.ReadFile(filepath.Join(out, COCOFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &coco); err != nil {
+		t.Fatal(err)
+	}
+	if len(coco.Images) != n || len(coco.Annotations) != n || len(coco.Categories) != 1 || coco.Annotations[0].BBox != [4]float64{0, 0, 8, 6} {
+		t.Errorf("COCO: %d images, %d annotations, categories %+v, first box %v", len(coco.Images), len(coco.Annotations), coco.Categories, coco.Annotations[0].BBox)
+	}
+
+	// A third run finds everything done and publishes nothing.
+	code, stdout, _ = sys.submit(t, args...)
+	if code != ExitJobsFailed || !strings.Contains(stdout, "0 submitted, 501 already done, 500 succeeded, 1 failed") {
+		t.Errorf("rerun: exit %d, output %q", code, stdout)
+	}
+	if got := len(publishes()); got != n+1 {
+		t.Errorf("the rerun published: %d distinct jobs now", got)
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }

@@ -1,0 +1,290 @@
+package submit
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	_ "image/jpeg"
+	"image/png"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/jobs/natsembed"
+	"github.com/locateanything/detect/jobs/natsembed/natstest"
+	"github.com/locateanything/detect/storage"
+	"github.com/locateanything/detect/storage/s3test"
+)
+
+// childArgsEnv carries the arguments of a CLI run in a child process: the test binary
+// re-executes itself as `submit`, so a test can kill a real run at an arbitrary point.
+const childArgsEnv = "SUBMIT_TEST_CHILD_ARGS"
+
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(childArgsEnv); raw != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(raw), &args); err != nil {
+			fmt.Fprintln(os.Stderr, "bad child arguments:", err)
+			os.Exit(99)
+		}
+		os.Exit(Main(context.Background(), args, IO{Stdout: os.Stdout, Stderr: os.Stderr}))
+	}
+	os.Exit(m.Run())
+}
+
+// testEngine is the engine double the real jobs.Runner drives: Prepare decodes the image
+// header (so a corrupt image fails as it would in the real engine), Generate answers one
+// box over the whole image. Generate calls beyond `allowed` wait until release.
+type testEngine struct {
+	mu        sync.Mutex
+	generated map[[32]byte]int // Generate calls by image content
+	allowed   int              // calls that run at once; more wait; < 0 = no limit
+	release   chan struct{}
+}
+
+func newTestEngine(allowed int) *testEngine {
+	return &testEngine{generated: map[[32]byte]int{}, allowed: allowed, release: make(chan struct{})}
+}
+
+func (e *testEngine) Prepare(_ context.Context, req engine.Request) (*engine.Prepared, error) {
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(req.Image))
+	if err != nil {
+		return nil, engine.InputErrorf(engine.CodeBadImage, "decode image: %v", err)
+	}
+	return &engine.Prepared{Request: req, Width: cfg.Width, Height: cfg.Height, MaxNewTokens: 16}, nil
+}
+
+func (e *testEngine) Generate(ctx context.Context, p *engine.Prepared) (*engine.Prediction, error) {
+	e.mu.Lock()
+	n := 0
+	for _, c := range e.generated {
+		n += c
+	}
+	hold := e.allowed >= 0 && n >= e.allowed
+	e.mu.Unlock()
+	if hold {
+		select {
+		case <-e.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	e.mu.Lock()
+	e.generated[sha256.Sum256(p.Request.Image)]++
+	e.mu.Unlock()
+	label, _, _ := strings.Cut(p.Request.Query, "</c>")
+	w, h := float64(p.Width), float64(p.Height)
+	return &engine.Prediction{
+		Query: p.Request.Query, Width: p.Width, Height: p.Height,
+		RawText:    label + "<box>0 0 1000 1000</box>",
+		Detections: []engine.Detection{{Label: label, Box: [4]float64{0, 0, w, h}, BoxNorm: [4]int{0, 0, 1000, 1000}}},
+		Points:     []engine.Point{}, NumGeneratedTokens: 5, StoppedOnEOS: true, DecodeMode: "test",
+	}, nil
+}
+
+func (e *testEngine) Overlay(p *engine.Prepared, _ *engine.Prediction) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewRGBA(image.Rect(0, 0, p.Width, p.Height))); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (e *testEngine) Info() engine.Info { return engine.Info{Model: "test double", Backend: "test"} }
+func (e *testEngine) Close() error      { return nil }
+
+// open lets every waiting and later Generate call run.
+func (e *testEngine) open() { close(e.release) }
+
+// generations returns how many images were generated, and the most any one image was.
+func (e *testEngine) generations() (images, most int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.generated {
+		most = max(most, c)
+	}
+	return len(e.generated), most
+}
+
+// system is a whole deployment in one test: embedded NATS with the topology, versitygw
+// with an "images" and a "results" bucket, and a real jobs.Runner on a chip whose engine
+// is the test double.
+type system struct {
+	nats     *natsembed.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	topo     *jobs.Topology
+	s3       *s3test.Server
+	storeCfg storage.Config
+	store    *storage.Router
+	eng      *testEngine
+}
+
+func startSystem(t *testing.T, topoCfg jobs.TopologyConfig, eng *testEngine) *system {
+	t.Helper()
+	s := &system{nats: natstest.Start(t), s3: s3test.Start(t), eng: eng}
+	s.s3.CreateBucket(t, "images")
+	s.s3.CreateBucket(t, "results")
+	s.storeCfg = storage.Config{
+		Endpoint: s.s3.URL(), Region: s3test.Region,
+		AccessKey: s.s3.AccessKey, SecretKey: s.s3.SecretKey, PathStyle: "true",
+	}
+	var err error
+	if s.store, err = storage.Open(s.storeCfg); err != nil {
+		t.Fatalf("open storage: %v", err)
+	}
+	t.Cleanup(func() { s.store.Close() })
+	s.nc = natstest.Connect(t, s.nats)
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		t.Fatal(err)
+	}
+	if s.topo, err = jobs.EnsureTopology(t.Context(), s.js, topoCfg); err != nil {
+		t.Fatalf("topology: %v", err)
+	}
+	// The CLI reads the same variables as a worker.
+	t.Setenv("LA_NATS_URL", s.nats.ClientURL())
+	t.Setenv("LA_S3_ENDPOINT", s.storeCfg.Endpoint)
+	t.Setenv("LA_S3_REGION", s.storeCfg.Region)
+	t.Setenv("LA_S3_ACCESS_KEY", s.storeCfg.AccessKey)
+	t.Setenv("LA_S3_SECRET_KEY", s.storeCfg.SecretKey)
+	t.Setenv("LA_S3_PATH_STYLE", "true")
+	s.startWorker(t)
+	return s
+}
+
+// startWorker runs a jobs.Runner until the test ends.
+func (s *system) startWorker(t *testing.T) {
+	t.Helper()
+	c, err := chip.Open(func() (engine.Engine, error) { return s.eng, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := jobs.NewRunner(s.topo, s.store, c, jobs.RunnerConfig{
+		Worker: "test-worker", DefaultOutput: "s3://results/out/", Prefetch: 4,
+		PollWait: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond, RetryDelayMax: 500 * time.Millisecond,
+		OpTimeout: 10 * time.Second, Grace: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runner: %v", err)
+		}
+		c.Close()
+	})
+}
+
+// submit runs the CLI in this process and returns its exit code and output.
+func (s *system) submit(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Main(t.Context(), args, IO{Stdout: &out, Stderr: &errOut})
+	t.Logf("submit %s -> %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
+	return code, out.String(), errOut.String()
+}
+
+// countPublishes counts, from now on, every job message published on la.jobs.> by its
+// Nats-Msg-Id, including those JetStream then drops as duplicates.
+func (s *system) countPublishes(t *testing.T) func() map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	counts := map[string]int{}
+	sub, err := s.nc.Subscribe(jobs.JobSubjectPrefix+">", func(m *nats.Msg) {
+		mu.Lock()
+		counts[m.Header.Get(nats.MsgIdHdr)]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	return func() map[string]int {
+		s.nc.Flush()
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(counts)
+	}
+}
+
+// writeImages writes n distinct small PNGs into dir as 0000.png, 0001.png, ...
+func writeImages(t *testing.T, dir string, n int) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		img := image.NewRGBA(image.Rect(0, 0, 8, 6))
+		img.Set(0, 0, color.RGBA{R: uint8(i), G: uint8(i >> 8), B: 7, A: 255})
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, img); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%04d.png", i)), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readResults reads results.jsonl in dir line by line (every row, repeats included).
+func readResults(t *testing.T, dir string) []Row {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []Row
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var r Row
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("results.jsonl line %q: %v", line, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// countLines counts the complete lines of a file (0 when it does not exist).
+func countLines(path string) int {
+	data, _ := os.ReadFile(path)
+	return bytes.Count(data, []byte("\n"))
+}
+
+// eventually polls cond until it holds, failing the test after limit.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %s waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
