@@ -142,10 +142,10 @@ type run struct {
 	items []Item
 	start time.Time
 
-	sum         Summary
-	expected    map[string]string // job id -> source, for every job of this run's set
-	done        map[string]bool   // with a row in results.jsonl
-	early       map[string]jobs.Result
+	sum      Summary
+	expected map[string]string // job id -> source, for every job of this run's set
+	done     map[string]bool   // with a row in results.jsonl
+	early    map[string]jobs.Result
 	// replayed holds jobs whose row says failed but which were published again since
 	// (submit dlq replay): only a result finished after the time held counts.
 	replayed map[string]time.Time
