@@ -21,9 +21,9 @@ func TestLoadConfigReadsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := TextConfig{Hidden: 8, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 4, Intermediate: 12, Vocab: 152681,
+	want := TextConfig{Hidden: 8, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 4, Intermediate: 12, Vocab: 100,
 		MaxPositionEmbeddings: 4096, RopeTheta: 1e6, RMSNormEps: 1e-6, TieWordEmbeddings: true,
-		EOSTokenID: 151645, BOSTokenID: 151643}
+		EOSTokenID: 89, BOSTokenID: 88}
 	if c.Text != want {
 		t.Errorf("text config\n got %+v\nwant %+v", c.Text, want)
 	}
@@ -39,7 +39,7 @@ func TestLoadConfigReadsEveryField(t *testing.T) {
 	}
 	ids := []int{c.ImageTokenID, c.BoxStartTokenID, c.BoxEndTokenID, c.RefStartTokenID, c.RefEndTokenID,
 		c.CoordStartTokenID, c.CoordEndTokenID, c.NoneTokenID}
-	wantIDs := []int{151665, 151668, 151669, 151672, 151673, 151677, 152677, 4064}
+	wantIDs := []int{90, 91, 92, 93, 94, 95, 99, 50}
 	for i := range ids {
 		if ids[i] != wantIDs[i] {
 			t.Errorf("token id %d = %d, want %d", i, ids[i], wantIDs[i])
@@ -53,9 +53,9 @@ func TestLoadConfigReadsEveryField(t *testing.T) {
 func TestLoadConfigExplicitHeadDimAndVariants(t *testing.T) {
 	cfg := testConfig()
 	tc := textConfigOf(cfg)
-	tc["head_dim"] = 6                         // not hidden/heads: the explicit value wins
-	tc["eos_token_id"] = []int{151645, 151643} // Hugging Face allows a list
-	delete(tc, "num_key_value_heads")          // defaults to the head count
+	tc["head_dim"] = 6                 // not hidden/heads: the explicit value wins
+	tc["eos_token_id"] = []int{89, 88} // Hugging Face allows a list
+	delete(tc, "num_key_value_heads")  // defaults to the head count
 	delete(tc, "bos_token_id")
 	visionConfigOf(cfg)["merge_kernel_size"] = 2 // a plain integer is fine too
 	pp := testPreprocessorConfig()
@@ -64,8 +64,8 @@ func TestLoadConfigExplicitHeadDimAndVariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Text.HeadDim != 6 || c.Text.EOSTokenID != 151645 || c.Text.KVHeads != 2 || c.Text.BOSTokenID != -1 {
-		t.Errorf("got head_dim %d eos %d kv %d bos %d, want 6 151645 2 -1", c.Text.HeadDim, c.Text.EOSTokenID, c.Text.KVHeads, c.Text.BOSTokenID)
+	if c.Text.HeadDim != 6 || c.Text.EOSTokenID != 89 || c.Text.KVHeads != 2 || c.Text.BOSTokenID != -1 {
+		t.Errorf("got head_dim %d eos %d kv %d bos %d, want 6 89 2 -1", c.Text.HeadDim, c.Text.EOSTokenID, c.Text.KVHeads, c.Text.BOSTokenID)
 	}
 	if c.Vision.MergeKernel != 2 || c.Preprocessor.PatchSize != 14 {
 		t.Errorf("merge %d patch %d, want 2 14", c.Vision.MergeKernel, c.Preprocessor.PatchSize)
@@ -105,8 +105,8 @@ func TestLoadConfigErrorsNameFileAndField(t *testing.T) {
 			[]string{"vision head_dim = 6, want a multiple of 4"}},
 		{"zero layers", func(cfg, pp map[string]any) { textConfigOf(cfg)["num_hidden_layers"] = 0 },
 			[]string{"text_config.num_hidden_layers = 0, want > 0"}},
-		{"token outside vocab", func(cfg, pp map[string]any) { cfg["image_token_index"] = 200000 },
-			[]string{"image_token_index = 200000, outside the vocabulary [0, 152681)"}},
+		{"token outside vocab", func(cfg, pp map[string]any) { cfg["image_token_index"] = 100 },
+			[]string{"image_token_index = 100, outside the vocabulary [0, 100)"}},
 		{"patch size disagrees", func(cfg, pp map[string]any) { pp["patch_size"] = 16 },
 			[]string{"preprocessor_config.json: patch_size = 16, but config.json vision_config.patch_size = 14"}},
 		{"zero std", func(cfg, pp map[string]any) { pp["image_std"] = []float64{0.5, 0, 0.5} },

@@ -10,19 +10,20 @@ import (
 )
 
 // testConfig is a small config.json in the real nested layout, as a map a test can edit
-// before writing it.
+// before writing it. Its vocabulary is tiny (token ids renumbered into it) so that the
+// many checkpoints the tests write stay small.
 func testConfig() map[string]any {
 	return map[string]any{
 		"model_type":           "locateanything",
 		"architectures":        []string{"LocateAnythingForConditionalGeneration"},
-		"image_token_index":    151665,
-		"box_start_token_id":   151668,
-		"box_end_token_id":     151669,
-		"ref_start_token_id":   151672,
-		"ref_end_token_id":     151673,
-		"coord_start_token_id": 151677,
-		"coord_end_token_id":   152677,
-		"none_token_id":        4064,
+		"image_token_index":    90,
+		"box_start_token_id":   91,
+		"box_end_token_id":     92,
+		"ref_start_token_id":   93,
+		"ref_end_token_id":     94,
+		"coord_start_token_id": 95,
+		"coord_end_token_id":   99,
+		"none_token_id":        50,
 		"text_config": map[string]any{
 			"model_type":              "qwen2",
 			"hidden_size":             8,
@@ -30,13 +31,13 @@ func testConfig() map[string]any {
 			"num_attention_heads":     2,
 			"num_key_value_heads":     1,
 			"intermediate_size":       12,
-			"vocab_size":              152681,
+			"vocab_size":              100,
 			"max_position_embeddings": 4096,
 			"rope_theta":              1000000.0,
 			"rms_norm_eps":            1e-6,
 			"tie_word_embeddings":     true,
-			"eos_token_id":            151645,
-			"bos_token_id":            151643,
+			"eos_token_id":            89,
+			"bos_token_id":            88,
 		},
 		"vision_config": map[string]any{
 			"model_type":          "moonvit",

@@ -61,7 +61,7 @@ func TestOpenSingleFile(t *testing.T) {
 func TestOpenShardedWithLMHeadAndExtras(t *testing.T) {
 	cfg, pp := testConfig(), testPreprocessorConfig()
 	dir := writeCheckpoint(t, cfg, pp, BF16, 2, func(ts map[string]rawTensor) {
-		ts[LMHeadName] = rawTensor{dtype: "BF16", shape: []int64{152681, 8}, data: make([]byte, 152681*8*2)}
+		ts[LMHeadName] = rawTensor{dtype: "BF16", shape: []int64{100, 8}, data: make([]byte, 100*8*2)}
 		ts["vision_model.rotary.inv_freq"] = rawTensor{dtype: "F32", shape: []int64{2}, data: make([]byte, 8)}
 	})
 	m, err := Open(dir)
@@ -79,7 +79,7 @@ func TestOpenShardedWithLMHeadAndExtras(t *testing.T) {
 		t.Errorf("mapped %d files, want 2", len(m.files))
 	}
 	emb, _ := m.Tensor("language_model.model.embed_tokens.weight")
-	if emb.DType != BF16 || emb.Elements() != 152681*8 {
+	if emb.DType != BF16 || emb.Elements() != 100*8 {
 		t.Errorf("embed: %v %d elements", emb.DType, emb.Elements())
 	}
 }
@@ -99,8 +99,8 @@ func TestOpenRejectsBadCheckpoints(t *testing.T) {
 			ts["vision_model.patch_embed.pos_emb.weight"] = rawTensor{dtype: "F32", shape: []int64{6, 4, 8}, data: make([]byte, 6*4*8*4)}
 		}, wants: []string{`tensor "vision_model.patch_embed.pos_emb.weight" has shape [6 4 8], but the config implies [4 6 8]`}},
 		{name: "wrong lm head shape", edit: func(ts map[string]rawTensor) {
-			ts[LMHeadName] = rawTensor{dtype: "F32", shape: []int64{8, 152681}, data: make([]byte, 152681*8*4)}
-		}, wants: []string{`"language_model.lm_head.weight" has shape [8 152681], but the config implies [152681 8]`}},
+			ts[LMHeadName] = rawTensor{dtype: "F32", shape: []int64{8, 100}, data: make([]byte, 100*8*4)}
+		}, wants: []string{`"language_model.lm_head.weight" has shape [8 100], but the config implies [100 8]`}},
 		{name: "unknown dtype", edit: func(ts map[string]rawTensor) {
 			ts["mlp1.0.bias"] = rawTensor{dtype: "I64", shape: []int64{32}, data: make([]byte, 32*8)}
 		}, wants: []string{`tensor "mlp1.0.bias": dtype "I64" is not supported (want BF16, F16 or F32)`}},
