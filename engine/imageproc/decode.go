@@ -61,7 +61,9 @@ func Sniff(data []byte) string {
 // nothing. Errors are *engine.InputError: CodeImageTooLarge over the budget, CodeBadImage
 // for empty, unknown, corrupt or truncated bytes. The returned string is the format.
 //
-// EXIF orientation is ignored, as it is by the reference (PIL's Image.open).
+// A lossy WebP comes back as *image.NRGBA with libwebp's colours (see webp.go); JPEG
+// stays *image.YCbCr, which ToRGB converts the libjpeg way. EXIF orientation is ignored,
+// as it is by the reference (PIL's Image.open).
 func Decode(data []byte, maxPixels int64) (img image.Image, format string, err error) {
 	if maxPixels <= 0 {
 		maxPixels = DefaultMaxPixels
@@ -105,6 +107,9 @@ func Decode(data []byte, maxPixels int64) (img image.Image, format string, err e
 	if b := img.Bounds(); int64(b.Dx())*int64(b.Dy()) > maxPixels || b.Empty() {
 		return nil, format, engine.InputErrorf(engine.CodeBadImage,
 			"%s decoded to %dx%d, not the %dx%d its header claims", format, b.Dx(), b.Dy(), cfg.Width, cfg.Height)
+	}
+	if format == FormatWebP {
+		img = webpColours(img)
 	}
 	return img, format, nil
 }
