@@ -273,15 +273,21 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if d.IsDir() || strings.HasPrefix(d.Name(), tempPrefix) {
-			return nil
+		if p == start {
+			return nil // the folder itself (or a file where the prefix wants a folder)
 		}
 		below := p
 		if start != "." {
 			below = strings.TrimPrefix(p, start+"/")
 		}
 		full := path.Join(dir, below) // as the caller named it, not as resolved
-		if !strings.HasPrefix(full, prefix) {
+		if d.IsDir() {
+			if !strings.HasPrefix(full+"/", prefix) && !strings.HasPrefix(prefix, full+"/") {
+				return fs.SkipDir // nothing below can match the prefix
+			}
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), tempPrefix) || !strings.HasPrefix(full, prefix) {
 			return nil
 		}
 		info, err := r.root.Stat(p) // follows a link, but only inside the root

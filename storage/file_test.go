@@ -263,6 +263,8 @@ func TestFileListInKeyOrder(t *testing.T) {
 		{f.url("f"), 100, []string{"f-other/d.jpg", "f/a.jpg", "f/alias.jpg", "f/b.jpg", "f/sub/c.jpg"}},
 		{f.url("f/a"), 100, []string{"f/a.jpg", "f/alias.jpg"}},
 		{"file://" + f.root, 2, []string{"f-other/d.jpg", "f/a.jpg"}},
+		{f.url("f/sub/c"), 100, []string{"f/sub/c.jpg"}},
+		{f.url("f/a.jpg") + "/", 100, nil}, // a file is not a folder
 		{f.url("missing") + "/", 100, nil},
 	}
 	for _, c := range cases {
