@@ -1,0 +1,300 @@
+package main
+
+// `worker smoke` checks a live server the way the seed's smoke_test.py does. It uses the
+// standard library only, so it can be read and trusted without the rest of the module.
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"image/png"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// errSmokeFailed is what runSmoke returns after it has printed its FAIL line; the caller
+// exits non-zero without printing more.
+var errSmokeFailed = errors.New("smoke test failed")
+
+// smokePollInterval is how often /health is asked while the server is starting.
+const smokePollInterval = 250 * time.Millisecond
+
+// smokeKeys are the /predict response fields the contract promises (seed SERVING.md §3).
+var smokeKeys = []string{
+	"query", "width", "height", "canonical_size", "grid_hw", "num_image_tokens", "prompt_tokens",
+	"prefill_tokens", "raw_text", "detections", "points", "num_generated_tokens", "stopped_on_eos",
+	"decode_mode", "timing_ms", "overlay_png_b64",
+}
+
+type smokeOptions struct {
+	url          string
+	image        string
+	query        string
+	save         string
+	wait         time.Duration
+	timeout      time.Duration
+	maxNewTokens int
+	minBoxes     int
+}
+
+// smokePrediction is the part of the /predict response the check reads.
+type smokePrediction struct {
+	Detections []struct {
+		Label   string     `json:"label"`
+		Box     [4]float64 `json:"box"`
+		BoxNorm [4]int     `json:"box_norm"`
+	} `json:"detections"`
+	NumGeneratedTokens int     `json:"num_generated_tokens"`
+	StoppedOnEOS       bool    `json:"stopped_on_eos"`
+	GridHW             [2]int  `json:"grid_hw"`
+	CanonicalSize      [2]int  `json:"canonical_size"`
+	DecodeMode         string  `json:"decode_mode"`
+	OverlayPNGBase64   *string `json:"overlay_png_b64"`
+	TimingMS           struct {
+		Vision     float64 `json:"vision"`
+		Prefill    float64 `json:"prefill"`
+		Decode     float64 `json:"decode"`
+		Total      float64 `json:"total"`
+		DecodeTokS float64 `json:"decode_tok_s"`
+	} `json:"timing_ms"`
+}
+
+// runSmoke is `worker smoke --url URL --image F --query Q [--save overlay.png]`: wait for
+// GET /health to say ok, read GET /info, POST /predict with return_overlay, check the answer,
+// and print one line, `PASS ...` or `FAIL reason`. It returns errSmokeFailed after a FAIL,
+// and flag.ErrHelp after printing the usage for -h.
+func runSmoke(args []string, stdout io.Writer) error {
+	opts, err := parseSmokeFlags(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	if err != nil {
+		fmt.Fprintf(stdout, "FAIL %v\n", err)
+		return errSmokeFailed
+	}
+	line, err := smoke(opts)
+	if err != nil {
+		fmt.Fprintf(stdout, "FAIL %v\n", err)
+		return errSmokeFailed
+	}
+	fmt.Fprintln(stdout, line)
+	return nil
+}
+
+func parseSmokeFlags(args []string, usage io.Writer) (smokeOptions, error) {
+	var o smokeOptions
+	fs := flag.NewFlagSet("worker smoke", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // a flag error becomes the FAIL line; only -h prints the usage
+	fs.StringVar(&o.url, "url", "http://127.0.0.1:20000", "base URL of the server")
+	fs.StringVar(&o.image, "image", "", "PNG or JPEG file to send (required)")
+	fs.StringVar(&o.query, "query", "", "query; several categories joined with </c> (required)")
+	fs.StringVar(&o.save, "save", "", "write the overlay PNG to this file")
+	fs.DurationVar(&o.wait, "wait", 2*time.Minute, "how long to wait for /health to say ok")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "limit for the /predict call")
+	fs.IntVar(&o.maxNewTokens, "max-new-tokens", 0, "token budget (0: the server's default)")
+	fs.IntVar(&o.minBoxes, "min-boxes", 1, "fail with fewer boxes than this")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(usage, "usage: worker smoke --url URL --image FILE --query QUERY [--save overlay.png]")
+			fs.SetOutput(usage)
+			fs.PrintDefaults()
+		}
+		return o, fmt.Errorf("flags: %w", err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("flags: unexpected argument %q", fs.Arg(0))
+	case o.image == "":
+		return o, errors.New("flags: --image is required")
+	case o.query == "":
+		return o, errors.New("flags: --query is required")
+	}
+	o.url = strings.TrimSuffix(o.url, "/")
+	return o, nil
+}
+
+// smoke runs the checks and returns the PASS line.
+func smoke(o smokeOptions) (string, error) {
+	img, err := os.ReadFile(o.image)
+	if err != nil {
+		return "", fmt.Errorf("read image: %w", err)
+	}
+	ctx := context.Background()
+	if err := waitHealthy(ctx, o.url, o.wait); err != nil {
+		return "", err
+	}
+
+	var info map[string]any
+	if err := getJSON(ctx, o.url+"/info", 30*time.Second, &info); err != nil {
+		return "", fmt.Errorf("GET /info: %w", err)
+	}
+	if _, ok := info["model"].(string); !ok {
+		return "", errors.New("GET /info: no model name in the answer")
+	}
+
+	body := map[string]any{
+		"image":          base64.StdEncoding.EncodeToString(img),
+		"query":          o.query,
+		"return_overlay": true,
+	}
+	if o.maxNewTokens > 0 {
+		body["max_new_tokens"] = o.maxNewTokens
+	}
+	raw, err := postJSON(ctx, o.url+"/predict", o.timeout, body)
+	if err != nil {
+		return "", fmt.Errorf("POST /predict: %w", err)
+	}
+	pred, err := checkPrediction(raw)
+	if err != nil {
+		return "", fmt.Errorf("POST /predict: %w", err)
+	}
+	if len(pred.Detections) < o.minBoxes {
+		return "", fmt.Errorf("%d boxes for %q, want at least %d (raw answer: %s)", len(pred.Detections), o.query, o.minBoxes, rawText(raw))
+	}
+	overlay, err := base64.StdEncoding.DecodeString(*pred.OverlayPNGBase64)
+	if err != nil {
+		return "", fmt.Errorf("overlay_png_b64 is not base64: %w", err)
+	}
+	if _, err := png.DecodeConfig(bytes.NewReader(overlay)); err != nil {
+		return "", fmt.Errorf("overlay_png_b64 is not a PNG: %w", err)
+	}
+	if o.save != "" {
+		if err := os.WriteFile(o.save, overlay, 0o644); err != nil {
+			return "", fmt.Errorf("save overlay: %w", err)
+		}
+	}
+	return passLine(pred), nil
+}
+
+// waitHealthy asks GET /health until it says ok or wait has passed.
+func waitHealthy(ctx context.Context, base string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	last := "no answer"
+	for {
+		var h struct {
+			Status string `json:"status"`
+		}
+		err := getJSON(ctx, base+"/health", 5*time.Second, &h)
+		switch {
+		case err == nil && h.Status == "ok":
+			return nil
+		case err == nil:
+			last = fmt.Sprintf("status %q", h.Status)
+		default:
+			last = err.Error()
+		}
+		if time.Now().Add(smokePollInterval).After(deadline) {
+			return fmt.Errorf("server not ready after %v: last /health: %s", wait, last)
+		}
+		time.Sleep(smokePollInterval)
+	}
+}
+
+func getJSON(ctx context.Context, url string, timeout time.Duration, into any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	raw, err := send(req)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("answer is not the expected JSON: %w", err)
+	}
+	return nil
+}
+
+func postJSON(ctx context.Context, url string, timeout time.Duration, body any) ([]byte, error) {
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return send(req)
+}
+
+// send does req and returns the body of a 200; any other status is an error carrying the
+// server's detail.
+func send(req *http.Request) ([]byte, error) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Detail any `json:"detail"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Detail != nil {
+			return nil, fmt.Errorf("HTTP %d: %v", resp.StatusCode, e.Detail)
+		}
+		return nil, fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, raw)
+	}
+	return raw, nil
+}
+
+// checkPrediction insists on every contract field, then reads the ones the line shows.
+func checkPrediction(raw []byte) (*smokePrediction, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, fmt.Errorf("answer is not a JSON object: %w", err)
+	}
+	var missing []string
+	for _, k := range smokeKeys {
+		if _, ok := fields[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("answer lacks %s", strings.Join(missing, ", "))
+	}
+	var p smokePrediction
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("answer has a field of the wrong type: %w", err)
+	}
+	if p.OverlayPNGBase64 == nil {
+		return nil, errors.New("overlay_png_b64 is null although return_overlay was true")
+	}
+	return &p, nil
+}
+
+func rawText(raw []byte) string {
+	var r struct {
+		RawText string `json:"raw_text"`
+	}
+	_ = json.Unmarshal(raw, &r)
+	return fmt.Sprintf("%q", r.RawText)
+}
+
+func passLine(p *smokePrediction) string {
+	labels := make([]string, len(p.Detections))
+	for i, d := range p.Detections {
+		labels[i] = d.Label
+	}
+	quoted, _ := json.Marshal(labels)
+	t := p.TimingMS
+	return fmt.Sprintf("PASS %d boxes labels=%s tokens=%d eos=%t grid=[%d, %d] canon=[%d, %d] mode=%s "+
+		"vision=%.0fms prefill=%.0fms decode=%.0fms (%.1f tok/s) total=%.0fms",
+		len(p.Detections), quoted, p.NumGeneratedTokens, p.StoppedOnEOS, p.GridHW[0], p.GridHW[1],
+		p.CanonicalSize[0], p.CanonicalSize[1], p.DecodeMode, t.Vision, t.Prefill, t.Decode, t.DecodeTokS, t.Total)
+}
