@@ -14,6 +14,9 @@ import (
 	"github.com/locateanything/detect/jobs"
 )
 
+// ErrUnknownJob is wrapped by the errors about a job id the system has no record of.
+var ErrUnknownJob = errors.New("unknown job")
+
 // Admin answers status, cancel and dead-letter questions against a running system.
 type Admin struct {
 	js    jetstream.JetStream
@@ -68,7 +71,7 @@ func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
 		s.Result = &res
 	}
 	if !s.HasState && s.Result == nil {
-		return s, fmt.Errorf("job %s: unknown (no state and no result; it was never published, or its records expired)", id)
+		return s, fmt.Errorf("job %s: %w (no state and no result: it was never published, or its records expired)", id, ErrUnknownJob)
 	}
 	return s, nil
 }
@@ -320,7 +323,7 @@ func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
 	}
 	msg, err := st.GetLastMsgForSubject(ctx, jobs.DLQSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return DLQEntry{}, fmt.Errorf("job %s is not in the dead-letter queue", id)
+		return DLQEntry{}, fmt.Errorf("job %s is not in the dead-letter queue: %w", id, ErrUnknownJob)
 	}
 	if err != nil {
 		return DLQEntry{}, fmt.Errorf("dead-letter record of job %s: %w", id, err)

@@ -23,7 +23,7 @@ import (
 const (
 	ExitOK          = 0   // every job succeeded (or the command did what it was asked)
 	ExitJobsFailed  = 1   // the run finished, and some jobs failed, were canceled or expired
-	ExitUsage       = 2   // bad flags, bad input (a manifest line, a missing file)
+	ExitUsage       = 2   // bad flags, bad input (a manifest line, a missing file), unknown job id
 	ExitUnavailable = 3   // NATS, JetStream or storage could not be used
 	ExitInterrupted = 130 // Ctrl-C or SIGTERM before every result arrived; rerun to resume
 )
@@ -101,7 +101,7 @@ func fail(cio IO, err error) int {
 	case errors.As(err, &ue):
 		fmt.Fprint(cio.Stderr, "\n"+usage)
 		return ExitUsage
-	case errors.As(err, &inputErr):
+	case errors.As(err, &inputErr), errors.Is(err, ErrUnknownJob):
 		return ExitUsage
 	case errors.Is(err, ErrInterrupted), errors.Is(err, context.Canceled):
 		return ExitInterrupted
