@@ -45,6 +45,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/locateanything/detect/engine"
@@ -105,6 +106,9 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 	}
 	if o.MaxSeqLen == 0 {
 		o.MaxSeqLen = DefaultMaxSeqLen
+	}
+	if o.Threads == 0 {
+		o.Threads = runtime.NumCPU() // the CPUs this process may run on
 	}
 
 	cfg, free, err := makeConfig(m, o)
