@@ -18,7 +18,7 @@ import (
 )
 
 // openS3 starts a real versitygw with one bucket and opens a Router on it.
-func openS3(t *testing.T) (*s3test.Server, *storage.Router) {
+func openS3(t testing.TB) (*s3test.Server, *storage.Router) {
 	t.Helper()
 	srv := s3test.Start(t)
 	srv.CreateBucket(t, "images")
@@ -32,7 +32,7 @@ func openS3(t *testing.T) (*s3test.Server, *storage.Router) {
 	})
 }
 
-func openRouter(t *testing.T, cfg storage.Config) *storage.Router {
+func openRouter(t testing.TB, cfg storage.Config) *storage.Router {
 	t.Helper()
 	r, err := storage.Open(cfg)
 	if err != nil {
