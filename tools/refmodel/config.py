@@ -85,8 +85,9 @@ class Config:
 
     # --- the real file layout -------------------------------------------------------
 
-    def to_json(self):
-        """(config.json dict, preprocessor_config.json dict)."""
+    def to_json(self, torch_dtype="bfloat16"):
+        """(config.json dict, preprocessor_config.json dict); torch_dtype names the
+        weights' storage type ("bfloat16", "float32")."""
         t, v, p = self.text, self.vision, self.preprocessor
         text = {
             "model_type": "qwen2",
@@ -108,7 +109,7 @@ class Config:
             "switch_token_id": 152679,
             "text_mask_token_id": 151676,
             "block_size": 6,
-            "torch_dtype": "bfloat16",
+            "torch_dtype": torch_dtype,
         }
         if t.write_head_dim:
             text["head_dim"] = t.head_dim
@@ -147,8 +148,8 @@ class Config:
         }
         return cfg, pre
 
-    def save(self, out_dir):
-        cfg, pre = self.to_json()
+    def save(self, out_dir, torch_dtype="bfloat16"):
+        cfg, pre = self.to_json(torch_dtype)
         for name, obj in ((CONFIG_FILE, cfg), (PREPROCESSOR_FILE, pre)):
             with open(os.path.join(out_dir, name), "w") as f:
                 json.dump(obj, f, indent=2)

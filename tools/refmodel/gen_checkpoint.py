@@ -65,6 +65,8 @@ PRESETS = {
         dtype="BF16", shards=2, lm_head=True),
 }
 
+TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
 LAYERNORM_WEIGHTS = ("norm0.weight", "norm1.weight", "final_layernorm.weight", "mlp1.0.weight",
                      "input_layernorm.weight", "post_attention_layernorm.weight", "model.norm.weight")
 
@@ -107,7 +109,7 @@ def generate(preset, out_dir, seed, tokenizer_dir):
     p = PRESETS[preset]
     cfg = p["cfg"].validate()
     os.makedirs(out_dir, exist_ok=True)
-    cfg.save(out_dir)
+    cfg.save(out_dir, TORCH_DTYPES[p["dtype"]])
     for name in TOKENIZER_FILES:
         shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(out_dir, name))
     specs = expected_tensors(cfg)

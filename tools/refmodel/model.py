@@ -363,7 +363,7 @@ def load_checkpoint(ckpt_dir):
 def save_checkpoint(model, out_dir, dtype="BF16", shards=1):
     """Writes config files and the weights in the real layout (dtype "BF16", "F16", "F32").
     Tokenizer files are the caller's business."""
-    model.cfg.save(out_dir)
+    model.cfg.save(out_dir, {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[dtype])
     state = model.state_dict()
     specs = [(n, tuple(state[n].shape)) for n, _ in expected_tensors(model.cfg)]
     if LM_HEAD in state:

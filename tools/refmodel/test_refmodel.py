@@ -99,6 +99,19 @@ class NamesTest(unittest.TestCase):
                 self.assertEqual("head_dim" in raw["text_config"], cfg.text.write_head_dim)
 
 
+class CheckpointRoundtripTest(unittest.TestCase):
+    def test_save_then_load_gives_the_same_model(self):
+        for lm_head, dtype, shards in ((False, "F32", 1), (True, "BF16", 2)):
+            m = random_model("tiny-bf16", lm_head=lm_head)
+            with tempfile.TemporaryDirectory() as d:
+                M.save_checkpoint(m, d, dtype, shards)
+                back = M.load_checkpoint(d)
+            self.assertEqual(back.language_model.lm_head is not None, lm_head)
+            ids = torch.randint(0, 1000, (1, 5))
+            tol = 0 if dtype == "F32" else 0.1
+            torch.testing.assert_close(back(ids), m(ids), rtol=tol, atol=tol)
+
+
 class VisionTest(unittest.TestCase):
     def test_patch_embed_is_a_linear_over_channel_row_col(self):
         m = random_model()
