@@ -3,12 +3,17 @@ package storage
 import (
 	"fmt"
 	"io"
+	"math"
 )
 
 // readLimited reads r to the end, refusing with ErrTooLarge as soon as it has seen more than
 // maxBytes bytes. It never holds more than maxBytes+1 bytes.
 func readLimited(r io.Reader, maxBytes int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, maxBytes+1))
+	limit := maxBytes
+	if limit < math.MaxInt64 {
+		limit++ // one byte past the limit tells "exactly maxBytes" from "more"
+	}
+	data, err := io.ReadAll(io.LimitReader(r, limit))
 	if err != nil {
 		return nil, err
 	}
