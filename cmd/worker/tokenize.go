@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/locateanything/detect/engine/tokenizer"
+)
+
+const tokenizeUsage = "usage: worker tokenize [--weights DIR] [--decode] TEXT..."
+
+// runTokenize implements `worker tokenize --weights DIR [--decode] TEXT...`. It prints the
+// token ids of TEXT (the arguments joined by spaces) as a JSON array; with --decode, TEXT
+// is a JSON array of ids and it prints their text. DIR is a checkpoint directory holding
+// vocab.json, merges.txt and added_tokens.json, by default $LA_WEIGHTS_DIR.
+func runTokenize(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	weights := fs.String("weights", os.Getenv("LA_WEIGHTS_DIR"), "checkpoint directory with the tokenizer files (default $LA_WEIGHTS_DIR)")
+	decode := fs.Bool("decode", false, "read a JSON array of ids and print their text")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w\n%s", err, tokenizeUsage)
+	}
+	if *weights == "" {
+		return fmt.Errorf("tokenize needs --weights DIR or $LA_WEIGHTS_DIR\n%s", tokenizeUsage)
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("tokenize needs the text to encode (or, with --decode, the ids)\n%s", tokenizeUsage)
+	}
+	input := strings.Join(fs.Args(), " ")
+
+	tok, err := tokenizer.Load(*weights)
+	if err != nil {
+		return fmt.Errorf("tokenize: %w", err)
+	}
+	if *decode {
+		text, err := decodeIDs(tok, input)
+		if err != nil {
+			return fmt.Errorf("tokenize --decode: %w", err)
+		}
+		_, err = fmt.Fprintln(stdout, text)
+		return err
+	}
+	ids := tok.Encode(input)
+	if ids == nil {
+		ids = []int32{} // print [] for empty text, not null
+	}
+	out, err := json.Marshal(ids)
+	if err != nil {
+		return fmt.Errorf("tokenize: %w", err)
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", out)
+	return err
+}
+
+// decodeIDs reads a JSON array of token ids and returns their text. Every id must be one
+// the tokenizer knows.
+func decodeIDs(tok *tokenizer.Tokenizer, input string) (string, error) {
+	var ids []int32
+	if err := json.Unmarshal([]byte(input), &ids); err != nil {
+		return "", fmt.Errorf("want a JSON array of token ids such as [9707, 11]: %w", err)
+	}
+	if ids == nil {
+		return "", errors.New("want a JSON array of token ids such as [9707, 11], got null")
+	}
+	for i, id := range ids {
+		if _, ok := tok.Token(id); !ok {
+			return "", fmt.Errorf("id %d (position %d) is not a token: ids run from 0 to %d", id, i, tok.VocabSize()-1)
+		}
+	}
+	return tok.Decode(ids), nil
+}
