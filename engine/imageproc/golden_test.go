@@ -248,3 +248,66 @@ func mustRead(t testing.TB, name string) []byte {
 func readTestdata(name string) ([]byte, error) {
 	return os.ReadFile(filepath.Join("testdata", name))
 }
+
+// BenchmarkPreprocess1080p is the whole host path for a 1920x1080 JPEG at limit 1024:
+// decode, RGB conversion, rescale, stretch, normalize, patchify. Compare with
+// tools/goldens/imageproc/bench_pil.py run in the same sitting.
+func BenchmarkPreprocess1080p(b *testing.B) {
+	data, err := readTestdata("bench_1920x1080.jpg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := DefaultOptions()
+	b.ReportAllocs()
+	for b.Loop() {
+		img, _, err := Decode(data, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := Preprocess(img, o)
+		if err != nil || res.GridH != 24 || res.GridW != 44 {
+			b.Fatalf("grid %dx%d: %v", res.GridH, res.GridW, err)
+		}
+	}
+}
+
+// BenchmarkStages splits BenchmarkPreprocess1080p into its parts.
+func BenchmarkStages(b *testing.B) {
+	data, err := readTestdata("bench_1920x1080.jpg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	img, _, err := Decode(data, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rgb, err := ToRGB(img)
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := DefaultOptions()
+	view, err := ModelViewRGB(rgb, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			Decode(data, 0)
+		}
+	})
+	b.Run("to_rgb", func(b *testing.B) {
+		for b.Loop() {
+			ToRGB(img)
+		}
+	})
+	b.Run("resize", func(b *testing.B) {
+		for b.Loop() {
+			ModelViewRGB(rgb, o)
+		}
+	})
+	b.Run("patchify", func(b *testing.B) {
+		for b.Loop() {
+			Patchify(view, o)
+		}
+	})
+}
