@@ -34,7 +34,7 @@ type setup struct {
 	notReady  bool
 }
 
-func newHarness(t *testing.T, s setup) *harness {
+func newHarness(t testing.TB, s setup) *harness {
 	t.Helper()
 	eng := httpcompattest.New()
 	if s.configure != nil {
