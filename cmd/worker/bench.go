@@ -1,0 +1,290 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/locateanything/detect/engine/checkpoint"
+	"github.com/locateanything/detect/engine/native"
+)
+
+const benchUsage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256]"
+
+// benchOptions are the flags of `worker bench`.
+type benchOptions struct {
+	weights      string
+	threads      int
+	tokens       int
+	gridH, gridW int
+	prompt       int
+	runs         int
+	warmup       bool
+	streamMiB    int
+}
+
+// stageTimes is one run of the three stages.
+type stageTimes struct {
+	vision, prefill, decode time.Duration
+}
+
+// runBench implements `worker bench`: it loads a checkpoint into the CPU backend, times
+// vision, prefill and decode on synthetic inputs of the served shapes, and prints each
+// stage next to what the machine offers, measured in the same run: OpenBLAS sgemm
+// GFLOP/s for vision and prefill, STREAM-style memory bandwidth for decode (whose
+// ceiling is bandwidth / weight bytes read per token).
+func runBench(args []string, stdout io.Writer) error {
+	o, err := parseBenchFlags(args)
+	if err != nil {
+		return err
+	}
+	m, err := checkpoint.Open(o.weights)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer m.Close()
+	c := m.Config
+	merge := c.Vision.MergeKernel
+	if o.gridH%merge != 0 || o.gridW%merge != 0 {
+		return fmt.Errorf("bench: --grid %dx%d: sides must be multiples of the %d-patch merge", o.gridH, o.gridW, merge)
+	}
+	imageTokens := o.gridH * o.gridW / (merge * merge)
+	if o.prompt < imageTokens+2 {
+		return fmt.Errorf("bench: --prompt %d is too short for the %d image tokens of a %dx%d grid", o.prompt, imageTokens, o.gridH, o.gridW)
+	}
+	if o.threads == 0 {
+		o.threads = runtime.NumCPU()
+	}
+
+	// Machine figures first, before the backend's buffers take memory.
+	copyBW, triadBW, err := native.MeasureMemoryBandwidth(o.streamMiB, o.threads, 5)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	patches := o.gridH * o.gridW
+	visionSGEMM, err := native.MeasureSGEMM(patches, c.Vision.Intermediate, c.Vision.Hidden, 3)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	prefillSGEMM, err := native.MeasureSGEMM(o.prompt, c.Text.Intermediate, c.Text.Hidden, 3)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+
+	// The backend binds to one OS thread: open, run and close on this one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b, err := native.Open("cpu", m, native.Options{MaxSeqLen: o.prompt + o.tokens + 1, Threads: o.threads})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer b.Close()
+
+	in := benchInputs(c, o, imageTokens)
+	if o.warmup {
+		if _, err := benchRun(b, in, o, min(o.tokens, 4)); err != nil {
+			return err
+		}
+	}
+	var runs []stageTimes
+	for range o.runs {
+		st, err := benchRun(b, in, o, o.tokens)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, st)
+	}
+
+	vision := median(runs, func(s stageTimes) time.Duration { return s.vision })
+	prefill := median(runs, func(s stageTimes) time.Duration { return s.prefill })
+	decode := median(runs, func(s stageTimes) time.Duration { return s.decode })
+	visionGF := visionFLOPs(m, patches) / vision.Seconds() / 1e9
+	prefillGF := prefillFLOPs(c, o.prompt) / prefill.Seconds() / 1e9
+	tokPerSec := float64(o.tokens) / decode.Seconds()
+	bytesPerToken := float64(decodeWeightBytes(m))
+	decodeGBps := bytesPerToken * tokPerSec / 1e9
+	ceiling := triadBW * 1e9 / bytesPerToken
+
+	w := &reportWriter{w: stdout}
+	w.printf("checkpoint  %s: %s weights, %d tensors, %.2f GB mapped\n", o.weights, dtypeSummary(m), len(m.Tensors), float64(m.Bytes())/1e9)
+	w.printf("backend     %s, decode kernels %s, %d threads, %d runs (median)\n", b.Name(), native.KernelISA(), o.threads, o.runs)
+	w.printf("machine     memory copy %.1f GB/s, triad %.1f GB/s (%d MiB arrays); OpenBLAS sgemm %.1f GFLOP/s at %dx%dx%d, %.1f GFLOP/s at %dx%dx%d\n",
+		copyBW, triadBW, o.streamMiB, visionSGEMM, patches, c.Vision.Intermediate, c.Vision.Hidden,
+		prefillSGEMM, o.prompt, c.Text.Intermediate, c.Text.Hidden)
+	w.printf("vision      grid %dx%d (%d patches, %d image tokens): %s, %.1f GFLOP/s = %.2f x sgemm\n",
+		o.gridH, o.gridW, patches, imageTokens, ms(vision), visionGF, visionGF/visionSGEMM)
+	w.printf("prefill     %d tokens: %s, %.1f GFLOP/s = %.2f x sgemm\n", o.prompt, ms(prefill), prefillGF, prefillGF/prefillSGEMM)
+	w.printf("decode      %d tokens: %s, %.2f tokens/s, %.3f GB weights/token = %.1f GB/s; ceiling triad/bytes %.2f tokens/s; %.0f%% of ceiling\n",
+		o.tokens, ms(decode), tokPerSec, bytesPerToken/1e9, decodeGBps, ceiling, 100*tokPerSec/ceiling)
+	return w.err
+}
+
+func parseBenchFlags(args []string) (benchOptions, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o benchOptions
+	fs.StringVar(&o.weights, "weights", os.Getenv("LA_WEIGHTS_DIR"), "checkpoint directory (default $LA_WEIGHTS_DIR)")
+	fs.IntVar(&o.threads, "threads", 0, "backend threads (0 = one per CPU)")
+	fs.IntVar(&o.tokens, "tokens", 64, "decode steps per run")
+	grid := fs.String("grid", "24x44", "vision grid HxW in 14-px patches")
+	fs.IntVar(&o.prompt, "prompt", 303, "prefill prompt length, image tokens included")
+	fs.IntVar(&o.runs, "runs", 3, "timed runs; each stage reports the median")
+	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
+	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
+	if err := fs.Parse(args); err != nil {
+		return o, fmt.Errorf("bench: %w\n%s", err, benchUsage)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("bench: unexpected argument %q\n%s", fs.Arg(0), benchUsage)
+	}
+	if o.weights == "" {
+		return o, fmt.Errorf("bench: --weights is required\n%s", benchUsage)
+	}
+	if _, err := fmt.Sscanf(*grid, "%dx%d", &o.gridH, &o.gridW); err != nil || o.gridH <= 0 || o.gridW <= 0 ||
+		*grid != fmt.Sprintf("%dx%d", o.gridH, o.gridW) {
+		return o, fmt.Errorf("bench: --grid %q: want HxW with positive sides, like 24x44", *grid)
+	}
+	if o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.threads < 0 || o.streamMiB < 1 {
+		return o, fmt.Errorf("bench: --tokens, --prompt, --runs and --stream-mib must be positive, --threads not negative")
+	}
+	return o, nil
+}
+
+// benchData are the synthetic inputs of every run.
+type benchData struct {
+	patches []float32
+	ids     []int32
+}
+
+// benchInputs makes patches in [-1, 1] and a prompt of o.prompt ids: ordinary tokens
+// around the image tokens, as in the chat template.
+func benchInputs(c *checkpoint.Config, o benchOptions, imageTokens int) benchData {
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := make([]float32, o.gridH*o.gridW*3*c.Vision.PatchSize*c.Vision.PatchSize)
+	for i := range p {
+		p[i] = 2*rng.Float32() - 1
+	}
+	ids := make([]int32, o.prompt)
+	const prefix = 15 // system and user header, as in the real prompt
+	for i := range ids {
+		switch {
+		case i >= prefix && i < prefix+imageTokens:
+			ids[i] = int32(c.ImageTokenID)
+		default:
+			ids[i] = int32(1000 + rng.IntN(min(c.Text.Vocab, 150000)-1000))
+		}
+	}
+	return benchData{patches: p, ids: ids}
+}
+
+// benchRun times one request: vision, prefill and tokens decode steps.
+func benchRun(b *native.Backend, in benchData, o benchOptions, tokens int) (stageTimes, error) {
+	var st stageTimes
+	if err := b.Reset(); err != nil {
+		return st, err
+	}
+	t0 := time.Now()
+	if err := b.Vision(in.patches, o.gridH, o.gridW); err != nil {
+		return st, err
+	}
+	t1 := time.Now()
+	tok, err := b.Prefill(in.ids)
+	if err != nil {
+		return st, err
+	}
+	t2 := time.Now()
+	for range tokens {
+		if tok, err = b.Decode(tok); err != nil {
+			return st, err
+		}
+	}
+	t3 := time.Now()
+	return stageTimes{vision: t1.Sub(t0), prefill: t2.Sub(t1), decode: t3.Sub(t2)}, nil
+}
+
+func median(runs []stageTimes, f func(stageTimes) time.Duration) time.Duration {
+	d := make([]time.Duration, len(runs))
+	for i, r := range runs {
+		d[i] = f(r)
+	}
+	slices.Sort(d)
+	if len(d)%2 == 1 {
+		return d[len(d)/2]
+	}
+	return (d[len(d)/2-1] + d[len(d)/2]) / 2
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1e3) }
+
+// visionFLOPs counts the multiply-adds (x2) of the vision tower, merge and projector on
+// L patches: the matrix products and the attention, not the norms and activations.
+func visionFLOPs(m *checkpoint.Model, L int) float64 {
+	v, t := m.Config.Vision, m.Config.Text
+	C, I, l := float64(v.Hidden), float64(v.Intermediate), float64(L)
+	f := 2 * l * float64(3*v.PatchSize*v.PatchSize) * C
+	perLayer := 2*l*C*3*C + 2*l*C*C + 2*2*l*C*I + 2*2*l*l*C
+	f += float64(v.Layers) * perLayer
+	mid := float64(t.Hidden)
+	if p, ok := m.Tensor("mlp1.1.weight"); ok && len(p.Shape) == 2 {
+		mid = float64(p.Shape[0])
+	}
+	tokens, merged := l/float64(v.MergeKernel*v.MergeKernel), C*float64(v.MergeKernel*v.MergeKernel)
+	return f + 2*tokens*merged*mid + 2*tokens*mid*float64(t.Hidden)
+}
+
+// prefillFLOPs counts the decoder's matrix products over n tokens, causal attention and
+// the LM head for the last position.
+func prefillFLOPs(c *checkpoint.Config, n int) float64 {
+	t := c.Text
+	D, I, N := float64(t.Hidden), float64(t.Intermediate), float64(n)
+	qd, kvd := float64(t.Heads*t.HeadDim), float64(t.KVHeads*t.HeadDim)
+	perLayer := 2*N*D*(qd+2*kvd) + 2*N*qd*D + 3*2*N*D*I + 2*2*qd*N*(N+1)/2
+	return float64(t.Layers)*perLayer + 2*float64(t.Vocab)*D
+}
+
+// decodeWeightBytes is what one decode step reads from the weights: every decoder
+// matrix and the LM head (or the tied embeddings).
+func decodeWeightBytes(m *checkpoint.Model) int64 {
+	var n int64
+	for _, t := range m.Tensors {
+		if strings.HasPrefix(t.Name, "language_model.model.layers.") {
+			n += int64(len(t.Data))
+		}
+	}
+	head := "language_model.model.embed_tokens.weight"
+	if m.HasLMHead() {
+		head = checkpoint.LMHeadName
+	}
+	if t, ok := m.Tensor(head); ok {
+		n += int64(len(t.Data))
+	}
+	return n
+}
+
+func dtypeSummary(m *checkpoint.Model) string {
+	var names []string
+	for _, t := range m.Tensors {
+		if s := t.DType.String(); !slices.Contains(names, s) {
+			names = append(names, s)
+		}
+	}
+	return strings.Join(names, "+")
+}
+
+// reportWriter keeps the first write error so the report reads as plain prints.
+type reportWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (r *reportWriter) printf(format string, args ...any) {
+	if r.err == nil {
+		_, r.err = fmt.Fprintf(r.w, format, args...)
+	}
+}
