@@ -43,10 +43,27 @@ type publisher struct {
 	warn func(id string, attempt int, wait time.Duration, err error)
 }
 
-// permanentPublishError reports errors that waiting cannot fix.
+// Error codes of the JetStream API that no retry can change (nats-server's
+// jetstream_errors_generated.go).
+const (
+	errCodeMessageTooLarge  jetstream.ErrorCode = 10054 // JSStreamMessageExceedsMaximumErr
+	errCodeStreamNotMatch   jetstream.ErrorCode = 10060 // JSStreamNotMatchErr: the subject belongs to another stream
+	errCodeStreamNotFound   jetstream.ErrorCode = 10059 // JSStreamNotFoundErr
+	errCodeNotEnabledForAcc jetstream.ErrorCode = 10039 // JSNotEnabledForAccountErr
+)
+
+// permanentPublishError reports errors that waiting cannot fix. Everything else (a full
+// stream, a timeout, no responders during a leader election, a reconnect) is retried.
 func permanentPublishError(err error) bool {
-	return errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) ||
-		errors.Is(err, jetstream.ErrStreamNotFound)
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode {
+	case errCodeMessageTooLarge, errCodeStreamNotMatch, errCodeStreamNotFound, errCodeNotEnabledForAcc:
+		return true
+	}
+	return false
 }
 
 // publish publishes job until JetStream acknowledges it, retrying with backoff. It returns
