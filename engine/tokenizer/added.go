@@ -1,38 +1,41 @@
 package tokenizer
 
+import "slices"
+
 // addedTokens finds the checkpoint's added tokens (<|im_start|>, <IMG_CONTEXT>, <box>,
 // <0>..<1000>, ...) in text. They are matched whole and before normalization and BPE,
 // so a special token is never split or altered, and where two overlap at one position
 // the longest wins (<10> rather than <1 followed by 0>).
 type addedTokens struct {
-	ids            map[string]int32
-	first          [256]bool // first bytes of the tokens: the only places a match can start
-	minLen, maxLen int
+	ids     map[string]int32
+	first   [256]bool // first bytes of the tokens: the only places a match can start
+	lengths []int     // the distinct token lengths, longest first
 }
 
 func newAddedTokens(ids map[string]int32) addedTokens {
 	a := addedTokens{ids: ids}
 	for tok := range ids {
 		a.first[tok[0]] = true
-		if a.minLen == 0 || len(tok) < a.minLen {
-			a.minLen = len(tok)
+		if !slices.Contains(a.lengths, len(tok)) {
+			a.lengths = append(a.lengths, len(tok))
 		}
-		a.maxLen = max(a.maxLen, len(tok))
 	}
+	slices.Sort(a.lengths)
+	slices.Reverse(a.lengths)
 	return a
 }
 
 // next finds the first added token in s at or after from. It returns its position and
 // id, or ok = false when there is none.
 func (a *addedTokens) next(s string, from int) (start, end int, id int32, ok bool) {
-	if len(a.ids) == 0 {
-		return 0, 0, 0, false
-	}
-	for i := from; i+a.minLen <= len(s); i++ {
+	for i := from; i < len(s); i++ {
 		if !a.first[s[i]] {
 			continue
 		}
-		for n := min(a.maxLen, len(s)-i); n >= a.minLen; n-- {
+		for _, n := range a.lengths {
+			if i+n > len(s) {
+				continue
+			}
 			if id, ok := a.ids[s[i:i+n]]; ok {
 				return i, i + n, id, true
 			}
