@@ -18,7 +18,7 @@ func TestEndToEndManifestErrorNamesTheLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	sys := startSystem(t, jobs.TopologyConfig{}, newTestEngine(-1))
+	sys := startSystem(t, newTestEngine(-1), systemOptions{})
 	dir := t.TempDir()
 	writeImages(t, dir, 2)
 	manifest := filepath.Join(dir, "set.jsonl")
@@ -50,7 +50,7 @@ func TestEndToEndCancelBatch(t *testing.T) {
 	}
 	const n = 12
 	eng := newTestEngine(0) // nothing runs until released: all jobs stay queued or running
-	sys := startSystem(t, jobs.TopologyConfig{}, eng)
+	sys := startSystem(t, eng, systemOptions{})
 	dir := t.TempDir()
 	writeImages(t, filepath.Join(dir, "frames"), n)
 	out := filepath.Join(dir, "out")
@@ -113,7 +113,7 @@ func TestEndToEndDLQReplay(t *testing.T) {
 	}
 	// A short duplicate window, so that the replayed job's new result is not taken for a
 	// repeat of its first one (workers publish results with the job id as Nats-Msg-Id).
-	sys := startSystem(t, jobs.TopologyConfig{DuplicateWindow: time.Second}, newTestEngine(-1))
+	sys := startSystem(t, newTestEngine(-1), systemOptions{topology: jobs.TopologyConfig{DuplicateWindow: time.Second}})
 	dir := t.TempDir()
 	writeImages(t, dir, 2)
 	manifest := filepath.Join(dir, "set.csv")

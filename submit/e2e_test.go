@@ -24,7 +24,7 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 	}
 	const n = 500
 	eng := newTestEngine(100) // the first 100 images run, the rest wait until released
-	sys := startSystem(t, jobs.TopologyConfig{}, eng)
+	sys := startSystem(t, eng, systemOptions{})
 	publishes := sys.countPublishes(t)
 
 	dir := t.TempDir()
@@ -151,3 +151,45 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// The single-machine setup: no upload, the worker reads file:// URLs and writes results
+// and overlays under a local root, which the CLI downloads into OUT/overlays. The same
+// image under two names is one job.
+func TestEndToEndFileURLsAndOverlays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	root := t.TempDir()
+	sys := startSystem(t, newTestEngine(-1), systemOptions{fileRoot: root})
+	frames := filepath.Join(root, "frames")
+	writeImages(t, frames, 5)
+	dup, err := os.ReadFile(filepath.Join(frames, "0003.png"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(frames, "copy-of-3.png"), dup, 0o644))
+	out := filepath.Join(root, "out")
+
+	code, stdout, _ := sys.submit(t, "--out", out, "--query", "cat", "--task", "ground", "--overlay", frames)
+	if code != ExitOK || !strings.Contains(stdout, "5 submitted, 0 already done, 5 succeeded, 0 failed") {
+		t.Fatalf("exit %d, %q", code, stdout)
+	}
+	if !strings.Contains(stdout, "latency p50 ") || strings.Contains(stdout, "p50 -") {
+		t.Errorf("no latency figures in %q", stdout)
+	}
+	rows := readResults(t, out)
+	if len(rows) != 5 {
+		t.Fatalf("%d rows, want 5", len(rows))
+	}
+	for _, r := range rows {
+		if !strings.HasPrefix(r.Image, "file://"+frames+"/") || r.Task != engine.TaskGround {
+			t.Errorf("row %s: image %s task %s, want a file:// URL under %s and task ground", r.ID, r.Image, r.Task, frames)
+		}
+		if r.OverlayURL == nil {
+			t.Errorf("row %s has no overlay URL", r.ID)
+			continue
+		}
+		png, err := os.ReadFile(filepath.Join(out, OverlaysDir, r.ID+".png"))
+		if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+			t.Errorf("overlay of %s: %v (%d bytes), want the PNG", r.ID, err, len(png))
+		}
+	}
+}

@@ -133,17 +133,34 @@ type system struct {
 	s3       *s3test.Server
 	storeCfg storage.Config
 	store    *storage.Router
+	output   string // the worker's default output prefix
 	eng      *testEngine
 }
 
-func startSystem(t *testing.T, topoCfg jobs.TopologyConfig, eng *testEngine) *system {
+// systemOptions vary a system; the zero value is the default topology and S3 output.
+type systemOptions struct {
+	topology jobs.TopologyConfig
+	// fileRoot, when set, is a directory worker and CLI may use through file:// URLs (the
+	// single-machine setup); results and overlays are then stored under it.
+	fileRoot string
+}
+
+func startSystem(t *testing.T, eng *testEngine, opts systemOptions) *system {
 	t.Helper()
-	s := &system{nats: natstest.Start(t), s3: s3test.Start(t), eng: eng}
+	s := &system{nats: natstest.Start(t), s3: s3test.Start(t), eng: eng, output: "s3://results/out/"}
 	s.s3.CreateBucket(t, "images")
 	s.s3.CreateBucket(t, "results")
 	s.storeCfg = storage.Config{
 		Endpoint: s.s3.URL(), Region: s3test.Region,
 		AccessKey: s.s3.AccessKey, SecretKey: s.s3.SecretKey, PathStyle: "true",
+	}
+	if opts.fileRoot != "" {
+		s.storeCfg.FileRoots = []string{opts.fileRoot}
+		s.output = "file://" + filepath.Join(opts.fileRoot, "results") + "/"
+		if err := os.MkdirAll(filepath.Join(opts.fileRoot, "results"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("LA_FILE_ROOTS", opts.fileRoot)
 	}
 	var err error
 	if s.store, err = storage.Open(s.storeCfg); err != nil {
@@ -154,7 +171,7 @@ func startSystem(t *testing.T, topoCfg jobs.TopologyConfig, eng *testEngine) *sy
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		t.Fatal(err)
 	}
-	if s.topo, err = jobs.EnsureTopology(t.Context(), s.js, topoCfg); err != nil {
+	if s.topo, err = jobs.EnsureTopology(t.Context(), s.js, opts.topology); err != nil {
 		t.Fatalf("topology: %v", err)
 	}
 	// The CLI reads the same variables as a worker.
@@ -176,7 +193,7 @@ func (s *system) startWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := jobs.NewRunner(s.topo, s.store, c, jobs.RunnerConfig{
-		Worker: "test-worker", DefaultOutput: "s3://results/out/", Prefetch: 4,
+		Worker: "test-worker", DefaultOutput: s.output, Prefetch: 4,
 		PollWait: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond, RetryDelayMax: 500 * time.Millisecond,
 		OpTimeout: 10 * time.Second, Grace: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
