@@ -39,7 +39,7 @@ type Device interface {
 
 var _ Device = (*chip.Chip)(nil)
 
-// Defaults of Config; a zero field in Config means its default.
+// Defaults of Config.
 const (
 	DefaultAddr              = ":20000"         // the seed's host-run port
 	DefaultMaxBodyBytes      = 64 << 20         // a 47 MiB image, base64-encoded, plus the JSON around it
@@ -50,7 +50,8 @@ const (
 	DefaultShutdownTimeout   = 90 * time.Second // under the 120 s `tt-model stop` allows
 )
 
-// Config is the server's process-level configuration. ConfigFromEnv reads it from LA_HTTP_*.
+// Config is the server's process-level configuration. ConfigFromEnv reads it from LA_HTTP_*;
+// New replaces a zero or negative field with its Default*.
 type Config struct {
 	Addr              string        `envconfig:"HTTP_ADDR"`
 	MaxBodyBytes      int64         `envconfig:"HTTP_MAX_BODY_BYTES"`
@@ -71,7 +72,7 @@ func ConfigFromEnv() (Config, error) {
 	if err := envconfig.Process("LA", &c); err != nil {
 		return Config{}, fmt.Errorf("http config: %w", err)
 	}
-	if err := c.withDefaults().validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return Config{}, err
 	}
 	return c.withDefaults(), nil
@@ -81,22 +82,22 @@ func (c Config) withDefaults() Config {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
-	if c.MaxBodyBytes == 0 {
+	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	if c.ReadHeaderTimeout == 0 {
+	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
-	if c.ReadTimeout == 0 {
+	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = DefaultReadTimeout
 	}
-	if c.WriteTimeout == 0 {
+	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
-	if c.IdleTimeout == 0 {
+	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
-	if c.ShutdownTimeout == 0 {
+	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	return c
@@ -123,7 +124,7 @@ type Options struct {
 	Logger *slog.Logger // nil: discard
 
 	// Model and Device are what /health reports before the engine is ready (afterwards the
-	// engine's Info says). Defaults: "LocateAnything-3B" and "starting".
+	// engine's Info says). Defaults: "LocateAnything-3B" and "pending".
 	Model  string
 	Device string
 
@@ -165,7 +166,7 @@ func New(cfg Config, opts Options) *Server {
 		opts.Model = "LocateAnything-3B"
 	}
 	if opts.Device == "" {
-		opts.Device = "starting"
+		opts.Device = "pending"
 	}
 	if opts.Chips <= 0 {
 		opts.Chips = 1
