@@ -88,3 +88,27 @@ func FuzzParseTokenMap(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseVocab compares the hand-written scanner with encoding/json on vocab.json,
+// the reason the scanner exists.
+func BenchmarkParseVocab(b *testing.B) {
+	data, err := os.ReadFile("testdata/" + VocabFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("parseTokenMap", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := parseTokenMap(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var m map[string]int32
+			if err := json.Unmarshal(data, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
