@@ -6,7 +6,7 @@ import (
 )
 
 // merge is one line of merges.txt: the pair it applies to is the map key, rank is its
-// line number (lower merges first) and id is the token the pair becomes.
+// position in the file (lower merges first) and id is the token the pair becomes.
 type merge struct {
 	rank int32
 	id   int32

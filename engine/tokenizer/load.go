@@ -18,8 +18,8 @@ const (
 // maxTokenID guards against a corrupt file asking for a huge id table.
 const maxTokenID = 1 << 24
 
-// DefaultCacheWords is how many distinct words a Tokenizer remembers the BPE result of.
-const DefaultCacheWords = 1 << 16
+// cacheWords is how many distinct words a Tokenizer remembers the BPE result of.
+const cacheWords = 1 << 16
 
 // Load reads a tokenizer from the checkpoint directory dir.
 func Load(dir string) (*Tokenizer, error) {
@@ -172,7 +172,7 @@ func build(vocab map[string]int32, merges map[uint64]merge, added map[string]int
 		tokens:  tokens,
 		text:    string(text),
 		offsets: offsets,
-		cache:   newWordCache(DefaultCacheWords),
+		cache:   newWordCache(cacheWords),
 	}
 	for b, r := range byteLevelRunes() {
 		id, ok := vocab[string(r)]
