@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -191,6 +192,36 @@ func TestPredictTimesOutWhileTheChipIsBusy(t *testing.T) {
 	}
 }
 
+func TestPredictBeyondMaxPendingIs503(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan string, 8)
+	h := newHarness(t, setup{
+		cfg:       Config{MaxPending: 2},
+		configure: func(e *httpcompattest.Engine) { e.Release, e.Started = release, started },
+	})
+	img := dogB64(t)
+	first := asyncPredict(t.Context(), h.url, img, "first")
+	<-started
+	second := asyncPredict(t.Context(), h.url, img, "second")
+	waitQueued(t, h.chip, 1)
+	status, body := h.predict(t, map[string]any{"image": img, "query": "third"})
+	if status != http.StatusServiceUnavailable || !strings.Contains(detailString(t, body), "LA_HTTP_MAX_PENDING") {
+		t.Fatalf("third request: %d %s, want 503 naming LA_HTTP_MAX_PENDING", status, body)
+	}
+	close(release)
+	for _, r := range []<-chan string{first, second} {
+		if got := <-r; !strings.HasPrefix(got, "200 ") {
+			t.Fatalf("a request within the bound got %q", got)
+		}
+	}
+	for h.srv.pending.Load() != 0 { // the handlers return just after their answers are written
+		runtime.Gosched()
+	}
+	if status, body := h.predict(t, map[string]any{"image": img, "query": "later"}); status != http.StatusOK {
+		t.Fatalf("after the burst: %d %s", status, body)
+	}
+}
+
 func TestPredictOnAClosedChipIs503(t *testing.T) {
 	h := newHarness(t, setup{})
 	if err := h.chip.Close(); err != nil {
@@ -330,7 +361,7 @@ func TestConfigFromEnv(t *testing.T) {
 	want := Config{
 		Addr: "127.0.0.1:8080", MaxBodyBytes: DefaultMaxBodyBytes, ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		ReadTimeout: DefaultReadTimeout, WriteTimeout: 30 * time.Second, IdleTimeout: DefaultIdleTimeout,
-		ShutdownTimeout: DefaultShutdownTimeout,
+		ShutdownTimeout: DefaultShutdownTimeout, MaxPending: DefaultMaxPending,
 	}
 	if c != want {
 		t.Fatalf("config %+v, want %+v", c, want)
@@ -340,7 +371,7 @@ func TestConfigFromEnv(t *testing.T) {
 	if c, err := ConfigFromEnv(); err != nil || c.Addr != ":20000" {
 		t.Fatalf("default address: %q, %v; want :20000", c.Addr, err)
 	}
-	for k, v := range map[string]string{"LA_HTTP_READ_TIMEOUT": "soon", "LA_HTTP_IDLE_TIMEOUT": "-1s", "LA_HTTP_MAX_BODY_BYTES": "-5"} {
+	for k, v := range map[string]string{"LA_HTTP_READ_TIMEOUT": "soon", "LA_HTTP_IDLE_TIMEOUT": "-1s", "LA_HTTP_MAX_BODY_BYTES": "-5", "LA_HTTP_MAX_PENDING": "-1"} {
 		t.Run(k, func(t *testing.T) {
 			t.Setenv(k, v)
 			if _, err := ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), k) {

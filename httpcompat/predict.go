@@ -43,6 +43,15 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 		s.writeStarting(w)
 		return
 	}
+	if n := s.pending.Add(1); n > int64(s.cfg.MaxPending) {
+		s.pending.Add(-1)
+		s.log.Warn("predict refused: too many requests pending", "max", s.cfg.MaxPending)
+		w.Header().Set("Retry-After", "5")
+		s.writeDetail(w, http.StatusServiceUnavailable,
+			"%d requests are already waiting for the chip (LA_HTTP_MAX_PENDING); retry later", s.cfg.MaxPending)
+		return
+	}
+	defer s.pending.Add(-1)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), s.predictBudget())
 	defer cancel()

@@ -48,6 +48,7 @@ const (
 	DefaultWriteTimeout      = 10 * time.Minute // from the end of the headers to the end of the response
 	DefaultIdleTimeout       = 2 * time.Minute  // keep-alive
 	DefaultShutdownTimeout   = 90 * time.Second // under the 120 s `tt-model stop` allows
+	DefaultMaxPending        = 64               // /predict requests in the server at once
 )
 
 // Config is the server's process-level configuration. ConfigFromEnv reads it from LA_HTTP_*;
@@ -62,11 +63,15 @@ type Config struct {
 	WriteTimeout    time.Duration `envconfig:"HTTP_WRITE_TIMEOUT"`
 	IdleTimeout     time.Duration `envconfig:"HTTP_IDLE_TIMEOUT"`
 	ShutdownTimeout time.Duration `envconfig:"HTTP_SHUTDOWN_TIMEOUT"` // Serve's drain when its ctx ends
+	// MaxPending bounds the /predict requests being read, prepared, waiting for the chip or
+	// running; one more is answered 503 at once. Each waiting request holds its decoded
+	// image, so this bounds memory under a burst.
+	MaxPending int `envconfig:"HTTP_MAX_PENDING"`
 }
 
 // ConfigFromEnv reads LA_HTTP_ADDR, LA_HTTP_MAX_BODY_BYTES, LA_HTTP_READ_HEADER_TIMEOUT,
-// LA_HTTP_READ_TIMEOUT, LA_HTTP_WRITE_TIMEOUT, LA_HTTP_IDLE_TIMEOUT and
-// LA_HTTP_SHUTDOWN_TIMEOUT (Go durations); unset ones take the Default* values.
+// LA_HTTP_READ_TIMEOUT, LA_HTTP_WRITE_TIMEOUT, LA_HTTP_IDLE_TIMEOUT, LA_HTTP_SHUTDOWN_TIMEOUT
+// (Go durations) and LA_HTTP_MAX_PENDING; unset ones take the Default* values.
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	if err := envconfig.Process("LA", &c); err != nil {
@@ -100,12 +105,18 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = DefaultMaxPending
+	}
 	return c
 }
 
 func (c Config) validate() error {
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("http config: LA_HTTP_MAX_BODY_BYTES is %d, want a positive size", c.MaxBodyBytes)
+	}
+	if c.MaxPending < 0 {
+		return fmt.Errorf("http config: LA_HTTP_MAX_PENDING is %d, want a positive count", c.MaxPending)
 	}
 	for name, d := range map[string]time.Duration{
 		"LA_HTTP_READ_HEADER_TIMEOUT": c.ReadHeaderTimeout, "LA_HTTP_READ_TIMEOUT": c.ReadTimeout,
@@ -141,7 +152,8 @@ type Server struct {
 	source  sourceInfo
 	handler http.Handler
 
-	ready atomic.Pointer[readyState] // nil while starting
+	ready   atomic.Pointer[readyState] // nil while starting
+	pending atomic.Int64               // /predict requests in the server now
 
 	mu       sync.Mutex
 	hs       *http.Server // set by Serve
