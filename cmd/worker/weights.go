@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/locateanything/detect/engine/weights"
+)
+
+// bundledModel is the small checkpoint shipped in the repository, used when no weights are
+// configured and no LocateAnything-3B snapshot is in the Hugging Face cache, so that the
+// worker runs on a fresh machine.
+const bundledModel = "testdata/checkpoints/tiny-bf16"
+
+// defaultWeightsDir picks the checkpoint directory: dir when given, else the pinned
+// LocateAnything-3B snapshot from the Hugging Face cache (or the Hub, with LA_DOWNLOAD=1),
+// else the bundled model found next to the working directory or the executable.
+func defaultWeightsDir(dir string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	opts := weights.OptionsFromEnv(os.Getenv)
+	resolved, err := weights.Resolve(context.Background(), opts)
+	if err == nil {
+		return resolved, nil
+	}
+	if bundled, ok := findBundledModel(); ok {
+		return bundled, nil
+	}
+	return "", fmt.Errorf("no weights: %w (and no bundled model at %s)", err, bundledModel)
+}
+
+// findBundledModel looks for the bundled model under the working directory and under the
+// executable's parent directories (bin/worker in a checkout).
+func findBundledModel() (string, bool) {
+	candidates := []string{bundledModel}
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
+		candidates = append(candidates, filepath.Join(dir, bundledModel), filepath.Join(dir, "..", bundledModel))
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(filepath.Join(c, "config.json")); err == nil {
+			abs, err := filepath.Abs(c)
+			if err != nil {
+				return c, true
+			}
+			return abs, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,118 @@
+package pipeline
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/checkpoint"
+	"github.com/locateanything/detect/engine/imageproc"
+	"github.com/locateanything/detect/engine/native"
+	"github.com/locateanything/detect/engine/tokenizer"
+)
+
+// OpenOptions are the knobs of a native engine, as the worker reads them from LA_* variables.
+type OpenOptions struct {
+	WeightsDir      string // a checkpoint directory (already resolved)
+	WeightsRepo     string // for /info: where the weights came from
+	WeightsRevision string
+	Backend         string // "cpu" (LA_ENGINE)
+	Threads         int    // 0 = one per CPU
+	MaxSeqLen       int    // LA_MAX_SEQ_LEN
+	InTokenLimit    int    // LA_IN_TOKEN_LIMIT; 0 = the checkpoint's preprocessor_config
+	CanonGrid       string // LA_CANON_GRID: "native", "HxW", or "" (native on cpu, else derived)
+	CanonAspect     string // LA_CANON_ASPECT: "WxH" the canonical grid is derived from
+	MaxNewTokens    int    // LA_MAX_NEW_TOKENS
+	MaxNewTokensCap int    // LA_MAX_NEW_TOKENS_CAP
+	MaxPixels       int64  // decode budget for one image
+}
+
+// Open loads a checkpoint into a native backend and builds the Pipeline around it. Native
+// backends bind to the calling OS thread: call Open on the thread that will call Generate
+// and Close (engine/chip does).
+func Open(o OpenOptions) (*Pipeline, error) {
+	model, err := checkpoint.Open(o.WeightsDir)
+	if err != nil {
+		return nil, fmt.Errorf("opening the checkpoint: %w", err)
+	}
+	p, err := build(model, o)
+	if err != nil {
+		model.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
+	cfg := model.Config
+	tok, err := tokenizer.Load(o.WeightsDir)
+	if err != nil {
+		return nil, fmt.Errorf("loading the tokenizer: %w", err)
+	}
+	if id, ok := tok.ID("<IMG_CONTEXT>"); !ok || int(id) != cfg.ImageTokenID {
+		return nil, fmt.Errorf("tokenizer's <IMG_CONTEXT> is %d (found %v) but config.json says image_token_index %d",
+			id, ok, cfg.ImageTokenID)
+	}
+
+	pre := imageproc.Options{
+		InTokenLimit: cfg.Preprocessor.InTokenLimit,
+		PatchSize:    cfg.Preprocessor.PatchSize,
+		MergeKernel:  cfg.Preprocessor.MergeKernel,
+		Mean:         cfg.Preprocessor.ImageMean,
+		Std:          cfg.Preprocessor.ImageStd,
+		MaxPixels:    o.MaxPixels,
+	}
+	if o.InTokenLimit > 0 {
+		pre.InTokenLimit = o.InTokenLimit
+	}
+	gridEnv := o.CanonGrid
+	if gridEnv == "" && o.Backend == "cpu" {
+		gridEnv = "native" // the CPU backend builds nothing per grid
+	}
+	if pre.CanonGrid, err = imageproc.ResolveCanonGrid(gridEnv, o.CanonAspect, pre); err != nil {
+		return nil, fmt.Errorf("canonical grid: %w", err)
+	}
+
+	threads := o.Threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	backend, err := native.Open(o.Backend, model, native.Options{MaxSeqLen: o.MaxSeqLen, Threads: threads})
+	if err != nil {
+		return nil, fmt.Errorf("opening the %s backend: %w", o.Backend, err)
+	}
+	p, err := New(backend, tok, Config{
+		Preprocess:      pre,
+		MaxSeqLen:       backend.MaxSeqLen(),
+		MaxNewTokens:    o.MaxNewTokens,
+		MaxNewTokensCap: o.MaxNewTokensCap,
+		EOS:             int32(cfg.Text.EOSTokenID),
+		Info: engine.Info{
+			Model:           "LocateAnything-3B",
+			Device:          fmt.Sprintf("CPU, %d threads", threads),
+			DecodeMode:      "ar_greedy_trace",
+			Precision:       precision(model),
+			WeightsDir:      o.WeightsDir,
+			WeightsRepo:     o.WeightsRepo,
+			WeightsRevision: o.WeightsRevision,
+		},
+	}, model.Close)
+	if err != nil {
+		backend.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// precision names the checkpoint's weight type; the CPU backend computes in f32.
+func precision(m *checkpoint.Model) string {
+	if t, ok := m.Tensor("language_model.model.embed_tokens.weight"); ok {
+		switch t.DType {
+		case checkpoint.BF16:
+			return "bf16 weights, f32 compute"
+		case checkpoint.F16:
+			return "f16 weights, f32 compute"
+		}
+	}
+	return "f32"
+}
