@@ -96,7 +96,8 @@ func TestEndToEndCancelBatch(t *testing.T) {
 		t.Errorf("%d canceled images ran anyway", images)
 	}
 	code, stdout, _ = sys.submit(t, "status", rows[0].ID)
-	if code != ExitOK || !strings.Contains(stdout, "job "+rows[0].ID+": canceled") || !strings.Contains(stdout, "cancel requested") {
+	if code != ExitOK || !strings.Contains(stdout, "job "+rows[0].ID+": canceled") || !strings.Contains(stdout, "cancel requested") ||
+		!strings.Contains(stdout, "result: canceled, batch cam7") {
 		t.Errorf("status of one job: exit %d, %q", code, stdout)
 	}
 	code, stdout, _ = sys.submit(t, "status", "--batch", "cam7")

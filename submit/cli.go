@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,7 +156,7 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 	fs.IntVar(&rc.Defaults.MaxNewTokens, "max-new-tokens", 0, "token budget per job (0 = the worker's default)")
 	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay PNGs and download them into OUT/overlays")
 	fs.StringVar(&rc.Defaults.Batch, "batch", "", "batch name (default: the one OUT belongs to, else a new one)")
-	fs.StringVar(&rc.Defaults.Output, "output", "", "URL prefix where workers store result files (default: the worker's)")
+	fs.StringVar(&rc.Defaults.Output, "result-prefix", "", "URL prefix where workers store result JSON and overlays (default: the worker's LA default output)")
 	fs.StringVar(&rc.Class, "class", "default", "job class: jobs go to la.jobs.<class>")
 	fs.StringVar(&rc.OutDir, "out", "", "output directory: results.jsonl, resume state, overlays, COCO (required)")
 	fs.IntVar(&rc.Concurrency, "concurrency", 4, "images read, hashed and uploaded at once")
@@ -188,6 +189,9 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 	}
 	if rc.UploadPrefix != "" && !strings.HasSuffix(rc.UploadPrefix, "/") {
 		rc.UploadPrefix += "/"
+	}
+	if rc.UploadPrefix == "" && cfg.Storage.Endpoint != "" && slices.ContainsFunc(rc.Inputs, func(in string) bool { return !isURL(in) }) {
+		fmt.Fprintln(cio.Stderr, "submit: note: local images go to workers as file:// URLs (no --upload or LA_SUBMIT_UPLOAD); only a worker on this machine can read them")
 	}
 	store, closeStore, err := openStore(cfg)
 	if err != nil {

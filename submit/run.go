@@ -369,6 +369,7 @@ func (r *run) admit(p planned) bool {
 			r.done[id] = true
 			r.sum.AlreadyDone++
 			r.count(row.Status)
+			r.ensureOverlay(context.Background(), row.Result) // a crash may have come between row and overlay
 			return false
 		}
 		r.replayed[id] = row.FinishedAt
@@ -423,12 +424,23 @@ func (r *run) receive(ctx context.Context, res jobs.Result, planning bool) error
 	if err := r.finish(res); err != nil {
 		return err
 	}
-	if r.cfg.Defaults.Overlay && res.OverlayURL != nil && *res.OverlayURL != "" {
-		if err := r.downloadOverlay(ctx, res.ID, *res.OverlayURL); err != nil {
-			r.log.Warn("overlay not downloaded", "id", res.ID, "err", err)
-		}
-	}
+	r.ensureOverlay(ctx, res)
 	return nil
+}
+
+// ensureOverlay downloads the overlay of a result into OUT/overlays when --overlay asked
+// for it and it is not there yet. A failure is a warning: the row has the overlay's URL.
+func (r *run) ensureOverlay(ctx context.Context, res jobs.Result) {
+	if !r.cfg.Defaults.Overlay || res.OverlayURL == nil || *res.OverlayURL == "" {
+		return
+	}
+	path := filepath.Join(r.cfg.OutDir, OverlaysDir, res.ID+".png")
+	if _, err := os.Stat(path); err == nil {
+		return
+	}
+	if err := r.downloadOverlay(ctx, path, *res.OverlayURL); err != nil {
+		r.log.Warn("overlay not downloaded", "id", res.ID, "err", err)
+	}
 }
 
 // finish writes the row of a job of the set.
@@ -442,20 +454,30 @@ func (r *run) finish(res jobs.Result) error {
 	return r.out.writeRow(Row{Source: r.expected[res.ID], Result: res})
 }
 
-func (r *run) downloadOverlay(ctx context.Context, id, url string) error {
+// downloadOverlay copies the overlay at url to path, through a temporary file so that a
+// crash never leaves half a PNG under the final name.
+func (r *run) downloadOverlay(ctx context.Context, path, url string) error {
 	if r.env.Store == nil {
-		return fmt.Errorf("overlay %s: storage is not configured", url)
+		return fmt.Errorf("overlay %s: storage is not configured (LA_S3_* or LA_FILE_ROOTS)", url)
 	}
-	data, err := r.env.Store.Get(ctx, url, 256<<20)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	data, err := r.env.Store.Get(ctx, url, maxOverlayBytes)
 	if err != nil {
 		return fmt.Errorf("overlay %s: %w", url, err)
 	}
-	dir := filepath.Join(r.cfg.OutDir, OverlaysDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("overlay %s: %w", url, err)
 	}
-	return os.WriteFile(filepath.Join(dir, id+".png"), data, 0o644)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("overlay %s: %w", url, err)
+	}
+	return os.Rename(tmp, path)
 }
+
+// maxOverlayBytes bounds an overlay download; an overlay is a PNG of the input image.
+const maxOverlayBytes = 256 << 20
 
 func (r *run) snapshot(planning bool) progressSnapshot {
 	return progressSnapshot{
