@@ -4,8 +4,8 @@ import "slices"
 
 // addedTokens finds the checkpoint's added tokens (<|im_start|>, <IMG_CONTEXT>, <box>,
 // <0>..<1000>, ...) in text. They are matched whole and before normalization and BPE,
-// so a special token is never split or altered, and where two overlap at one position
-// the longest wins (<10> rather than <1 followed by 0>).
+// so a special token is never split or altered. Where two start at the same position
+// the longer wins, as in Hugging Face's tokenizers.
 type addedTokens struct {
 	ids     map[string]int32
 	first   [256]bool // first bytes of the tokens: the only places a match can start
