@@ -196,7 +196,7 @@ func TestEndToEndMatchesPIL(t *testing.T) {
 				t.Fatalf("%s: max diff %d (bound %d), %.4f of samples differ (bound %.2f)",
 					g.Name, d.max, endToEndMaxDiff, d.fraction(), endToEndFraction)
 			}
-			t.Logf("max %d, %.4f differ", d.max, d.fraction())
+			t.Logf("max %d, %.4f differ, %.4f by more than 1", d.max, d.fraction(), float64(d.over1)/float64(d.samples))
 		})
 	}
 }

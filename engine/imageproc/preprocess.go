@@ -76,20 +76,27 @@ func checkGrid(g [2]int, merge int) error {
 // Python's int() does), then each side is rounded up to a multiple of PatchSize*MergeKernel.
 // A grid side reaching MaxGridSide is an *engine.InputError (CodeImageTooLarge).
 func (o Options) NativeSize(w, h int) (int, int, error) {
-	ps := o.PatchSize
-	rw, rh := w, h
-	if patches := (w / ps) * (h / ps); patches > o.InTokenLimit {
-		s := math.Sqrt(float64(o.InTokenLimit) / float64(patches))
-		rw, rh = int(float64(w)*s), int(float64(h)*s)
-	}
-	side := ps * o.MergeKernel
+	rw, rh, _ := o.limitSize(w, h)
+	side := o.PatchSize * o.MergeKernel
 	tw, th := ceilTo(rw, side), ceilTo(rh, side)
-	if tw == 0 || th == 0 || th/ps >= MaxGridSide || tw/ps >= MaxGridSide {
+	if tw == 0 || th == 0 || th/o.PatchSize >= MaxGridSide || tw/o.PatchSize >= MaxGridSide {
 		return 0, 0, engine.InputErrorf(engine.CodeImageTooLarge,
 			"a %dx%d image rescales to %dx%d, a %dx%d patch grid; each side must be 1..%d patches",
-			w, h, tw, th, th/ps, tw/ps, MaxGridSide-1)
+			w, h, tw, th, th/o.PatchSize, tw/o.PatchSize, MaxGridSide-1)
 	}
 	return tw, th, nil
+}
+
+// limitSize is the first step of the rescale: the size after the token-limit resize, and
+// whether that resize happens at all.
+func (o Options) limitSize(w, h int) (int, int, bool) {
+	ps := o.PatchSize
+	patches := (w / ps) * (h / ps)
+	if patches <= o.InTokenLimit {
+		return w, h, false
+	}
+	s := math.Sqrt(float64(o.InTokenLimit) / float64(patches))
+	return int(float64(w) * s), int(float64(h) * s), true
 }
 
 func ceilTo(v, m int) int { return (v + m - 1) / m * m }
@@ -122,18 +129,16 @@ func ModelViewRGB(rgb *RGB, o Options) (*RGB, error) {
 		return nil, err
 	}
 	cur := rgb
-	ps := o.PatchSize
-	if (rgb.W/ps)*(rgb.H/ps) > o.InTokenLimit {
-		s := math.Sqrt(float64(o.InTokenLimit) / float64((rgb.W/ps)*(rgb.H/ps)))
-		if cur, err = ResizeBicubic(cur, int(float64(rgb.W)*s), int(float64(rgb.H)*s)); err != nil {
+	if rw, rh, scaled := o.limitSize(rgb.W, rgb.H); scaled {
+		if cur, err = ResizeBicubic(cur, rw, rh); err != nil {
 			return nil, fmt.Errorf("rescale to the token limit: %w", err)
 		}
 	}
 	if cur, err = ResizeBicubic(cur, tw, th); err != nil {
-		return nil, fmt.Errorf("stretch to multiples of %d: %w", ps*o.MergeKernel, err)
+		return nil, fmt.Errorf("stretch to multiples of %d: %w", o.PatchSize*o.MergeKernel, err)
 	}
-	if o.CanonGrid != [2]int{} {
-		if cur, err = ResizeBicubic(cur, o.CanonGrid[1]*ps, o.CanonGrid[0]*ps); err != nil {
+	if g := o.CanonGrid; g != [2]int{} {
+		if cur, err = ResizeBicubic(cur, g[1]*o.PatchSize, g[0]*o.PatchSize); err != nil {
 			return nil, fmt.Errorf("squash onto the canonical grid: %w", err)
 		}
 	}

@@ -84,7 +84,7 @@ func ToRGB(img image.Image) (*RGB, error) {
 	case *image.NRGBA:
 		copyChannels(out, m.Pix, m.Stride, 4, 1)
 	case *image.RGBA:
-		if opaque(m) {
+		if m.Opaque() {
 			copyChannels(out, m.Pix, m.Stride, 4, 1)
 		} else {
 			convertGeneric(out, img)
@@ -92,7 +92,7 @@ func ToRGB(img image.Image) (*RGB, error) {
 	case *image.NRGBA64:
 		copyChannels(out, m.Pix, m.Stride, 8, 2)
 	case *image.RGBA64:
-		if opaque(m) {
+		if m.Opaque() {
 			copyChannels(out, m.Pix, m.Stride, 8, 2)
 		} else {
 			convertGeneric(out, img)
@@ -120,8 +120,6 @@ func copyChannels(out *RGB, pix []uint8, stride, step, width int) {
 		}
 	}
 }
-
-func opaque(m interface{ Opaque() bool }) bool { return m.Opaque() }
 
 // cmykToRGB is PIL's cmyk2rgb: nk = 255-k, channel = clip(nk - round(c*nk/255)), with
 // PIL's MULDIV255 rounding ((t>>8)+t)>>8 where t = c*nk + 128.

@@ -143,7 +143,8 @@ func (u *chromaUpsampler) row(dst, plane []uint8, y int) {
 }
 
 // h2v1 is libjpeg's h2v1_fancy_upsample: each output pair leans 3:1 towards its own
-// sample, rounding alternately down and up; the first and last outputs copy the edge.
+// sample, the left output rounding with bias 1 and the right with 2; the first and last
+// outputs copy the edge samples.
 func h2v1(dst, in []uint8, w int) {
 	n := len(in)
 	if n == 1 {
@@ -153,24 +154,16 @@ func h2v1(dst, in []uint8, w int) {
 		return
 	}
 	out := make2(dst, w)
-	for i := 0; i < n; i++ {
+	out.set(0, in[0])
+	out.set(1, uint8((3*int32(in[0])+int32(in[1])+2)>>2))
+	for i := 1; i < n-1; i++ {
 		v := 3 * int32(in[i])
-		var left, right int32
-		switch {
-		case i == 0:
-			out.set(0, in[0])
-			out.set(1, uint8((v+int32(in[1])+2)>>2))
-			continue
-		case i == n-1:
-			left = int32(in[i-1])
-			out.set(2*i, uint8((v+left+1)>>2))
-			out.set(2*i+1, in[i])
-			continue
-		}
-		left, right = int32(in[i-1]), int32(in[i+1])
-		out.set(2*i, uint8((v+left+1)>>2))
-		out.set(2*i+1, uint8((v+right+2)>>2))
+		out.set(2*i, uint8((v+int32(in[i-1])+1)>>2))
+		out.set(2*i+1, uint8((v+int32(in[i+1])+2)>>2))
 	}
+	last := n - 1
+	out.set(2*last, uint8((3*int32(in[last])+int32(in[last-1])+1)>>2))
+	out.set(2*last+1, in[last])
 }
 
 // h2v2 is the horizontal half of libjpeg's h2v2_fancy_upsample, on column sums that

@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 OUT = os.path.join(ROOT, "engine", "imageproc", "testdata")
 SHARED = "/work/shared/testdata/images"
 PATCH = 14
-DECODED = {"dog.jpg", "ycc420.jpg", "ycc444.jpg", "cmyk.jpg"}
+DECODED = {"dog.jpg", "ycc420.jpg", "ycc422.jpg", "ycc444.jpg", "cmyk.jpg"}
 MERGE = 2
 
 
@@ -140,6 +140,8 @@ def make_inputs(rng):
     rgba16 = (rng.integers(0, 65536, size=(30, 35, 4))).astype(">u2")
     write_png(os.path.join(OUT, "rgba16.png"), 35, 30, 16, 6, [r.tobytes() for r in rgba16])
     made["rgba16.png"] = "16-bit RGBA"
+    save("ycc422.jpg", Image.fromarray(smooth_noise(rng, 61, 83, 3)), "JPEG 4:2:2, odd size",
+         quality=90, subsampling=1)
     return made
 
 
