@@ -77,6 +77,7 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 		s.writeDetail(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	wantOverlay := req.ReturnOverlay // req (and its base64 copy of the image) dies here
 
 	eng := st.dev.Engine()
 	prep, err := eng.Prepare(ctx, ereq)
@@ -90,7 +91,7 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pred.OverlayPNGBase64 = nil
-	if req.ReturnOverlay {
+	if wantOverlay {
 		png, err := eng.Overlay(prep, pred)
 		if err != nil {
 			s.fail(w, r, fmt.Errorf("overlay: %w", err))
