@@ -1,6 +1,7 @@
 package submit
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -190,6 +191,57 @@ func TestEndToEndFileURLsAndOverlays(t *testing.T) {
 		png, err := os.ReadFile(filepath.Join(out, OverlaysDir, r.ID+".png"))
 		if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 			t.Errorf("overlay of %s: %v (%d bytes), want the PNG", r.ID, err, len(png))
+		}
+	}
+}
+
+// Ctrl-C: the run stops with exit 130 and says what is pending; everything JetStream
+// acknowledged is recorded, so the rerun publishes nothing and collects everything.
+func TestEndToEndInterruptAndResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	const n = 10
+	eng := newTestEngine(0)
+	sys := startSystem(t, eng, systemOptions{})
+	publishes := sys.countPublishes(t)
+	dir := t.TempDir()
+	writeImages(t, dir, n)
+	out := filepath.Join(t.TempDir(), "out")
+	args := []string{"--out", out, "--query", "dog", "--upload", "s3://images/up/", dir}
+
+	ctx, interrupt := context.WithCancel(t.Context())
+	type outcome struct {
+		code   int
+		stdout string
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		var stdout, stderr strings.Builder
+		code := Main(ctx, args, IO{Stdout: &stdout, Stderr: &stderr})
+		done <- outcome{code, stdout.String()}
+	}()
+	eventually(t, time.Minute, "every job to be queued", func() bool {
+		info, err := sys.topo.Jobs.Info(t.Context())
+		return err == nil && info.State.Msgs == n
+	})
+	interrupt()
+	first := <-done
+	if first.code != ExitInterrupted || !strings.Contains(first.stdout, "10 submitted, 0 already done, 0 succeeded, 0 failed (10 still pending") {
+		t.Fatalf("interrupted run: exit %d, %q", first.code, first.stdout)
+	}
+	if got := countLines(filepath.Join(out, StateFile)); got != 1+n {
+		t.Errorf("state file has %d lines, want the header and %d published jobs", got, n)
+	}
+
+	eng.open()
+	code, stdout, _ := sys.submit(t, args...)
+	if code != ExitOK || !strings.Contains(stdout, "0 submitted, 0 already done, 10 succeeded, 0 failed") {
+		t.Errorf("resumed run: exit %d, %q", code, stdout)
+	}
+	for id, c := range publishes() {
+		if c != 1 {
+			t.Errorf("job %s published %d times", id, c)
 		}
 	}
 }

@@ -255,14 +255,18 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 		sum.Elapsed = time.Since(r.start)
 	}()
 	ctx, cancel := context.WithCancel(parent)
+	// Publishers outlive an interrupt by up to publishDrain, so that a job JetStream has
+	// stored is also recorded as published.
+	pubCtx, stopPublishing := context.WithCancel(context.WithoutCancel(parent))
 	var wg sync.WaitGroup
-	defer wg.Wait() // every goroutine below ends once ctx is cancelled
+	defer wg.Wait() // every goroutine below ends once ctx and pubCtx are cancelled
+	defer stopPublishing()
 	defer cancel()
 
 	plannedCh := r.startPlanners(ctx, &wg)
 	pubCh := make(chan *jobs.Job)
 	pubDone := make(chan published)
-	r.startPublishers(ctx, &wg, pubCh, pubDone)
+	r.startPublishers(pubCtx, &wg, pubCh, pubDone)
 	resultsCh := make(chan collected, 64)
 	wg.Go(func() { collectResults(ctx, r.env.JS, r.cfg.Defaults.Batch, resultsCh) })
 
@@ -293,8 +297,10 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 		select {
 		case <-parent.Done():
 			r.sum.Interrupted = true
+			cancel() // planning and collecting stop now
+			err := r.drainPublishes(pubDone, inFlight)
 			prog.update(r.snapshot(planning))
-			return r.sum, fmt.Errorf("%w: %w", ErrInterrupted, parent.Err())
+			return r.sum, errors.Join(fmt.Errorf("%w: %w", ErrInterrupted, parent.Err()), err)
 		case p, ok := <-plannedCh:
 			if !ok {
 				planning, plannedCh = false, nil
@@ -312,11 +318,7 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 			inFlight++
 		case p := <-pubDone:
 			inFlight--
-			if p.err != nil {
-				return r.sum, p.err
-			}
-			r.sum.Submitted++
-			if err := r.out.markPublished(p.id); err != nil {
+			if err := r.published(p); err != nil {
 				return r.sum, err
 			}
 		case c, ok := <-resultsCh:
@@ -348,6 +350,38 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 		}
 	}
 	return r.sum, nil
+}
+
+// publishDrain is how long an interrupted run waits for the publishes in flight.
+const publishDrain = 5 * time.Second
+
+// published records a job JetStream acknowledged.
+func (r *run) published(p published) error {
+	if p.err != nil {
+		return p.err
+	}
+	r.sum.Submitted++
+	return r.out.markPublished(p.id)
+}
+
+// drainPublishes waits, up to publishDrain, for the inFlight publishes to be acknowledged
+// and records them. Those still unacknowledged then are not recorded; a rerun finds them
+// in the state bucket or JetStream's duplicate window drops their second publish.
+func (r *run) drainPublishes(pubDone <-chan published, inFlight int) error {
+	t := time.NewTimer(publishDrain)
+	defer t.Stop()
+	var errs []error
+	for ; inFlight > 0; inFlight-- {
+		select {
+		case p := <-pubDone:
+			if err := r.published(p); err != nil {
+				errs = append(errs, err)
+			}
+		case <-t.C:
+			return errors.Join(errs...)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // pending counts the jobs of the set known so far that have no result yet: Succeeded and
