@@ -79,7 +79,7 @@ func runSmoke(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "FAIL %v\n", err)
 		return errSmokeFailed
 	}
-	line, err := smoke(opts)
+	line, err := smokeCheck(opts)
 	if err != nil {
 		fmt.Fprintf(stdout, "FAIL %v\n", err)
 		return errSmokeFailed
@@ -120,19 +120,19 @@ func parseSmokeFlags(args []string, usage io.Writer) (smokeOptions, error) {
 	return o, nil
 }
 
-// smoke runs the checks and returns the PASS line.
-func smoke(o smokeOptions) (string, error) {
+// smokeCheck runs the checks and returns the PASS line.
+func smokeCheck(o smokeOptions) (string, error) {
 	img, err := os.ReadFile(o.image)
 	if err != nil {
 		return "", fmt.Errorf("read image: %w", err)
 	}
 	ctx := context.Background()
-	if err := waitHealthy(ctx, o.url, o.wait); err != nil {
+	if err := smokeWaitHealthy(ctx, o.url, o.wait); err != nil {
 		return "", err
 	}
 
 	var info map[string]any
-	if err := getJSON(ctx, o.url+"/info", 30*time.Second, &info); err != nil {
+	if err := smokeGet(ctx, o.url+"/info", 30*time.Second, &info); err != nil {
 		return "", fmt.Errorf("GET /info: %w", err)
 	}
 	if _, ok := info["model"].(string); !ok {
@@ -147,16 +147,16 @@ func smoke(o smokeOptions) (string, error) {
 	if o.maxNewTokens > 0 {
 		body["max_new_tokens"] = o.maxNewTokens
 	}
-	raw, err := postJSON(ctx, o.url+"/predict", o.timeout, body)
+	raw, err := smokePost(ctx, o.url+"/predict", o.timeout, body)
 	if err != nil {
 		return "", fmt.Errorf("POST /predict: %w", err)
 	}
-	pred, err := checkPrediction(raw)
+	pred, err := smokeCheckPrediction(raw)
 	if err != nil {
 		return "", fmt.Errorf("POST /predict: %w", err)
 	}
 	if len(pred.Detections) < o.minBoxes {
-		return "", fmt.Errorf("%d boxes for %q, want at least %d (raw answer: %s)", len(pred.Detections), o.query, o.minBoxes, rawText(raw))
+		return "", fmt.Errorf("%d boxes for %q, want at least %d (raw answer: %s)", len(pred.Detections), o.query, o.minBoxes, smokeRawText(raw))
 	}
 	overlay, err := base64.StdEncoding.DecodeString(*pred.OverlayPNGBase64)
 	if err != nil {
@@ -170,18 +170,18 @@ func smoke(o smokeOptions) (string, error) {
 			return "", fmt.Errorf("save overlay: %w", err)
 		}
 	}
-	return passLine(pred), nil
+	return smokePassLine(pred), nil
 }
 
-// waitHealthy asks GET /health until it says ok or wait has passed.
-func waitHealthy(ctx context.Context, base string, wait time.Duration) error {
+// smokeWaitHealthy asks GET /health until it says ok or wait has passed.
+func smokeWaitHealthy(ctx context.Context, base string, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	last := "no answer"
 	for {
 		var h struct {
 			Status string `json:"status"`
 		}
-		err := getJSON(ctx, base+"/health", 5*time.Second, &h)
+		err := smokeGet(ctx, base+"/health", 5*time.Second, &h)
 		switch {
 		case err == nil && h.Status == "ok":
 			return nil
@@ -197,14 +197,14 @@ func waitHealthy(ctx context.Context, base string, wait time.Duration) error {
 	}
 }
 
-func getJSON(ctx context.Context, url string, timeout time.Duration, into any) error {
+func smokeGet(ctx context.Context, url string, timeout time.Duration, into any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	raw, err := send(req)
+	raw, err := smokeSend(req)
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func getJSON(ctx context.Context, url string, timeout time.Duration, into any) e
 	return nil
 }
 
-func postJSON(ctx context.Context, url string, timeout time.Duration, body any) ([]byte, error) {
+func smokePost(ctx context.Context, url string, timeout time.Duration, body any) ([]byte, error) {
 	payload, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -226,12 +226,12 @@ func postJSON(ctx context.Context, url string, timeout time.Duration, body any) 
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	return send(req)
+	return smokeSend(req)
 }
 
-// send does req and returns the body of a 200; any other status is an error carrying the
+// smokeSend does req and returns the body of a 200; any other status is an error carrying the
 // server's detail.
-func send(req *http.Request) ([]byte, error) {
+func smokeSend(req *http.Request) ([]byte, error) {
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -253,8 +253,8 @@ func send(req *http.Request) ([]byte, error) {
 	return raw, nil
 }
 
-// checkPrediction insists on every contract field, then reads the ones the line shows.
-func checkPrediction(raw []byte) (*smokePrediction, error) {
+// smokeCheckPrediction insists on every contract field, then reads the ones the line shows.
+func smokeCheckPrediction(raw []byte) (*smokePrediction, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, fmt.Errorf("answer is not a JSON object: %w", err)
@@ -278,7 +278,7 @@ func checkPrediction(raw []byte) (*smokePrediction, error) {
 	return &p, nil
 }
 
-func rawText(raw []byte) string {
+func smokeRawText(raw []byte) string {
 	var r struct {
 		RawText string `json:"raw_text"`
 	}
@@ -286,7 +286,7 @@ func rawText(raw []byte) string {
 	return fmt.Sprintf("%q", r.RawText)
 }
 
-func passLine(p *smokePrediction) string {
+func smokePassLine(p *smokePrediction) string {
 	labels := make([]string, len(p.Detections))
 	for i, d := range p.Detections {
 		labels[i] = d.Label

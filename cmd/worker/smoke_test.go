@@ -52,15 +52,15 @@ func runSmokeLine(t *testing.T, args ...string) (string, error) {
 	return strings.TrimSuffix(line, "\n"), err
 }
 
-var passLineRE = regexp.MustCompile(`^PASS 2 boxes labels=\["dog","bicycle"\] tokens=19 eos=true grid=\[24, 44\] canon=\[616, 336\] ` +
+var smokePassLineRE = regexp.MustCompile(`^PASS 2 boxes labels=\["dog","bicycle"\] tokens=19 eos=true grid=\[24, 44\] canon=\[616, 336\] ` +
 	`mode=ar_greedy vision=49ms prefill=58ms decode=475ms \(40\.0 tok/s\) total=582ms$`)
 
 func TestSmokePassesAndSavesTheOverlay(t *testing.T) {
 	ts, _, _ := smokeServer(t, true)
 	save := filepath.Join(t.TempDir(), "overlay.png")
 	line, err := runSmokeLine(t, "--url", ts.URL+"/", "--image", "testdata/dog.jpg", "--query", "dog</c>bicycle", "--save", save)
-	if err != nil || !passLineRE.MatchString(line) {
-		t.Fatalf("line %q, err %v; want %s", line, err, passLineRE)
+	if err != nil || !smokePassLineRE.MatchString(line) {
+		t.Fatalf("line %q, err %v; want %s", line, err, smokePassLineRE)
 	}
 	f, err := os.Open(save)
 	if err != nil {
@@ -99,7 +99,7 @@ func TestSmokeWaitsForReadiness(t *testing.T) {
 	if err := srv.SetReady(c); err != nil {
 		t.Fatal(err)
 	}
-	if line := <-done; !passLineRE.MatchString(line) { // ...and passed once it was ready
+	if line := <-done; !smokePassLineRE.MatchString(line) { // ...and passed once it was ready
 		t.Fatalf("line %q", line)
 	}
 }
