@@ -226,24 +226,16 @@ func (a *Admin) queuedJobs(ctx context.Context, fn func(*jobs.Job) error) error 
 // readAll calls fn for every message of stream on subject, oldest first, through an
 // ordered consumer, and returns when it has read what the stream held when it started.
 func readAll(ctx context.Context, js jetstream.JetStream, stream, subject string, fn func(jetstream.Msg) error) error {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", stream, err)
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", stream, err)
-	}
-	var total uint64
-	for _, n := range info.State.Subjects {
-		total += n
-	}
-	if total == 0 {
-		return nil
-	}
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", stream, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", stream, err)
+	}
+	if info.NumPending == 0 {
+		return nil // nothing to read: Next would wait for a message that never comes
 	}
 	it, err := cons.Messages()
 	if err != nil {

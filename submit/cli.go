@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine"
@@ -122,13 +121,7 @@ func connect(cfg Config) (js jetstream.JetStream, close func(), err error) {
 		nc.Close()
 		return nil, nil, fmt.Errorf("JetStream: %w", err)
 	}
-	return js, func() { drain(nc) }, nil
-}
-
-func drain(nc *nats.Conn) {
-	if err := nc.Drain(); err != nil {
-		nc.Close()
-	}
+	return js, nc.Close, nil
 }
 
 // openStore opens the configured storage, or returns nil when neither S3 nor file roots

@@ -13,9 +13,8 @@ import (
 
 // collected is one result read from LA_RESULTS, or the error that ended the reading.
 type collected struct {
-	Result  jobs.Result
-	Pending uint64 // results of the batch still in the stream after this one
-	Err     error
+	Result jobs.Result
+	Err    error
 }
 
 // collectResults reads every result of batch from LA_RESULTS, oldest first, through an
@@ -59,9 +58,6 @@ func collectResults(ctx context.Context, js jetstream.JetStream, batch string, o
 			continue
 		}
 		var c collected
-		if md, err := msg.Metadata(); err == nil {
-			c.Pending = md.NumPending
-		}
 		if err := json.Unmarshal(msg.Data(), &c.Result); err != nil || !jobs.ValidToken(c.Result.ID) {
 			c.Err = fmt.Errorf("result on %s is not a valid result: %v", msg.Subject(), err)
 		}
