@@ -18,9 +18,9 @@ type collected struct {
 }
 
 // collectResults reads every result of batch from LA_RESULTS, oldest first, through an
-// ordered consumer: it keeps no state on the server, and after a reconnect or a restart it
-// starts again from the stream's first result of the batch, so nothing is lost while the
-// tool is away. Results are sent on out until ctx ends; the channel is closed on return.
+// ordered consumer: it keeps no state on the server, resumes where it stopped after a
+// disconnect, and on every run starts from the batch's first result, so nothing published
+// while the tool was away is missed. Results are sent on out until ctx ends; the channel is closed on return.
 // A message that is not a result is reported and skipped.
 func collectResults(ctx context.Context, js jetstream.JetStream, batch string, out chan<- collected) {
 	defer close(out)

@@ -285,6 +285,7 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 	var queue []*jobs.Job // planned, waiting for a free publisher
 	inFlight := 0
 	planning := true
+	var lastReadErr error // the collector's latest complaint, for when it gives up
 	for {
 		if !planning && len(queue) == 0 && inFlight == 0 && r.pending() == 0 {
 			break
@@ -323,10 +324,11 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 			}
 		case c, ok := <-resultsCh:
 			if !ok {
-				return r.sum, fmt.Errorf("results of batch %s: reader stopped", r.cfg.Defaults.Batch)
+				return r.sum, fmt.Errorf("results of batch %s: the reader stopped: %w", r.cfg.Defaults.Batch, lastReadErr)
 			}
 			if c.Err != nil {
-				r.log.Warn("skipping a result", "err", c.Err)
+				lastReadErr = c.Err
+				r.log.Warn("reading results", "err", c.Err)
 				continue
 			}
 			if err := r.receive(ctx, c.Result, planning); err != nil {
