@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -64,4 +65,65 @@ func TestOpenCommittedTinyCheckpoints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkOpen measures opening the committed bf16 checkpoint: config parsing, two
+// mmaps, header parsing and the shape checks (no weight bytes are read).
+func BenchmarkOpen(b *testing.B) {
+	dir := filepath.Join("..", "..", "testdata", "checkpoints", "tiny-bf16")
+	for b.Loop() {
+		m, err := Open(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The configuration of the real 3B model (as gen_checkpoint.py --preset full writes it)
+// implies the real checkpoint's 769 tensors (770 with the head) and 7.66 GB of bf16.
+func TestExpectedTensorsOfTheRealShapes(t *testing.T) {
+	c, err := LoadConfig(filepath.Join("testdata", "full-3b-config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Text.HeadDim != 128 || c.Vision.HeadDim() != 72 || c.ImageTokens(24, 44) != 264 {
+		t.Errorf("head dims %d/%d, image tokens %d; want 128/72, 264", c.Text.HeadDim, c.Vision.HeadDim(), c.ImageTokens(24, 44))
+	}
+	specs := c.ExpectedTensors()
+	if len(specs)+1 != 770 {
+		t.Errorf("%d tensors + head, want 770", len(specs)+1)
+	}
+	elements := int64(0)
+	seen := map[string]bool{}
+	for _, s := range append(specs, TensorSpec{Name: LMHeadName, Shape: c.LMHeadShape()}) {
+		if seen[s.Name] {
+			t.Errorf("%s listed twice", s.Name)
+		}
+		seen[s.Name] = true
+		n := int64(1)
+		for _, d := range s.Shape {
+			n *= d
+		}
+		elements += n
+	}
+	if got := elements * 2; got != 7_661_331_936 {
+		t.Errorf("%d bytes of bf16, want 7661331936", got)
+	}
+	qkv, _ := findSpec(specs, "vision_model.encoder.blocks.26.wqkv.weight")
+	mlp1, _ := findSpec(specs, "mlp1.1.weight")
+	if !slices.Equal(qkv.Shape, []int64{3456, 1152}) || !slices.Equal(mlp1.Shape, []int64{2048, 4608}) {
+		t.Errorf("wqkv %v, mlp1.1 %v", qkv.Shape, mlp1.Shape)
+	}
+}
+
+func findSpec(specs []TensorSpec, name string) (TensorSpec, bool) {
+	for _, s := range specs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return TensorSpec{}, false
 }
