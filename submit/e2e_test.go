@@ -245,3 +245,38 @@ func TestEndToEndInterruptAndResume(t *testing.T) {
 		}
 	}
 }
+
+// An s3:// prefix is listed and its image objects are submitted by URL, not downloaded.
+func TestEndToEndS3Prefix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	sys := startSystem(t, newTestEngine(-1), systemOptions{})
+	dir := t.TempDir()
+	writeImages(t, dir, 3)
+	for _, name := range []string{"0000.png", "0001.png", "0002.png"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		must(t, err)
+		must(t, sys.store.Put(t.Context(), "s3://images/cam9/"+name, data, "image/png"))
+	}
+	must(t, sys.store.Put(t.Context(), "s3://images/cam9/notes.txt", []byte("not an image"), "text/plain"))
+	out := filepath.Join(dir, "out")
+	code, stdout, _ := sys.submit(t, "--out", out, "--query", "bird", "--batch", "cam9", "s3://images/cam9/")
+	if code != ExitOK || !strings.Contains(stdout, "3 submitted, 0 already done, 3 succeeded, 0 failed") {
+		t.Fatalf("exit %d, %q", code, stdout)
+	}
+	rows := readResults(t, out)
+	for _, r := range rows {
+		if !strings.HasPrefix(r.Image, "s3://images/cam9/") || r.Source != r.Image {
+			t.Errorf("row %s: image %s source %s, want the s3 URL", r.ID, r.Image, r.Source)
+		}
+	}
+	code, stdout, _ = sys.submit(t, "status", rows[0].ID)
+	if code != ExitOK || !strings.Contains(stdout, ": succeeded (attempt 1 on test-worker)") || !strings.Contains(stdout, "1 detections") {
+		t.Errorf("status: exit %d, %q", code, stdout)
+	}
+	code, _, stderr := sys.submit(t, "status", "0123abc")
+	if code != ExitUsage || !strings.Contains(stderr, "unknown job") {
+		t.Errorf("status of an unknown job: exit %d, %q", code, stderr)
+	}
+}
