@@ -307,7 +307,9 @@ func BenchmarkStages(b *testing.B) {
 	})
 	b.Run("patchify", func(b *testing.B) {
 		for b.Loop() {
-			Patchify(view, o)
+			if _, err := Patchify(view, o); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

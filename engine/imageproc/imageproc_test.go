@@ -145,6 +145,15 @@ func TestToRGBConversions(t *testing.T) {
 	if _, err := ToRGB(image.NewRGBA(image.Rect(0, 0, 0, 5))); err == nil {
 		t.Error("an empty image converted without error")
 	}
+	if _, err := ToRGB(nil); err == nil {
+		t.Error("a nil image converted without error")
+	}
+	if _, err := Preprocess(nil, DefaultOptions()); err == nil {
+		t.Error("a nil image preprocessed without error")
+	}
+	if _, err := Patchify(NewRGB(15, 14), DefaultOptions()); err == nil {
+		t.Error("patchify accepted a width that is not a multiple of 14")
+	}
 }
 
 func TestNativeSize(t *testing.T) {

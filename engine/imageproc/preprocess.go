@@ -151,14 +151,17 @@ func Preprocess(img image.Image, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Patchify(view, o), nil
+	return Patchify(view, o)
 }
 
 // Patchify normalizes ((x/255 - mean)/std, in float32 as torchvision does) and lays the
 // image out as [gh*gw, 3, p, p] patches in row-major grid order. The image sides must be
 // multiples of the patch size (ModelView's output always is).
-func Patchify(view *RGB, o Options) *Result {
+func Patchify(view *RGB, o Options) (*Result, error) {
 	p := o.PatchSize
+	if p <= 0 || view == nil || view.W%p != 0 || view.H%p != 0 || len(view.Pix) != 3*view.W*view.H {
+		return nil, fmt.Errorf("patchify: image is not a whole number of %d-px patches", p)
+	}
 	gh, gw := view.H/p, view.W/p
 	var lut [3][256]float32
 	for c := range lut {
@@ -183,5 +186,5 @@ func Patchify(view *RGB, o Options) *Result {
 			}
 		}
 	}
-	return &Result{Patches: out, GridH: gh, GridW: gw, Width: view.W, Height: view.H}
+	return &Result{Patches: out, GridH: gh, GridW: gw, Width: view.W, Height: view.H}, nil
 }

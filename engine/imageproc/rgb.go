@@ -44,6 +44,9 @@ func (m *RGB) Image() *image.RGBA {
 //
 // EXIF orientation is not applied, as PIL's Image.open does not apply it either.
 func ToRGB(img image.Image) (*RGB, error) {
+	if img == nil {
+		return nil, fmt.Errorf("no image")
+	}
 	b := img.Bounds()
 	w, h := b.Dx(), b.Dy()
 	if w <= 0 || h <= 0 {

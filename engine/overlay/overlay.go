@@ -89,8 +89,11 @@ func styleFor(b image.Rectangle) style {
 // Draw copies img and draws the detections and points on the copy, in original-image
 // pixels. Boxes are clipped to the image; a box or point with a non-finite coordinate, or
 // one entirely outside the image, is not drawn. With no detections and no points the
-// result equals the original pixel for pixel.
+// result equals the original pixel for pixel. A nil image gives an empty one.
 func Draw(img image.Image, dets []engine.Detection, pts []engine.Point) *image.RGBA {
+	if img == nil {
+		return image.NewRGBA(image.Rectangle{}) // EncodePNG refuses it with an error
+	}
 	b := img.Bounds()
 	dst := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
 	draw.Draw(dst, dst.Bounds(), img, b.Min, draw.Src)

@@ -190,6 +190,9 @@ func TestEncodePNGRoundTrip(t *testing.T) {
 	if _, err := enc.EncodePNG(image.NewRGBA(image.Rect(0, 0, 0, 0))); err == nil {
 		t.Error("empty image encoded without error")
 	}
+	if _, err := enc.EncodePNG(Draw(nil, nil, nil)); err == nil {
+		t.Error("Draw(nil) encoded without error")
+	}
 }
 
 // photo1080p is the dog photograph scaled up to 1920x1080, for realistic PNG content.
