@@ -40,8 +40,10 @@ func newYCC() *ycc {
 // ycbcrToRGB converts a decoded JPEG (or lossy WebP) anchored at the origin.
 func ycbcrToRGB(out *RGB, m *image.YCbCr) {
 	w, h := out.W, out.H
-	cb := make([]uint8, w)
-	cr := make([]uint8, w)
+	// Rows are one sample longer than the image when its width is odd: the upsamplers
+	// always write whole output pairs.
+	cb := make([]uint8, w+1)
+	cr := make([]uint8, w+1)
 	up := newChromaUpsampler(m, w, h)
 	t := yccTables
 	for y := 0; y < h; y++ {
@@ -99,11 +101,11 @@ func newChromaUpsampler(m *image.YCbCr, w, h int) *chromaUpsampler {
 	return u
 }
 
-// row writes the chroma of image row y into dst (len w).
+// row writes the chroma of image row y into dst (len >= w+1; the first w count).
 func (u *chromaUpsampler) row(dst, plane []uint8, y int) {
 	m := u.m
 	if u.hs == 0 { // no fancy path: replicate, as Go's own conversion does
-		for x := range dst {
+		for x := range dst[:u.w] {
 			dst[x] = plane[m.COffset(x, y)]
 		}
 		return
@@ -115,7 +117,7 @@ func (u *chromaUpsampler) row(dst, plane []uint8, y int) {
 			copy(dst, cur)
 			return
 		}
-		h2v1(dst, cur, u.w)
+		h2v1(dst, cur)
 		return
 	}
 	// Vertical triangle: 3/4 of the nearer chroma row plus 1/4 of the next nearer one
@@ -134,67 +136,54 @@ func (u *chromaUpsampler) row(dst, plane []uint8, y int) {
 		if y%2 == 1 {
 			bias = 2
 		}
-		for x := range dst {
-			dst[x] = uint8((u.colsum[x] + bias) >> 2)
+		for x, v := range u.colsum {
+			dst[x] = uint8((v + bias) >> 2)
 		}
 		return
 	}
-	h2v2(dst, u.colsum, u.w)
+	h2v2(dst, u.colsum)
 }
 
 // h2v1 is libjpeg's h2v1_fancy_upsample: each output pair leans 3:1 towards its own
 // sample, the left output rounding with bias 1 and the right with 2; the first and last
-// outputs copy the edge samples.
-func h2v1(dst, in []uint8, w int) {
+// outputs copy the edge samples. It writes 2*len(in) outputs.
+func h2v1(dst, in []uint8) {
 	n := len(in)
+	dst = dst[:2*n]
 	if n == 1 {
-		for x := range dst {
-			dst[x] = in[0]
-		}
+		dst[0], dst[1] = in[0], in[0]
 		return
 	}
-	out := make2(dst, w)
-	out.set(0, in[0])
-	out.set(1, uint8((3*int32(in[0])+int32(in[1])+2)>>2))
+	dst[0] = in[0]
+	dst[1] = uint8((3*int32(in[0]) + int32(in[1]) + 2) >> 2)
 	for i := 1; i < n-1; i++ {
 		v := 3 * int32(in[i])
-		out.set(2*i, uint8((v+int32(in[i-1])+1)>>2))
-		out.set(2*i+1, uint8((v+int32(in[i+1])+2)>>2))
+		dst[2*i] = uint8((v + int32(in[i-1]) + 1) >> 2)
+		dst[2*i+1] = uint8((v + int32(in[i+1]) + 2) >> 2)
 	}
 	last := n - 1
-	out.set(2*last, uint8((3*int32(in[last])+int32(in[last-1])+1)>>2))
-	out.set(2*last+1, in[last])
+	dst[2*last] = uint8((3*int32(in[last]) + int32(in[last-1]) + 1) >> 2)
+	dst[2*last+1] = in[last]
 }
 
 // h2v2 is the horizontal half of libjpeg's h2v2_fancy_upsample, on column sums that
-// already carry the vertical 3:1 weights (so the total weight is 16).
-func h2v2(dst []uint8, sum []int32, w int) {
+// already carry the vertical 3:1 weights (so the total weight is 16). It writes
+// 2*len(sum) outputs.
+func h2v2(dst []uint8, sum []int32) {
 	n := len(sum)
+	dst = dst[:2*n]
 	if n == 1 {
-		for x := range dst {
-			dst[x] = uint8((sum[0]*4 + 8) >> 4)
-		}
+		v := uint8((sum[0]*4 + 8) >> 4)
+		dst[0], dst[1] = v, v
 		return
 	}
-	out := make2(dst, w)
-	out.set(0, uint8((sum[0]*4+8)>>4))
-	out.set(1, uint8((sum[0]*3+sum[1]+7)>>4))
+	dst[0] = uint8((sum[0]*4 + 8) >> 4)
+	dst[1] = uint8((sum[0]*3 + sum[1] + 7) >> 4)
 	for i := 1; i < n-1; i++ {
-		out.set(2*i, uint8((sum[i]*3+sum[i-1]+8)>>4))
-		out.set(2*i+1, uint8((sum[i]*3+sum[i+1]+7)>>4))
+		dst[2*i] = uint8((sum[i]*3 + sum[i-1] + 8) >> 4)
+		dst[2*i+1] = uint8((sum[i]*3 + sum[i+1] + 7) >> 4)
 	}
 	last := n - 1
-	out.set(2*last, uint8((sum[last]*3+sum[last-1]+8)>>4))
-	out.set(2*last+1, uint8((sum[last]*4+7)>>4))
-}
-
-// pairWriter drops the one extra output an odd image width produces.
-type pairWriter []uint8
-
-func make2(dst []uint8, w int) pairWriter { return pairWriter(dst[:w]) }
-
-func (p pairWriter) set(i int, v uint8) {
-	if i < len(p) {
-		p[i] = v
-	}
+	dst[2*last] = uint8((sum[last]*3 + sum[last-1] + 8) >> 4)
+	dst[2*last+1] = uint8((sum[last]*4 + 7) >> 4)
 }
