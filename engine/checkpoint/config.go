@@ -174,6 +174,13 @@ func ParseConfig(configJSON, preprocessorJSON []byte) (*Config, error) {
 	return &c, nil
 }
 
+// maxDimension bounds every size and count in a config: far above any real model
+// (the largest real value is the 152681-token vocabulary), far below overflow.
+const maxDimension = 1 << 24
+
+// maxLayers bounds the layer counts (the real model has 27 and 36).
+const maxLayers = 4096
+
 // Validate checks that the dimensions are positive and fit together the way the forward
 // pass needs them to.
 func (c *Config) Validate() error {
@@ -183,8 +190,10 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %s", file, fmt.Sprintf(format, args...)))
 		}
 	}
+	// The upper bound only catches corrupt files: a layer count of a billion would
+	// otherwise make ExpectedTensors try to list a billion tensors.
 	positive := func(file, name string, n int) {
-		check(n > 0, file, "%s = %d, want > 0", name, n)
+		check(n > 0 && n <= maxDimension, file, "%s = %d, want 1..%d", name, n, maxDimension)
 	}
 
 	t := c.Text
@@ -222,6 +231,9 @@ func (c *Config) Validate() error {
 		check(v.HeadDim()%4 == 0, ConfigFile, "vision head_dim = %d, want a multiple of 4 (2D rotary)", v.HeadDim())
 	}
 
+	check(t.Layers <= maxLayers, ConfigFile, "text_config.num_hidden_layers = %d, want at most %d", t.Layers, maxLayers)
+	check(v.Layers <= maxLayers, ConfigFile, "vision_config.num_hidden_layers = %d, want at most %d", v.Layers, maxLayers)
+
 	p := c.Preprocessor
 	positive(PreprocessorConfigFile, "in_token_limit", p.InTokenLimit)
 	for i := range 3 {
@@ -255,8 +267,11 @@ func (c *Config) Validate() error {
 }
 
 // ImageTokens is the number of image embeddings (and <IMG_CONTEXT> slots) for a grid of
-// gridH x gridW patches.
+// gridH x gridW patches (0 for a config without a merge kernel).
 func (c *Config) ImageTokens(gridH, gridW int) int {
 	k := c.Vision.MergeKernel
+	if k <= 0 {
+		return 0
+	}
 	return (gridH / k) * (gridW / k)
 }
