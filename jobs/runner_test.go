@@ -1,0 +1,351 @@
+package jobs
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/storage"
+)
+
+func testTopology() TopologyConfig {
+	return TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 5}
+}
+
+func TestHappyPathStoresAndPublishesResult(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := newFakeEngine(3)
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+
+	e.publishJob(t, Job{ID: "job-1", Image: img, Query: "dog</c>bicycle", Overlay: true,
+		Batch: "b1", Metadata: json.RawMessage(`{"camera":"04"}`)})
+	res := e.publishedResult(t, "b1", "job-1")
+	if res.Status != StatusSucceeded || res.Error != nil {
+		t.Fatalf("status %s, error %+v; want succeeded", res.Status, res.Error)
+	}
+	if res.Width != 768 || res.Height != 576 || len(res.Detections) != 1 || res.Detections[0].Box != [4]float64{0, 0, 768, 576} {
+		t.Errorf("prediction not carried over: %dx%d %+v", res.Width, res.Height, res.Detections)
+	}
+	if res.Attempt != 1 || res.Worker != "w1" || res.Batch != "b1" || res.Task != engine.TaskDetect || res.Image != img {
+		t.Errorf("job fields: attempt %d worker %q batch %q task %q image %q", res.Attempt, res.Worker, res.Batch, res.Task, res.Image)
+	}
+	if string(res.Metadata) != `{"camera":"04"}` {
+		t.Errorf("metadata %s, want it echoed", res.Metadata)
+	}
+	if res.TimingMS.Decode != 3 || res.TimingMS.Fetch <= 0 || res.TimingMS.Total < res.TimingMS.Fetch {
+		t.Errorf("timings %+v", res.TimingMS)
+	}
+	wantOverlay := OverlayURL(defaultOutput, "job-1")
+	if res.OverlayURL == nil || *res.OverlayURL != wantOverlay {
+		t.Fatalf("overlay %v, want %s", res.OverlayURL, wantOverlay)
+	}
+	if png, err := e.store.Get(t.Context(), wantOverlay, 0); err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
+		t.Errorf("overlay not stored as PNG: %v", err)
+	}
+	stored := e.storedResult(t, defaultOutput, "job-1")
+	if stored.ID != "job-1" || stored.Status != StatusSucceeded || stored.RawText != res.RawText {
+		t.Errorf("stored result %+v differs from the published one", stored)
+	}
+	eventually(t, 30*time.Second, "the job to be acked", func() bool { return e.queueDrained(t) })
+	st, ok, err := e.topo.State.Get(t.Context(), "job-1")
+	if err != nil || !ok || st.Status != StatusSucceeded || st.Worker != "w1" || st.Attempt != 1 {
+		t.Errorf("state %+v ok=%v err=%v; want succeeded by w1", st, ok, err)
+	}
+	if e.dlqRecord(t, "job-1") != nil {
+		t.Error("a succeeded job has a DLQ record")
+	}
+}
+
+func TestResultGoesToJobOutput(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+
+	e.publishJob(t, Job{ID: "own-output", Image: img, Query: "dog", Output: "s3://results/custom"})
+	e.publishedResult(t, DefaultBatch, "own-output")
+	if got := e.storedResult(t, "s3://results/custom/", "own-output"); got.Status != StatusSucceeded {
+		t.Errorf("stored status %s", got.Status)
+	}
+}
+
+func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	good := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	empty := e.putImage(t, "empty.jpg", nil)
+	corrupt := e.putImage(t, "corrupt.jpg", []byte("this is not an image at all, just text"))
+	huge := e.putImage(t, "huge.png", pngHeader(100000, 100000))
+	eng := newFakeEngine(0)
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+
+	job := func(id, image string) []byte {
+		b, _ := json.Marshal(Job{ID: id, Image: image, Query: "dog"})
+		return b
+	}
+	cases := []struct {
+		id, code string
+		data     []byte
+	}{
+		{"bad-json", CodeInvalidJob, []byte(`{"id": "bad-json", "image": `)},
+		{"unknown-field", CodeInvalidJob, []byte(`{"id":"unknown-field","image":"` + good + `","query":"dog","colour":"red"}`)},
+		{"unknown-scheme", CodeBadURL, job("unknown-scheme", "ftp://host/dog.jpg")},
+		{"missing-object", CodeNotFound, job("missing-object", "s3://images/no-such.jpg")},
+		{"empty-object", CodeEmptyImage, job("empty-object", empty)},
+		{"corrupt-image", engine.CodeBadImage, job("corrupt-image", corrupt)},
+		{"huge-image", engine.CodeImageTooLarge, job("huge-image", huge)},
+	}
+	for _, c := range cases {
+		e.publish(t, c.data, c.id)
+	}
+	for _, c := range cases {
+		t.Run(c.id, func(t *testing.T) {
+			res := e.publishedResult(t, DefaultBatch, c.id)
+			if res.Status != StatusFailed || res.Error == nil || res.Error.Code != c.code {
+				t.Fatalf("status %s error %+v; want failed with %s", res.Status, res.Error, c.code)
+			}
+			if res.Error.Message == "" || res.Attempt != 1 {
+				t.Errorf("error message %q attempt %d; want a reason after one delivery", res.Error.Message, res.Attempt)
+			}
+			if stored := e.storedResult(t, defaultOutput, c.id); stored.Status != StatusFailed {
+				t.Errorf("stored status %s", stored.Status)
+			}
+			rec := e.dlqRecord(t, c.id)
+			if rec == nil {
+				t.Fatal("no DLQ record")
+			}
+			if rec.Code != c.code || rec.Attempts != 1 || rec.Worker != "w1" || rec.Reason != res.Error.Message {
+				t.Errorf("DLQ record %+v", rec)
+			}
+			var orig []byte = rec.Job
+			if orig == nil {
+				orig = rec.JobBase64
+			}
+			if string(orig) != string(c.data) {
+				t.Errorf("DLQ keeps %q, want the original %q", orig, c.data)
+			}
+		})
+	}
+	eventually(t, 30*time.Second, "every poison job to be terminated", func() bool { return e.queueDrained(t) })
+	info, err := e.topo.Consumer.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 {
+		t.Errorf("%d poison messages were redelivered; want none", info.NumRedelivered)
+	}
+	if n := eng.Calls("dog"); n != 0 {
+		t.Errorf("the engine generated %d times for poison jobs", n)
+	}
+}
+
+func TestSameJobIDRunsOnce(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := newFakeEngine(0)
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+
+	j := Job{ID: "twice", Image: img, Query: "twice"}
+	e.publishJob(t, j) // Nats-Msg-Id = id: JetStream drops the second within the window
+	e.publishJob(t, j)
+	e.publishedResult(t, DefaultBatch, "twice")
+	eventually(t, 30*time.Second, "the job to be acked", func() bool { return e.queueDrained(t) })
+
+	// Past the dedupe window (here: another message id), the terminal state stops it.
+	b, _ := json.Marshal(j)
+	e.publish(t, b, "twice-again")
+	eventually(t, 30*time.Second, "the repeat to be acked", func() bool { return e.queueDrained(t) })
+	if n := eng.Calls("twice"); n != 1 {
+		t.Errorf("job ran %d times; want 1", n)
+	}
+	info, err := e.topo.Results.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("%d results published; want 1", info.State.Msgs)
+	}
+}
+
+func TestCancelBeforeStartAndWhileRunning(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := newFakeEngine(0)
+	eng.started = make(chan string, 4)
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+
+	if err := e.topo.State.RequestCancel(t.Context(), "early", "test"); err != nil {
+		t.Fatal(err)
+	}
+	e.publishJob(t, Job{ID: "early", Image: img, Query: "early"})
+	if res := e.publishedResult(t, DefaultBatch, "early"); res.Status != StatusCanceled || res.Error.Code != CodeCanceled {
+		t.Errorf("early: status %s error %+v; want canceled", res.Status, res.Error)
+	}
+	if eng.Calls("early") != 0 {
+		t.Error("a job cancelled before it started ran on the engine")
+	}
+
+	e.publishJob(t, Job{ID: "running", Image: img, Query: "block"})
+	if q := <-eng.started; q != "block" {
+		t.Fatalf("started %q", q)
+	}
+	if err := e.topo.State.RequestCancel(t.Context(), "running", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.publishedResult(t, DefaultBatch, "running"); res.Status != StatusCanceled {
+		t.Errorf("running: status %s error %+v; want canceled", res.Status, res.Error)
+	}
+	eventually(t, 30*time.Second, "the cancelled jobs to be acked", func() bool { return e.queueDrained(t) })
+	if e.dlqRecord(t, "running") != nil || e.dlqRecord(t, "early") != nil {
+		t.Error("a cancelled job was dead-lettered")
+	}
+}
+
+func TestExpiredDeadlineIsNotRun(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := newFakeEngine(0)
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+
+	past := time.Now().Add(-time.Minute)
+	future := time.Now().Add(time.Hour)
+	e.publishJob(t, Job{ID: "late", Image: img, Query: "late", Deadline: &past})
+	e.publishJob(t, Job{ID: "in-time", Image: img, Query: "in-time", Deadline: &future})
+	if res := e.publishedResult(t, DefaultBatch, "late"); res.Status != StatusExpired || res.Error.Code != CodeDeadline {
+		t.Errorf("late: status %s error %+v; want expired", res.Status, res.Error)
+	}
+	if res := e.publishedResult(t, DefaultBatch, "in-time"); res.Status != StatusSucceeded {
+		t.Errorf("in-time: status %s error %+v", res.Status, res.Error)
+	}
+	if eng.Calls("late") != 0 {
+		t.Error("an expired job ran")
+	}
+}
+
+func TestKilledRunnerJobComesBackAndCompletes(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+
+	// Runner A works over a connection of its own, which dies mid-job like its process.
+	nsA := e.nats
+	_, topoA := connectTopology(t, nsA, testTopology())
+	engA := newFakeEngine(0)
+	engA.started = make(chan string, 1)
+	cfgA := e.runnerConfig("A")
+	cfgA.Grace = 100 * time.Millisecond
+	a := startRunner(t, topoA, e.store, engA, cfgA)
+
+	e.publishJob(t, Job{ID: "survivor", Image: img, Query: "block"})
+	<-engA.started
+	topoA.JS.Conn().Close() // the "kill": no heartbeat, no ack, no nak reaches the server
+	a.stop(t)               // its blocked job is cut off; nothing it does reaches NATS
+
+	engB := newFakeEngine(0)
+	close(engB.release) // B runs "block" jobs straight through
+	startRunner(t, e.topo, e.store, engB, e.runnerConfig("B"))
+	res := e.publishedResult(t, DefaultBatch, "survivor")
+	if res.Status != StatusSucceeded || res.Worker != "B" || res.Attempt != 2 {
+		t.Errorf("status %s worker %s attempt %d; want succeeded by B on attempt 2", res.Status, res.Worker, res.Attempt)
+	}
+	if e.storedResult(t, defaultOutput, "survivor").Worker != "B" {
+		t.Error("stored result is not B's")
+	}
+}
+
+func TestS3OutageLosesNothing(t *testing.T) {
+	e := newTestEnv(t, TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 100})
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := newFakeEngine(20)
+	eng.started = make(chan string, 100)
+	cfg := e.runnerConfig("w1")
+	cfg.OpTimeout = 2 * time.Second // cut minio-go's own retries short, so the Runner sees the outage
+	cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	startRunner(t, e.topo, e.store, eng, cfg)
+
+	const n = 20
+	for i := range n {
+		e.publishJob(t, Job{ID: fmt.Sprintf("s3-%02d", i), Image: img, Query: fmt.Sprintf("q%02d", i)})
+	}
+	<-eng.started
+	e.s3.Stop()
+	eventually(t, 60*time.Second, "a job to meet the outage", func() bool {
+		return counterValue(t, cfg.Metrics.Retries) > 0
+	})
+	e.s3.Restart()
+
+	for i := range n {
+		id := fmt.Sprintf("s3-%02d", i)
+		if res := e.publishedResult(t, DefaultBatch, id); res.Status != StatusSucceeded {
+			t.Errorf("%s: status %s error %+v", id, res.Status, res.Error)
+		}
+		if e.storedResult(t, defaultOutput, id).Status != StatusSucceeded {
+			t.Errorf("%s: stored result not succeeded", id)
+		}
+	}
+	info, err := e.topo.DLQ.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("%d jobs dead-lettered during a storage outage; want 0", info.State.Msgs)
+	}
+}
+
+func TestThousandJobsTwoRunnersOneResultEach(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 jobs through real servers")
+	}
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	engs := []*fakeEngine{newFakeEngine(0), newFakeEngine(0)}
+	_, topoB := connectTopology(t, e.nats, testTopology())
+	startRunner(t, e.topo, e.store, engs[0], e.runnerConfig("A"))
+	startRunner(t, topoB, e.store, engs[1], e.runnerConfig("B"))
+
+	const n = 1000
+	for i := range n {
+		b, _ := json.Marshal(Job{ID: fmt.Sprintf("k-%04d", i), Image: img, Query: fmt.Sprintf("k-%04d", i)})
+		if _, err := e.js.PublishAsync(JobSubject(DefaultClass), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(60 * time.Second):
+		t.Fatal("publishing 1,000 jobs did not complete")
+	}
+	eventually(t, 5*time.Minute, "1,000 results", func() bool {
+		info, err := e.topo.Results.Info(t.Context())
+		return err == nil && info.State.Msgs >= n
+	})
+	stored := 0
+	if err := e.store.List(t.Context(), defaultOutput, func(o storage.Object) bool { stored++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if stored != n {
+		t.Errorf("%d stored results; want %d", stored, n)
+	}
+	for i := range n {
+		q := fmt.Sprintf("k-%04d", i)
+		if c := engs[0].Calls(q) + engs[1].Calls(q); c != 1 {
+			t.Errorf("job %s ran %d times", q, c)
+		}
+	}
+	if engs[0].Total() == 0 || engs[1].Total() == 0 {
+		t.Errorf("work split %d/%d; want both runners working", engs[0].Total(), engs[1].Total())
+	}
+	eventually(t, 30*time.Second, "every job acked", func() bool { return e.queueDrained(t) })
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
