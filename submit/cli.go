@@ -156,6 +156,7 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 	fs.IntVar(&rc.MaxInFlight, "max-in-flight", 64, "published jobs not yet acknowledged by JetStream, at most")
 	fs.StringVar(&rc.UploadPrefix, "upload", cfg.UploadPrefix, "upload local images under this s3:// prefix (default $LA_SUBMIT_UPLOAD; empty = pass file:// URLs to a worker on this machine)")
 	fs.BoolVar(&rc.COCO, "coco", false, "also write detections.coco.json")
+	fs.BoolVar(&rc.Rehash, "rehash", false, "read and hash every local image again, even those an earlier run hashed and that look unchanged")
 	fs.DurationVar(&rc.ProgressEvery, "progress-every", 10*time.Second, "period of the progress line when stderr is not a terminal")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -288,6 +288,12 @@ func readResults(t *testing.T, dir string) []Row {
 	return rows
 }
 
+// countPublished counts the jobs the state file in dir records as published.
+func countPublished(dir string) int {
+	data, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	return bytes.Count(data, []byte(`{"published":`))
+}
+
 // countLines counts the complete lines of a file (0 when it does not exist).
 func countLines(path string) int {
 	data, _ := os.ReadFile(path)

@@ -34,9 +34,21 @@ type stateHeader struct {
 	Class string `json:"class"`
 }
 
-// stateRecord is every later line: a job JetStream acknowledged.
+// stateRecord is every later line: a job JetStream acknowledged, or a local image hashed.
 type stateRecord struct {
-	Published string `json:"published"`
+	Published string      `json:"published,omitempty"`
+	File      *fileRecord `json:"file,omitempty"`
+}
+
+// fileRecord remembers the hash of a local image and where the worker reads it, so a rerun
+// need not read the file again while its size and modification time are unchanged (the
+// rule make and rsync go by).
+type fileRecord struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	ModTime int64  `json:"mtime_ns"`
+	SHA256  string `json:"sha256"`
+	URL     string `json:"url"`
 }
 
 // outDir is the output directory of one batch: it holds the results written so far and
@@ -56,7 +68,8 @@ type outState struct {
 	Header    stateHeader
 	HasHeader bool
 	Published map[string]bool
-	Done      map[string]Row // results already written, by job id
+	Files     map[string]fileRecord // by path
+	Done      map[string]Row        // results already written, by job id
 }
 
 // openOutDir creates dir if needed and reads what earlier runs left there. A line cut short
@@ -66,7 +79,7 @@ func openOutDir(dir string) (*outDir, *outState, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("output directory: %w", err)
 	}
-	st := &outState{Published: map[string]bool{}, Done: map[string]Row{}}
+	st := &outState{Published: map[string]bool{}, Files: map[string]fileRecord{}, Done: map[string]Row{}}
 	resultsPath := filepath.Join(dir, ResultsFile)
 	err := readJSONLines(resultsPath, func(n int, line []byte) error {
 		var r Row
@@ -95,7 +108,14 @@ func openOutDir(dir string) (*outDir, *outState, error) {
 		if err := json.Unmarshal(line, &rec); err != nil {
 			return err
 		}
-		st.Published[rec.Published] = true
+		switch {
+		case rec.Published != "":
+			st.Published[rec.Published] = true
+		case rec.File != nil:
+			st.Files[rec.File.Path] = *rec.File
+		default:
+			return fmt.Errorf("neither a published job nor a file")
+		}
 		return nil
 	})
 	if err != nil {
@@ -152,6 +172,11 @@ func (o *outDir) writeHeader(h stateHeader) error {
 // markPublished records that JetStream stored job id.
 func (o *outDir) markPublished(id string) error {
 	return o.appendLine(o.stateW, stateRecord{Published: id})
+}
+
+// recordFile remembers a hashed local image.
+func (o *outDir) recordFile(f fileRecord) error {
+	return o.appendLine(o.stateW, stateRecord{File: &f})
 }
 
 // writeRow appends a finished job to results.jsonl.

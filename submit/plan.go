@@ -38,6 +38,10 @@ type planner struct {
 	// as file:// URLs, which a worker on this machine reads directly.
 	uploadPrefix string
 	maxBytes     int64 // larger local images are refused before reading
+	// known are the local images an earlier run hashed, by path; record is told about
+	// each image hashed now. Either may be nil.
+	known  map[string]fileRecord
+	record func(fileRecord) error
 }
 
 // plan makes the job for one item.
@@ -82,7 +86,8 @@ func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 }
 
 // local hashes a local image and decides the URL the worker reads it from, uploading it if
-// needed. It returns the hex SHA-256 of the content and that URL.
+// needed. It returns the hex SHA-256 of the content and that URL. An image an earlier run
+// hashed, unchanged in size and modification time since, is not read again.
 func (p *planner) local(ctx context.Context, it Item) (sum, url string, err error) {
 	info, err := os.Stat(it.Image)
 	if err != nil {
@@ -91,24 +96,47 @@ func (p *planner) local(ctx context.Context, it Item) (sum, url string, err erro
 	if p.maxBytes > 0 && info.Size() > p.maxBytes {
 		return "", "", &InputError{Err: fmt.Errorf("%s: %d bytes, over the %d-byte image limit", it.Origin, info.Size(), p.maxBytes)}
 	}
+	if k, ok := p.known[it.Image]; ok && k.Size == info.Size() && k.ModTime == info.ModTime().UnixNano() &&
+		k.URL == p.urlFor(it.Image, k.SHA256) {
+		return k.SHA256, k.URL, nil
+	}
 	data, err := os.ReadFile(it.Image)
 	if err != nil {
 		return "", "", &InputError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
 	}
 	digest := sha256.Sum256(data)
 	sum = hex.EncodeToString(digest[:])
-	url, err = p.imageURL(ctx, it, sum, data)
-	return sum, url, err
+	if url, err = p.imageURL(ctx, it, sum, data); err != nil {
+		return "", "", err
+	}
+	if p.record != nil {
+		rec := fileRecord{Path: it.Image, Size: info.Size(), ModTime: info.ModTime().UnixNano(), SHA256: sum, URL: url}
+		if err := p.record(rec); err != nil {
+			return "", "", err
+		}
+	}
+	return sum, url, nil
+}
+
+// urlFor is the URL the worker reads the local image at path with content hash sum from:
+// its file:// URL, or its content-addressed key under the upload prefix.
+func (p *planner) urlFor(path, sum string) string {
+	if p.uploadPrefix == "" {
+		return "file://" + filepath.ToSlash(path)
+	}
+	return p.uploadPrefix + "sha256/" + sum[:2] + "/" + sum + strings.ToLower(filepath.Ext(path))
 }
 
 // imageURL is where the worker finds a local image: its file:// URL, or its
 // content-addressed key under the upload prefix, uploaded when absent.
 func (p *planner) imageURL(ctx context.Context, it Item, sum string, data []byte) (string, error) {
+	url := p.urlFor(it.Image, sum)
 	if p.uploadPrefix == "" {
-		return "file://" + filepath.ToSlash(it.Image), nil
+		return url, nil
 	}
-	ext := strings.ToLower(filepath.Ext(it.Image))
-	url := p.uploadPrefix + "sha256/" + sum[:2] + "/" + sum + ext
+	if p.store == nil {
+		return "", fmt.Errorf("%s: uploading to %s: storage is not configured", it.Origin, p.uploadPrefix)
+	}
 	_, err := p.store.Stat(ctx, url)
 	if err == nil {
 		return url, nil // the same bytes are already there
@@ -116,7 +144,7 @@ func (p *planner) imageURL(ctx context.Context, it Item, sum string, data []byte
 	if !errors.Is(err, storage.ErrNotFound) {
 		return "", fmt.Errorf("%s: checking %s: %w", it.Origin, url, err)
 	}
-	ctype := mime.TypeByExtension(ext)
+	ctype := mime.TypeByExtension(strings.ToLower(filepath.Ext(it.Image)))
 	if ctype == "" {
 		ctype = "application/octet-stream"
 	}

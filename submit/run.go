@@ -34,6 +34,7 @@ type RunConfig struct {
 	MaxInFlight   int           // unacknowledged publishes; 0 = 64
 	MaxImageBytes int64         // local images over this are refused; 0 = 64 MiB
 	COCO          bool          // write detections.coco.json
+	Rehash        bool          // read every local image again, ignoring the hashes an earlier run recorded
 	Backoff       Backoff       // publish retry; zero = DefaultBackoff
 	ProgressEvery time.Duration // plain progress line period off a terminal; 0 = 10 s
 }
@@ -529,7 +530,11 @@ func (r *run) snapshot(planning bool) progressSnapshot {
 // another run (or a crashed one) published is not published again; so is a job whose row
 // says it failed, to learn whether it was replayed since.
 func (r *run) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan planned {
-	pl := &planner{defaults: r.cfg.Defaults, store: r.env.Store, uploadPrefix: r.cfg.UploadPrefix, maxBytes: r.cfg.MaxImageBytes}
+	pl := &planner{defaults: r.cfg.Defaults, store: r.env.Store, uploadPrefix: r.cfg.UploadPrefix,
+		maxBytes: r.cfg.MaxImageBytes, record: r.out.recordFile}
+	if !r.cfg.Rehash {
+		pl.known = r.prior.Files
+	}
 	items := make(chan Item)
 	out := make(chan planned)
 	send := func(p planned) bool {

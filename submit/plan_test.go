@@ -1,0 +1,59 @@
+package submit
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// A rerun does not read an image again while its size and modification time are those
+// recorded; a changed modification time (or --rehash) makes it read and hash the file.
+func TestPlannerReusesRecordedHashesOfUnchangedFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.jpg")
+	must(t, os.WriteFile(path, []byte("first content"), 0o644))
+	var recorded []fileRecord
+	p := &planner{defaults: JobDefaults{Query: "q", Batch: "b"}, record: func(f fileRecord) error {
+		recorded = append(recorded, f)
+		return nil
+	}}
+	it := Item{Image: path, Origin: "a.jpg"}
+	first, err := p.plan(context.Background(), it)
+	must(t, err)
+	if len(recorded) != 1 || recorded[0].URL != "file://"+path || first.Image != "file://"+path {
+		t.Fatalf("recorded %+v, job image %s", recorded, first.Image)
+	}
+
+	// Same size, same modification time, other bytes: the recorded hash is used, so the
+	// file was not read.
+	stamp := time.Unix(1700000000, 0)
+	must(t, os.WriteFile(path, []byte("other content"), 0o644))
+	must(t, os.Chtimes(path, stamp, stamp))
+	info, err := os.Stat(path)
+	must(t, err)
+	p.known = map[string]fileRecord{path: {Path: path, Size: info.Size(), ModTime: info.ModTime().UnixNano(), SHA256: recorded[0].SHA256, URL: recorded[0].URL}}
+	recorded = nil
+	again, err := p.plan(context.Background(), it)
+	must(t, err)
+	if again.ID != first.ID || len(recorded) != 0 {
+		t.Fatalf("id %s (first %s), %d new records: want the recorded hash reused", again.ID, first.ID, len(recorded))
+	}
+
+	// A new modification time: read and hashed again.
+	must(t, os.Chtimes(path, stamp.Add(time.Second), stamp.Add(time.Second)))
+	changed, err := p.plan(context.Background(), it)
+	must(t, err)
+	if changed.ID == first.ID || len(recorded) != 1 {
+		t.Fatalf("id unchanged or not recorded after the file changed (%d records)", len(recorded))
+	}
+
+	// The recorded URL must be the one this run would use: with an upload prefix now, the
+	// file:// record does not apply (and without storage the upload fails, proving a read).
+	p.known = map[string]fileRecord{path: recorded[0]}
+	p.uploadPrefix = "s3://bucket/up/"
+	if _, err := p.plan(context.Background(), it); err == nil {
+		t.Fatal("a file:// record was reused for an upload run")
+	}
+}
