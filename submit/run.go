@@ -312,7 +312,11 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 			if p.err != nil {
 				return r.sum, p.err
 			}
-			if r.admit(p) {
+			publish, err := r.admit(ctx, p)
+			if err != nil {
+				return r.sum, err
+			}
+			if publish {
 				queue = append(queue, p.job)
 			}
 		case sendCh <- next:
@@ -394,32 +398,29 @@ func (r *run) pending() int {
 }
 
 // admit takes a planned job into the set and reports whether it must be published.
-func (r *run) admit(p planned) bool {
+func (r *run) admit(ctx context.Context, p planned) (publish bool, err error) {
 	id := p.job.ID
 	if _, dup := r.expected[id]; dup {
 		r.sum.Total-- // the same image and settings again: one job
-		return false
+		return false, nil
 	}
 	r.expected[id] = p.source
-	if row, ok := r.prior.Done[id]; ok {
+	row, hadRow := r.prior.Done[id]
+	if hadRow {
 		if !replayedSince(row, p) {
 			r.done[id] = true
 			r.sum.AlreadyDone++
 			r.count(row.Status)
-			r.ensureOverlay(context.Background(), row.Result) // a crash may have come between row and overlay
-			return false
+			r.ensureOverlay(ctx, row.Result) // a crash may have come between row and overlay
+			return false, nil
 		}
 		r.replayed[id] = row.FinishedAt
 	}
 	if res, ok := r.early[id]; ok && r.acceptable(res) {
 		delete(r.early, id)
-		if err := r.finish(res); err != nil {
-			r.log.Warn("writing a result", "id", id, "err", err)
-		}
-		return false
+		return false, r.deliver(ctx, res)
 	}
-	_, hadRow := r.prior.Done[id]
-	return !hadRow && !p.hasState && !r.prior.Published[id]
+	return !hadRow && !p.hasState && !r.prior.Published[id], nil
 }
 
 // replayedSince reports whether a job whose row did not succeed has been published again
@@ -458,7 +459,18 @@ func (r *run) receive(ctx context.Context, res jobs.Result, planning bool) error
 		}
 		return nil // a job of this batch that is not in this input set, or not yet planned
 	}
-	if err := r.finish(res); err != nil {
+	return r.deliver(ctx, res)
+}
+
+// deliver writes the row of a job of the set and fetches its overlay.
+func (r *run) deliver(ctx context.Context, res jobs.Result) error {
+	r.done[res.ID] = true
+	r.sum.Collected++
+	r.count(res.Status)
+	if t := res.TimingMS; t.Total > 0 {
+		r.sum.Latencies = append(r.sum.Latencies, time.Duration((t.QueueWait+t.Total)*float64(time.Millisecond)))
+	}
+	if err := r.out.writeRow(Row{Source: r.expected[res.ID], Result: res}); err != nil {
 		return err
 	}
 	r.ensureOverlay(ctx, res)
@@ -478,17 +490,6 @@ func (r *run) ensureOverlay(ctx context.Context, res jobs.Result) {
 	if err := r.downloadOverlay(ctx, path, *res.OverlayURL); err != nil {
 		r.log.Warn("overlay not downloaded", "id", res.ID, "err", err)
 	}
-}
-
-// finish writes the row of a job of the set.
-func (r *run) finish(res jobs.Result) error {
-	r.done[res.ID] = true
-	r.sum.Collected++
-	r.count(res.Status)
-	if t := res.TimingMS; t.Total > 0 {
-		r.sum.Latencies = append(r.sum.Latencies, time.Duration((t.QueueWait+t.Total)*float64(time.Millisecond)))
-	}
-	return r.out.writeRow(Row{Source: r.expected[res.ID], Result: res})
 }
 
 // downloadOverlay copies the overlay at url to path, through a temporary file so that a
