@@ -259,6 +259,7 @@ func BenchmarkPreprocess1080p(b *testing.B) {
 	}
 	o := DefaultOptions()
 	b.ReportAllocs()
+	cpu0 := processCPU()
 	for b.Loop() {
 		img, _, err := Decode(data, 0)
 		if err != nil {
@@ -269,6 +270,7 @@ func BenchmarkPreprocess1080p(b *testing.B) {
 			b.Fatalf("grid %dx%d: %v", res.GridH, res.GridW, err)
 		}
 	}
+	b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 }
 
 // BenchmarkStages splits BenchmarkPreprocess1080p into its parts.

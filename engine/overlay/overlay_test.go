@@ -195,6 +195,45 @@ func TestEncodePNGRoundTrip(t *testing.T) {
 	}
 }
 
+// TestEncodePNGOtherImages covers the fallback (transparency, other layouts) and a
+// sub-image on the fast path: every one must decode back to the same colours.
+func TestEncodePNGOtherImages(t *testing.T) {
+	translucent := image.NewNRGBA(image.Rect(0, 0, 7, 5))
+	for i := range translucent.Pix {
+		translucent.Pix[i] = uint8(i * 13)
+	}
+	gray := image.NewGray(image.Rect(0, 0, 9, 4))
+	for i := range gray.Pix {
+		gray.Pix[i] = uint8(i * 29)
+	}
+	opaque := scene(40, 30)
+	sub := opaque.SubImage(image.Rect(5, 7, 33, 21))
+	enc := NewEncoder()
+	for name, img := range map[string]image.Image{"translucent": translucent, "gray": gray, "sub-image": sub, "whole": opaque} {
+		data, err := enc.EncodePNG(img)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		back, err := png.Decode(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("%s: decode: %v", name, err)
+		}
+		b := img.Bounds()
+		if back.Bounds().Dx() != b.Dx() || back.Bounds().Dy() != b.Dy() {
+			t.Fatalf("%s: size %v, want %v", name, back.Bounds(), b)
+		}
+		for y := 0; y < b.Dy(); y++ {
+			for x := 0; x < b.Dx(); x++ {
+				got := color.NRGBA64Model.Convert(back.At(x, y))
+				want := color.NRGBA64Model.Convert(img.At(b.Min.X+x, b.Min.Y+y))
+				if got != want {
+					t.Fatalf("%s: pixel (%d,%d) = %v, want %v", name, x, y, got, want)
+				}
+			}
+		}
+	}
+}
+
 // photo1080p is the dog photograph scaled up to 1920x1080, for realistic PNG content.
 func photo1080p(b *testing.B) *image.RGBA {
 	f, err := os.Open(filepath.Join("testdata", "dog.jpg"))
@@ -222,17 +261,24 @@ func BenchmarkDrawEncode1080p(b *testing.B) {
 	}
 	enc := NewEncoder()
 	b.ReportAllocs()
+	cpu0 := processCPU()
+	var size int
 	for b.Loop() {
-		if _, err := enc.EncodePNG(Draw(img, dets, nil)); err != nil {
+		data, err := enc.EncodePNG(Draw(img, dets, nil))
+		if err != nil {
 			b.Fatal(err)
 		}
+		size = len(data)
 	}
+	b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(size)/1e6, "MB/png")
 }
 
 // BenchmarkDraw1080p is the drawing alone.
 func BenchmarkDraw1080p(b *testing.B) {
 	img := photo1080p(b)
 	dets := []engine.Detection{{Label: "dog", Box: [4]float64{100, 100, 900, 700}}}
+	b.ReportAllocs()
 	for b.Loop() {
 		Draw(img, dets, nil)
 	}
