@@ -604,8 +604,7 @@ func (r *run) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <-chan
 				dup, err := pub.publish(ctx, job)
 				p := published{id: job.ID, dup: dup, err: err}
 				if err == nil && !dup {
-					err = r.markQueued(ctx, job.ID)
-					if err != nil {
+					if err := r.markQueued(ctx, job.ID); err != nil {
 						r.log.Warn("state not marked queued", "id", job.ID, "err", err)
 					}
 				}
