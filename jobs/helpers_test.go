@@ -35,7 +35,8 @@ const maxPixels = 100_000_000
 // fakeEngine is a test double for engine.Engine: Prepare reads only the image header,
 // Generate returns one box covering the whole image, labelled with the query, after a
 // configurable number of 1 ms "decode steps" (checking ctx between steps). Queries named
-// "block" run until their ctx ends or release is closed.
+// "block" run until their ctx ends or release is closed; "device-busy" always fails
+// with an error that is not an InputError.
 type fakeEngine struct {
 	steps   int
 	started chan string // receives the query of each Generate that starts (if not nil)
@@ -66,6 +67,9 @@ func (f *fakeEngine) Generate(ctx context.Context, p *engine.Prepared) (*engine.
 	f.mu.Unlock()
 	if f.started != nil {
 		f.started <- p.Request.Query
+	}
+	if p.Request.Query == "device-busy" {
+		return nil, errors.New("device busy") // not an InputError: worth retrying
 	}
 	if p.Request.Query == "block" {
 		select {

@@ -50,7 +50,7 @@ type MaxDeliveriesWatcher struct {
 	nc   *nats.Conn
 }
 
-// NewMaxDeliveriesWatcher prepares a watcher; Run subscribes.
+// NewMaxDeliveriesWatcher prepares a watcher; Start subscribes.
 func NewMaxDeliveriesWatcher(nc *nats.Conn, topo *Topology, store storage.Store, cfg DeadLetterConfig) (*MaxDeliveriesWatcher, error) {
 	if nc == nil || topo == nil || store == nil {
 		return nil, errors.New("new max-deliveries watcher: connection, topology and store are required")
@@ -65,27 +65,34 @@ func NewMaxDeliveriesWatcher(nc *nats.Conn, topo *Topology, store storage.Store,
 	}}, nil
 }
 
-// Run handles advisories until ctx ends. Advisories are handled one at a time.
-func (w *MaxDeliveriesWatcher) Run(ctx context.Context) error {
+// Start subscribes and returns once the subscription is in place; advisories are then
+// handled one at a time on a goroutine until ctx ends (done is closed after it stopped).
+func (w *MaxDeliveriesWatcher) Start(ctx context.Context) (done <-chan struct{}, err error) {
 	ch := make(chan *nats.Msg, 64)
 	sub, err := w.nc.ChanQueueSubscribe(MaxDeliveriesSubject, maxDeliveriesQueue, ch)
 	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", MaxDeliveriesSubject, err)
+		return nil, fmt.Errorf("subscribe to %s: %w", MaxDeliveriesSubject, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := w.nc.FlushWithContext(ctx); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("subscribe to %s: %w", MaxDeliveriesSubject, err)
+	if err := w.nc.FlushTimeout(w.sink.opTimeout); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe to %s: %w", MaxDeliveriesSubject, err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-ch:
-			if err := w.handle(ctx, m.Data); err != nil {
-				w.sink.log.Error("could not dead-letter a job that ran out of deliveries", "err", err)
+	d := make(chan struct{})
+	go func() {
+		defer close(d)
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-ch:
+				if err := w.handle(ctx, m.Data); err != nil {
+					w.sink.log.Error("could not dead-letter a job that ran out of deliveries", "err", err)
+				}
 			}
 		}
-	}
+	}()
+	return d, nil
 }
 
 func (w *MaxDeliveriesWatcher) handle(ctx context.Context, data []byte) error {
