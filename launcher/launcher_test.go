@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/httpcompat"
-	"github.com/locateanything/detect/jobs/natsembed"
 )
 
 // uvicornPythons are tried in order; Debian's python3-uvicorn installs for /usr/bin/python3.
@@ -39,17 +38,16 @@ func TestUvicornBecomesTheWorker(t *testing.T) {
 	}
 	python := findUvicornPython(t)
 	worker := buildWorker(t)
-	nats := startNATS(t)
 
 	port := freePort(t)
 	cmd := exec.Command(python, "-m", "uvicorn", "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--lifespan", "on", "la_launcher.app:app")
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(inheritedEnv(),
 		"PYTHONPATH="+mustAbs(t, "."),
 		"LA_WORKER_BIN="+worker,
 		"LA_WEIGHTS_DIR="+mustAbs(t, "../testdata/checkpoints/tiny-bf16"),
 		"LA_DATA_DIR="+t.TempDir(),
-		"LA_NATS_URL="+nats.ClientURL(),
+		"LA_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(freePort(t)), // the embedded single-machine NATS
 		"LA_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)),
 		"LA_ENGINE=cpu",
 	)
@@ -145,16 +143,6 @@ func buildWorker(t *testing.T) string {
 	return out
 }
 
-func startNATS(t *testing.T) *natsembed.Server {
-	t.Helper()
-	s, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:0", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
-
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -163,6 +151,19 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// inheritedEnv is the test's environment without variables that would change what is
+// under test (a developer's LA_NATS_URL, UVICORN_PORT, ...).
+func inheritedEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "LA_") || strings.HasPrefix(kv, "UVICORN_") || strings.HasPrefix(kv, "WEB_CONCURRENCY=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }
 
 func mustAbs(t *testing.T, p string) string {
