@@ -119,4 +119,8 @@ typedef struct {
 /* The CPU backend's table (engine/native, cpu_*.c). */
 const la_backend_ops *la_cpu_backend(void);
 
+/* The ttnn backend's table (engine/native, ttnn_*.c): a Python adapter module called
+ * through an embedded CPython loaded at run time. */
+const la_backend_ops *la_ttnn_backend(void);
+
 #endif /* LA_BACKEND_H */

@@ -46,6 +46,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sort"
+	"strings"
 	"unsafe"
 
 	"github.com/locateanything/detect/engine"
@@ -64,6 +66,10 @@ type Options struct {
 	// Threads is the number of threads of the backend's own pool (decode matrix-vector
 	// products, softmax, weight widening); 0 means one per online CPU.
 	Threads int
+	// BackendOptions are backend-specific settings, passed to the backend as la_config's
+	// "key=value" option lines (ttnn: python_lib, adapter, path, llm_dir). Keys must not
+	// contain '=' or a newline, values no newline.
+	BackendOptions map[string]string
 }
 
 // Backend is one checkpoint loaded into a native backend. It implements engine.Backend.
@@ -93,8 +99,10 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 	switch backend {
 	case "cpu":
 		ops = C.la_cpu_backend()
+	case "ttnn":
+		ops = C.la_ttnn_backend()
 	default:
-		return nil, fmt.Errorf("native: open: unknown backend %q (this build has \"cpu\")", backend)
+		return nil, fmt.Errorf("native: open: unknown backend %q (this build has \"cpu\" and \"ttnn\")", backend)
 	}
 	if int(ops.abi_version) != C.LA_ABI_VERSION {
 		return nil, fmt.Errorf("native: open %s: backend built for ABI %d, this binding speaks %d",
@@ -109,6 +117,12 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 	}
 	if o.Threads == 0 {
 		o.Threads = runtime.NumCPU() // the CPUs this process may run on
+	}
+
+	for k, v := range o.BackendOptions {
+		if k == "" || strings.ContainsAny(k, "=\n") || strings.Contains(v, "\n") {
+			return nil, fmt.Errorf("native: open %s: backend option %q=%q: keys need no '=' or newline, values no newline", backend, k, v)
+		}
 	}
 
 	cfg, free, err := makeConfig(m, o)
@@ -157,6 +171,8 @@ func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
 		for i := 0; i < n; i++ {
 			C.free(unsafe.Pointer(table[i].name))
 		}
+		C.free(unsafe.Pointer(cfg.weights_dir))
+		C.free(unsafe.Pointer(cfg.options))
 		C.free(unsafe.Pointer(tablePtr))
 		C.free(unsafe.Pointer(cfg))
 	}
@@ -202,6 +218,19 @@ func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
 	cfg.threads = C.int(o.Threads)
 	cfg.tensors = tablePtr
 	cfg.n_tensors = C.int(n)
+	cfg.weights_dir = C.CString(m.Dir)
+	if len(o.BackendOptions) > 0 {
+		keys := make([]string, 0, len(o.BackendOptions))
+		for k := range o.BackendOptions {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var lines strings.Builder
+		for _, k := range keys {
+			lines.WriteString(k + "=" + o.BackendOptions[k] + "\n")
+		}
+		cfg.options = C.CString(lines.String())
+	}
 	return cfg, free, nil
 }
 

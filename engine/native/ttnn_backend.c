@@ -1,0 +1,509 @@
+/*
+ * ttnn_backend.c - the ttnn backend's ops table: the C ABI of la_backend.h implemented by
+ * calling a Python adapter module through an embedded CPython.
+ *
+ * The adapter (engine/ttnn: la_ttnn_adapter drives TT-NN on a Blackhole chip,
+ * la_ttnn_standin runs the same architecture in numpy) is a module with these functions:
+ *
+ *   open(config: dict) -> handle
+ *   vision(handle, patches: bytes, grid_h: int, grid_w: int) -> None
+ *        patches: float32 little-endian, [grid_h*grid_w, 3, patch, patch]
+ *   prefill(handle, ids: list[int]) -> int          greedy first token
+ *   decode(handle, token: int) -> int               greedy next token
+ *   reset(handle) -> None
+ *   close(handle) -> None
+ *   logits(handle) -> bytes                         optional: last step, vocab float32
+ *   image_embeddings(handle) -> (bytes, n, dim)     optional: kept embeddings, float32
+ *
+ * Every call takes the GIL (PyGILState_Ensure) and gives it back before returning, so the
+ * Go side may call from its one locked OS thread and two engines may live in one process.
+ * A Python exception becomes the call's error string, never an abort.
+ *
+ * Options (la_config.options "key=value" lines, each falling back to an environment
+ * variable): python_lib / LA_PYTHON_LIB, adapter / LA_TTNN_ADAPTER (default
+ * la_ttnn_adapter), path / LA_TTNN_PATH (':'-separated, put first on sys.path), llm_dir /
+ * LA_LLM_DIR (the extracted Qwen2 directory, engine/extract).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "la_backend.h"
+#include "ttnn_python.h"
+
+#define DEFAULT_ADAPTER "la_ttnn_adapter"
+#define OPTION_LEN 4096
+
+/* The adapter's functions, looked up once at open. */
+typedef struct {
+    PyObject *vision, *prefill, *decode, *reset, *close;
+    PyObject *logits;           /* NULL when the adapter has none */
+    PyObject *image_embeddings; /* NULL when the adapter has none */
+} adapter_fns;
+
+struct la_engine {
+    const la_python *py;
+    PyObject *module;
+    PyObject *handle; /* what the adapter's open returned */
+    adapter_fns fn;
+
+    int vocab;
+    int patch_floats; /* 3 * patch * patch */
+
+    /* Copies of the adapter's inspection results, valid until the next call. */
+    float *logits;
+    float *emb;
+    int emb_n, emb_dim;
+};
+
+static int errorf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int errorf(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* ---- options ------------------------------------------------------------------------ */
+
+/* option copies the value of key from the "key=value\n" lines, else from the environment
+ * variable env, else def, into out. Returns out. */
+static const char *option(const char *lines, const char *key, const char *env, const char *def,
+                          char *out, size_t outlen) {
+    size_t klen = strlen(key);
+    for (const char *p = lines; p && *p;) {
+        const char *end = strchr(p, '\n');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            size_t vlen = len - klen - 1;
+            if (vlen >= outlen)
+                vlen = outlen - 1;
+            memcpy(out, p + klen + 1, vlen);
+            out[vlen] = 0;
+            return out;
+        }
+        p = end ? end + 1 : p + len;
+    }
+    const char *v = getenv(env);
+    snprintf(out, outlen, "%s", v && *v ? v : def);
+    return out;
+}
+
+/* ---- building Python values (GIL held) ---------------------------------------------- */
+
+/* call calls fn with n arguments, consuming the argument references (also on failure), and
+ * returns the new reference to the result, or NULL with a Python exception pending. */
+static PyObject *call(const la_python *py, PyObject *fn, int n, PyObject **args) {
+    PyObject *tuple = py->PyTuple_New(n);
+    for (int i = 0; i < n; i++) {
+        if (!tuple || !args[i]) {
+            if (args[i])
+                py->Py_DecRef(args[i]);
+            continue;
+        }
+        py->PyTuple_SetItem(tuple, i, args[i]); /* steals */
+    }
+    for (int i = 0; i < n; i++)
+        if (!args[i]) { /* a failed conversion: its exception is pending */
+            if (tuple)
+                py->Py_DecRef(tuple);
+            return NULL;
+        }
+    if (!tuple)
+        return NULL;
+    PyObject *out = py->PyObject_CallObject(fn, tuple);
+    py->Py_DecRef(tuple);
+    return out;
+}
+
+static PyObject *handle_ref(la_engine *e) {
+    e->py->Py_IncRef(e->handle);
+    return e->handle;
+}
+
+static void set_int(const la_python *py, PyObject *d, const char *key, long v) {
+    PyObject *o = py->PyLong_FromLong(v);
+    if (o) {
+        py->PyDict_SetItemString(d, key, o);
+        py->Py_DecRef(o);
+    }
+}
+
+static void set_float(const la_python *py, PyObject *d, const char *key, double v) {
+    PyObject *o = py->PyFloat_FromDouble(v);
+    if (o) {
+        py->PyDict_SetItemString(d, key, o);
+        py->Py_DecRef(o);
+    }
+}
+
+static void set_str(const la_python *py, PyObject *d, const char *key, const char *v) {
+    PyObject *o = py->PyUnicode_FromString(v ? v : "");
+    if (o) {
+        py->PyDict_SetItemString(d, key, o);
+        py->Py_DecRef(o);
+    }
+}
+
+/* config_dict is the adapter's view of la_config: the dimensions under the config.json
+ * names a Python reader expects, the weights directory and the run-time options. */
+static PyObject *config_dict(const la_python *py, const la_config *c, const char *llm_dir) {
+    PyObject *d = py->PyDict_New();
+    if (!d)
+        return NULL;
+    set_int(py, d, "vision_hidden", c->vision_hidden);
+    set_int(py, d, "vision_layers", c->vision_layers);
+    set_int(py, d, "vision_heads", c->vision_heads);
+    set_int(py, d, "vision_intermediate", c->vision_intermediate);
+    set_int(py, d, "patch_size", c->patch_size);
+    set_int(py, d, "merge_kernel", c->merge_kernel);
+    set_int(py, d, "pos_emb_height", c->pos_emb_height);
+    set_int(py, d, "pos_emb_width", c->pos_emb_width);
+    set_float(py, d, "vision_norm_eps", c->vision_norm_eps);
+    set_int(py, d, "hidden", c->hidden);
+    set_int(py, d, "layers", c->layers);
+    set_int(py, d, "heads", c->heads);
+    set_int(py, d, "kv_heads", c->kv_heads);
+    set_int(py, d, "head_dim", c->head_dim);
+    set_int(py, d, "intermediate", c->intermediate);
+    set_int(py, d, "vocab", c->vocab);
+    set_float(py, d, "rope_theta", c->rope_theta);
+    set_float(py, d, "rms_norm_eps", c->rms_norm_eps);
+    set_int(py, d, "image_token_id", c->image_token_id);
+    set_int(py, d, "max_seq_len", c->max_seq_len);
+    set_int(py, d, "threads", c->threads);
+    set_str(py, d, "weights_dir", c->weights_dir);
+    set_str(py, d, "llm_dir", llm_dir);
+    set_str(py, d, "options", c->options);
+    if (py->PyErr_Occurred()) {
+        py->Py_DecRef(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* prepend_path puts the ':'-separated entries of path at the front of sys.path, in order. */
+static int prepend_path(const la_python *py, const char *path, char *err, size_t errlen) {
+    if (!*path)
+        return 0;
+    PyObject *sys = py->PyImport_ImportModule("sys");
+    PyObject *list = sys ? py->PyObject_GetAttrString(sys, "path") : NULL;
+    int rc = list ? 0 : -1;
+    Py_ssize_t at = 0;
+    for (const char *p = path; rc == 0 && *p;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > 0) {
+            char entry[OPTION_LEN];
+            snprintf(entry, sizeof entry, "%.*s", (int)len, p);
+            PyObject *s = py->PyUnicode_FromString(entry);
+            rc = s ? py->PyList_Insert(list, at++, s) : -1;
+            if (s)
+                py->Py_DecRef(s);
+        }
+        p = end ? end + 1 : p + len;
+    }
+    if (rc != 0)
+        ttnn_python_error(py, "extending sys.path with LA_TTNN_PATH", err, errlen);
+    if (list)
+        py->Py_DecRef(list);
+    if (sys)
+        py->Py_DecRef(sys);
+    return rc;
+}
+
+/* lookup fetches module.name; required ones must exist and be callable. */
+static int lookup(const la_python *py, PyObject *module, const char *adapter, const char *name,
+                  int required, PyObject **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!py->PyObject_HasAttrString(module, name)) {
+        if (!required)
+            return 0;
+        return errorf(err, errlen, "adapter module %s has no function %s() (the protocol "
+                      "needs open, vision, prefill, decode, reset, close)", adapter, name);
+    }
+    PyObject *f = py->PyObject_GetAttrString(module, name);
+    if (!f) {
+        char what[160];
+        snprintf(what, sizeof what, "adapter %s.%s", adapter, name);
+        return ttnn_python_error(py, what, err, errlen);
+    }
+    if (!py->PyCallable_Check(f)) {
+        py->Py_DecRef(f);
+        return errorf(err, errlen, "adapter %s.%s is not a function", adapter, name);
+    }
+    *out = f;
+    return 0;
+}
+
+/* ---- results ------------------------------------------------------------------------ */
+
+/* token_result converts a prefill/decode result to a token id inside the vocabulary and
+ * consumes the reference. */
+static int token_result(la_engine *e, PyObject *r, const char *op, int32_t *tok, char *err,
+                        size_t errlen) {
+    const la_python *py = e->py;
+    if (!r)
+        return ttnn_python_error(py, op, err, errlen);
+    long v = py->PyLong_AsLong(r);
+    py->Py_DecRef(r);
+    if (v == -1 && py->PyErr_Occurred())
+        return ttnn_python_error(py, op, err, errlen);
+    if (v < 0 || v >= e->vocab)
+        return errorf(err, errlen, "%s: adapter returned token %ld, outside the vocabulary of %d",
+                      op, v, e->vocab);
+    *tok = (int32_t)v;
+    return 0;
+}
+
+/* copy_floats copies a bytes object holding exactly n float32s into dst (owned, grown). */
+static int copy_floats(const la_python *py, PyObject *b, size_t n, float **dst) {
+    char *buf;
+    Py_ssize_t len;
+    if (py->PyBytes_AsStringAndSize(b, &buf, &len) != 0 || (size_t)len != n * sizeof(float)) {
+        py->PyErr_Clear();
+        return -1;
+    }
+    float *p = realloc(*dst, n * sizeof(float));
+    if (!p)
+        return -1;
+    memcpy(p, buf, n * sizeof(float));
+    *dst = p;
+    return 0;
+}
+
+/* ---- the ops ------------------------------------------------------------------------ */
+
+static void release_engine(la_engine *e) {
+    const la_python *py = e->py;
+    PyObject *owned[] = {e->fn.vision, e->fn.prefill,          e->fn.decode, e->fn.reset,
+                         e->fn.close,  e->fn.logits,           e->fn.image_embeddings,
+                         e->handle,    e->module};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        if (owned[i])
+            py->Py_DecRef(owned[i]);
+    free(e->logits);
+    free(e->emb);
+    free(e);
+}
+
+/* import_adapter imports the module and looks up its protocol functions. */
+static int import_adapter(la_engine *e, const char *adapter, char *err, size_t errlen) {
+    const la_python *py = e->py;
+    e->module = py->PyImport_ImportModule(adapter);
+    if (!e->module) {
+        char what[400];
+        snprintf(what, sizeof what, "importing adapter module %s (set LA_TTNN_PATH to the "
+                 "directory holding it)", adapter);
+        return ttnn_python_error(py, what, err, errlen);
+    }
+    if (lookup(py, e->module, adapter, "vision", 1, &e->fn.vision, err, errlen) != 0 ||
+        lookup(py, e->module, adapter, "prefill", 1, &e->fn.prefill, err, errlen) != 0 ||
+        lookup(py, e->module, adapter, "decode", 1, &e->fn.decode, err, errlen) != 0 ||
+        lookup(py, e->module, adapter, "reset", 1, &e->fn.reset, err, errlen) != 0 ||
+        lookup(py, e->module, adapter, "close", 1, &e->fn.close, err, errlen) != 0 ||
+        lookup(py, e->module, adapter, "logits", 0, &e->fn.logits, err, errlen) != 0 ||
+        lookup(py, e->module, adapter, "image_embeddings", 0, &e->fn.image_embeddings, err,
+               errlen) != 0)
+        return -1;
+    return 0;
+}
+
+static la_engine *ttnn_open(const la_config *c, char *err, size_t errlen) {
+    char lib[OPTION_LEN], adapter[256], path[OPTION_LEN], llm_dir[OPTION_LEN];
+    option(c->options, "python_lib", "LA_PYTHON_LIB", "", lib, sizeof lib);
+    option(c->options, "adapter", "LA_TTNN_ADAPTER", DEFAULT_ADAPTER, adapter, sizeof adapter);
+    option(c->options, "path", "LA_TTNN_PATH", "", path, sizeof path);
+    option(c->options, "llm_dir", "LA_LLM_DIR", "", llm_dir, sizeof llm_dir);
+    if (c->vocab <= 0 || c->patch_size <= 0) {
+        errorf(err, errlen, "config: vocab %d and patch_size %d must be positive", c->vocab,
+               c->patch_size);
+        return NULL;
+    }
+
+    const la_python *py = ttnn_python_start(lib[0] ? lib : NULL, err, errlen);
+    if (!py)
+        return NULL;
+    la_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        errorf(err, errlen, "out of memory");
+        return NULL;
+    }
+    e->py = py;
+    e->vocab = c->vocab;
+    e->patch_floats = 3 * c->patch_size * c->patch_size;
+
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    int rc = prepend_path(py, path, err, errlen);
+    if (rc == 0)
+        rc = import_adapter(e, adapter, err, errlen);
+    if (rc == 0) {
+        PyObject *open = py->PyObject_GetAttrString(e->module, "open");
+        if (!open) {
+            rc = errorf(err, errlen, "adapter module %s has no function open()", adapter);
+            py->PyErr_Clear();
+        } else {
+            PyObject *args[1] = {config_dict(py, c, llm_dir)};
+            e->handle = call(py, open, 1, args);
+            py->Py_DecRef(open);
+            if (!e->handle)
+                rc = ttnn_python_error(py, "adapter open", err, errlen);
+        }
+    }
+    if (rc != 0)
+        release_engine(e);
+    py->PyGILState_Release(gil);
+    return rc == 0 ? e : NULL;
+}
+
+static int ttnn_vision(la_engine *e, const float *patches, int grid_h, int grid_w, char *err,
+                       size_t errlen) {
+    const la_python *py = e->py;
+    size_t nbytes = (size_t)grid_h * (size_t)grid_w * (size_t)e->patch_floats * sizeof(float);
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *args[4] = {
+        handle_ref(e),
+        py->PyBytes_FromStringAndSize((const char *)patches, (Py_ssize_t)nbytes),
+        py->PyLong_FromLong(grid_h),
+        py->PyLong_FromLong(grid_w),
+    };
+    PyObject *r = call(py, e->fn.vision, 4, args);
+    int rc = r ? 0 : ttnn_python_error(py, "adapter vision", err, errlen);
+    if (r)
+        py->Py_DecRef(r);
+    py->PyGILState_Release(gil);
+    return rc;
+}
+
+static int ttnn_prefill(la_engine *e, const int32_t *ids, int n, int32_t *first, char *err,
+                        size_t errlen) {
+    const la_python *py = e->py;
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *list = py->PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *v = py->PyLong_FromLong(ids[i]);
+        if (!v) {
+            py->Py_DecRef(list);
+            list = NULL;
+            break;
+        }
+        py->PyList_SetItem(list, i, v); /* steals */
+    }
+    PyObject *args[2] = {handle_ref(e), list};
+    int rc = token_result(e, call(py, e->fn.prefill, 2, args), "adapter prefill", first, err,
+                          errlen);
+    py->PyGILState_Release(gil);
+    return rc;
+}
+
+static int ttnn_decode(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen) {
+    const la_python *py = e->py;
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *args[2] = {handle_ref(e), py->PyLong_FromLong(token)};
+    int rc = token_result(e, call(py, e->fn.decode, 2, args), "adapter decode", next, err,
+                          errlen);
+    py->PyGILState_Release(gil);
+    return rc;
+}
+
+static int ttnn_reset(la_engine *e, char *err, size_t errlen) {
+    const la_python *py = e->py;
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *args[1] = {handle_ref(e)};
+    PyObject *r = call(py, e->fn.reset, 1, args);
+    int rc = r ? 0 : ttnn_python_error(py, "adapter reset", err, errlen);
+    if (r)
+        py->Py_DecRef(r);
+    py->PyGILState_Release(gil);
+    return rc;
+}
+
+/* ttnn_logits copies what the adapter's optional logits(handle) returns; NULL when the
+ * adapter has none, has no step yet (None) or returns something else than vocab floats. */
+static const float *ttnn_logits(la_engine *e, int *n) {
+    const la_python *py = e->py;
+    *n = 0;
+    if (!e->fn.logits)
+        return NULL;
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *args[1] = {handle_ref(e)};
+    PyObject *r = call(py, e->fn.logits, 1, args);
+    const float *out = NULL;
+    if (r && r != py->none && copy_floats(py, r, (size_t)e->vocab, &e->logits) == 0) {
+        out = e->logits;
+        *n = e->vocab;
+    }
+    if (r)
+        py->Py_DecRef(r);
+    py->PyErr_Clear();
+    py->PyGILState_Release(gil);
+    return out;
+}
+
+/* ttnn_image_embeddings copies what the optional image_embeddings(handle) returns:
+ * (bytes, n, dim), or None before vision. */
+static const float *ttnn_image_embeddings(la_engine *e, int *n_tokens, int *dim) {
+    const la_python *py = e->py;
+    *n_tokens = *dim = 0;
+    if (!e->fn.image_embeddings)
+        return NULL;
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *args[1] = {handle_ref(e)};
+    PyObject *r = call(py, e->fn.image_embeddings, 1, args);
+    const float *out = NULL;
+    if (r && r != py->none && py->PyTuple_Size(r) == 3) {
+        long nt = py->PyLong_AsLong(py->PyTuple_GetItem(r, 1));
+        long d = py->PyLong_AsLong(py->PyTuple_GetItem(r, 2));
+        if (nt > 0 && d > 0 && nt <= (1L << 24) / d &&
+            copy_floats(py, py->PyTuple_GetItem(r, 0), (size_t)(nt * d), &e->emb) == 0) {
+            e->emb_n = (int)nt;
+            e->emb_dim = (int)d;
+            *n_tokens = e->emb_n;
+            *dim = e->emb_dim;
+            out = e->emb;
+        }
+    }
+    if (r)
+        py->Py_DecRef(r);
+    py->PyErr_Clear();
+    py->PyGILState_Release(gil);
+    return out;
+}
+
+/* ttnn_close calls the adapter's close (its failure has nowhere to go but is harmless: the
+ * handle's references are dropped either way) and frees the engine. The interpreter stays:
+ * finalizing CPython with extension modules loaded is not safe, and a later engine reuses it. */
+static void ttnn_close(la_engine *e) {
+    if (!e)
+        return;
+    const la_python *py = e->py;
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *args[1] = {handle_ref(e)};
+    PyObject *r = call(py, e->fn.close, 1, args);
+    if (r)
+        py->Py_DecRef(r);
+    py->PyErr_Clear();
+    release_engine(e);
+    py->PyGILState_Release(gil);
+}
+
+static const la_backend_ops ttnn_ops = {
+    .abi_version = LA_ABI_VERSION,
+    .name = "ttnn",
+    .open = ttnn_open,
+    .vision = ttnn_vision,
+    .prefill = ttnn_prefill,
+    .decode = ttnn_decode,
+    .reset = ttnn_reset,
+    .logits = ttnn_logits,
+    .image_embeddings = ttnn_image_embeddings,
+    .close = ttnn_close,
+};
+
+const la_backend_ops *la_ttnn_backend(void) { return &ttnn_ops; }
