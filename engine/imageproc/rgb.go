@@ -18,15 +18,6 @@ func NewRGB(w, h int) *RGB {
 	return &RGB{Pix: make([]uint8, 3*w*h), W: w, H: h}
 }
 
-// Image wraps the pixels as an *image.RGBA (a copy), for encoders and tests.
-func (m *RGB) Image() *image.RGBA {
-	out := image.NewRGBA(image.Rect(0, 0, m.W, m.H))
-	for i, j := 0, 0; i < len(m.Pix); i, j = i+3, j+4 {
-		out.Pix[j], out.Pix[j+1], out.Pix[j+2], out.Pix[j+3] = m.Pix[i], m.Pix[i+1], m.Pix[i+2], 255
-	}
-	return out
-}
-
 // ToRGB converts a decoded image the way PIL's Image.convert("RGB") converts the image
 // PIL would have opened from the same file:
 //
@@ -39,8 +30,9 @@ func (m *RGB) Image() *image.RGBA {
 //   - 16-bit gray clips at 255, because PIL opens it as 32-bit mode "I" and "I" -> "RGB"
 //     clamps to 0..255 (a 16-bit gray PNG therefore comes out mostly white, as in PIL);
 //   - CMYK uses PIL's formula, channel = 255 - k - c*(255-k)/255 rounded as PIL rounds;
-//   - YCbCr (JPEG, lossy WebP) goes through libjpeg's upsampling and fixed-point
-//     conversion (see ycbcr.go), the decoder PIL uses.
+//   - YCbCr goes through libjpeg's chroma upsampling and fixed-point conversion (see
+//     ycbcr.go), as PIL's JPEG decoder does; Decode has already turned a lossy WebP into
+//     NRGBA with libwebp's colours (webp.go).
 //
 // EXIF orientation is not applied, as PIL's Image.open does not apply it either.
 func ToRGB(img image.Image) (*RGB, error) {
