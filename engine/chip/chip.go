@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -90,8 +91,19 @@ func (c *Chip) Generate(ctx context.Context, prio Priority, p *engine.Prepared) 
 	case r := <-w.done:
 		return r.pred, r.err
 	case <-ctx.Done():
-		// The owner drops it when it reaches it, or finishes it and nobody reads.
+		// Give up the place now, so a dead request neither counts as waiting nor holds its
+		// Prepared in memory; if the owner has already taken it, it finishes unread.
+		c.withdraw(prio, w)
 		return nil, fmt.Errorf("waiting for the chip: %w", ctx.Err())
+	}
+}
+
+// withdraw takes w out of its queue if the owner has not taken it yet.
+func (c *Chip) withdraw(prio Priority, w *work) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.queues[prio], w); i >= 0 {
+		c.queues[prio] = slices.Delete(c.queues[prio], i, i+1)
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 // hold blocks Generate until the test closes release, so the test can line work up behind it.
 type recorder struct {
 	started chan string   // receives each query as Generate begins
-	release chan struct{} // closing it lets held queries finish
+	release chan struct{} // closed by free: held queries finish
+	freed   sync.Once
 	hold    map[string]bool
 
 	mu     sync.Mutex
@@ -33,6 +34,9 @@ func newRecorder(hold ...string) *recorder {
 	}
 	return r
 }
+
+// free lets every held query finish; safe to call more than once.
+func (r *recorder) free() { r.freed.Do(func() { close(r.release) }) }
 
 func (r *recorder) noteThread() {
 	r.mu.Lock()
@@ -86,7 +90,10 @@ func openChip(t *testing.T, r *recorder) *Chip {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() {
+		r.free() // a test that failed while holding the chip must not hang Close
+		_ = c.Close()
+	})
 	return c
 }
 
@@ -132,7 +139,7 @@ func TestInteractiveGoesBeforeBatch(t *testing.T) {
 		outs = append(outs, submit(ctx, c, w.prio, w.query))
 		waitQueued(t, c, i+1)
 	}
-	close(rec.release)
+	rec.free()
 	for _, out := range outs {
 		if err := <-out; err != nil {
 			t.Fatal(err)
@@ -154,7 +161,7 @@ func TestUnknownPriorityCountsAsBatch(t *testing.T) {
 	waitQueued(t, c, 1)
 	outs = append(outs, submit(ctx, c, Interactive, "sync"))
 	waitQueued(t, c, 2)
-	close(rec.release)
+	rec.free()
 	for _, out := range outs {
 		if err := <-out; err != nil {
 			t.Fatal(err)
@@ -180,6 +187,11 @@ func TestCancelledBeforeStartNeverReachesEngine(t *testing.T) {
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled waiter: err %v, want context.Canceled", err)
 	}
+	// It gives up its place at once: it no longer counts as waiting, nor holds its
+	// Prepared (image, patches) until the owner gets round to it.
+	if n := c.Waiting(); n != 0 {
+		t.Fatalf("Waiting after the only waiter gave up: %d, want 0", n)
+	}
 
 	// A context that ended before Generate was even called.
 	dead, kill := context.WithCancel(bg)
@@ -188,7 +200,7 @@ func TestCancelledBeforeStartNeverReachesEngine(t *testing.T) {
 		t.Fatalf("dead context: err %v, want context.Canceled", err)
 	}
 
-	close(rec.release)
+	rec.free()
 	if err := <-blocker; err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +256,7 @@ func TestCloseFailsWaitersWithErrClosed(t *testing.T) {
 		runtime.Gosched()
 	}
 
-	close(rec.release) // the work in flight finishes...
+	rec.free() // the work in flight finishes...
 	if err := <-blocker; err != nil {
 		t.Fatalf("work in flight during Close: %v", err)
 	}
