@@ -64,7 +64,26 @@ func Sniff(data []byte) string {
 // A lossy WebP comes back as *image.NRGBA with libwebp's colours (see webp.go); JPEG
 // stays *image.YCbCr, which ToRGB converts the libjpeg way. EXIF orientation is ignored,
 // as it is by the reference (PIL's Image.open).
-func Decode(data []byte, maxPixels int64) (img image.Image, format string, err error) {
+func Decode(data []byte, maxPixels int64) (image.Image, string, error) {
+	return decode(data, maxPixels, nil)
+}
+
+// Decode is the package's Decode with o.MaxPixels, which also refuses, from the header
+// alone, an image whose patch grid under o would reach MaxGridSide (CodeImageTooLarge):
+// a 1x40000000 strip is within a pixel budget but could never be preprocessed, so it
+// should not be decoded either.
+func (o Options) Decode(data []byte) (image.Image, string, error) {
+	return decode(data, o.MaxPixels, func(w, h int) error {
+		if err := o.Validate(); err != nil {
+			return fmt.Errorf("image options: %w", err)
+		}
+		_, _, err := o.NativeSize(w, h)
+		return err
+	})
+}
+
+// decode is Decode with an optional check of the header's size before any pixel is read.
+func decode(data []byte, maxPixels int64, checkSize func(w, h int) error) (img image.Image, format string, err error) {
 	if maxPixels <= 0 {
 		maxPixels = DefaultMaxPixels
 	}
@@ -98,6 +117,11 @@ func Decode(data []byte, maxPixels int64) (img image.Image, format string, err e
 	if px := int64(cfg.Width) * int64(cfg.Height); px > maxPixels {
 		return nil, format, engine.InputErrorf(engine.CodeImageTooLarge,
 			"%s image is %dx%d = %d pixels, over the limit of %d", format, cfg.Width, cfg.Height, px, maxPixels)
+	}
+	if checkSize != nil {
+		if err := checkSize(cfg.Width, cfg.Height); err != nil {
+			return nil, format, err
+		}
 	}
 	img, err = c.decode(bytes.NewReader(data))
 	if err != nil {

@@ -89,6 +89,29 @@ func TestDecodeRefusesBombBeforeDecoding(t *testing.T) {
 	}
 }
 
+func TestOptionsDecodeRefusesUnusableGridFromHeader(t *testing.T) {
+	o := DefaultOptions()
+	// 14x8000 is 112000 pixels, well within the budget, but stretches to a 572-patch side.
+	_, format, err := o.Decode(pngHeaderOnly(14, 8000))
+	wantInputError(t, err, engine.CodeImageTooLarge, "14x8000", "572")
+	if format != FormatPNG {
+		t.Errorf("format %q", format)
+	}
+	_, _, err = o.Decode(pngHeaderOnly(100000, 100000))
+	wantInputError(t, err, engine.CodeImageTooLarge, "100000x100000")
+	img, _, err := o.Decode(encoded(t, FormatPNG))
+	if err != nil || img.Bounds().Dx() != 40 {
+		t.Fatalf("a usable image: %v", err)
+	}
+	bad := o
+	bad.InTokenLimit = 0
+	if _, _, err := bad.Decode(encoded(t, FormatPNG)); err == nil {
+		t.Fatal("decoded with invalid options")
+	} else if _, ok := engine.AsInputError(err); ok {
+		t.Fatalf("bad options reported as the request's fault: %v", err)
+	}
+}
+
 func TestDecodeBadBytes(t *testing.T) {
 	_, _, err := Decode(nil, 0)
 	wantInputError(t, err, engine.CodeBadImage, "0 bytes")
