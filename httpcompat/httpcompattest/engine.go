@@ -58,7 +58,7 @@ type Engine struct {
 
 	Delay   time.Duration   // how long Generate holds the "device" (ctx cuts it short)
 	Err     error           // when set, every Generate fails with it
-	Started chan<- string   // when set, receives each query as Generate begins
+	Started chan<- string   // when set, receives each query as Generate begins (Generate blocks on a full channel)
 	Release <-chan struct{} // when set, Generate waits for it to close (or ctx) before answering
 
 	mu        sync.Mutex
