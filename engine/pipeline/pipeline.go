@@ -94,7 +94,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 		return nil, err
 	}
 
-	img, _, err := imageproc.Decode(req.Image, p.cfg.Preprocess.MaxPixels)
+	img, _, err := p.cfg.Preprocess.Decode(req.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -137,12 +137,6 @@ func (p *Pipeline) Generate(ctx context.Context, prep *engine.Prepared) (*engine
 	}
 	raw := p.tok.Decode(gen.Tokens)
 	dets, pts := answer.Parse(raw, prep.Width, prep.Height)
-	if dets == nil {
-		dets = []engine.Detection{}
-	}
-	if pts == nil {
-		pts = []engine.Point{}
-	}
 	vision, prefill, decode := ms(gen.Vision), ms(gen.Prefill), ms(gen.Decode)
 	return &engine.Prediction{
 		Query:              prep.Request.Query,
