@@ -1,0 +1,169 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/storage"
+)
+
+// Config is the worker's whole configuration, read from LA_* environment variables
+// (docs/worker.md lists every one with its default).
+type Config struct {
+	// Engine: the seed server's knobs keep their names and meaning.
+	WeightsDir      string `envconfig:"WEIGHTS_DIR"` // checkpoint directory
+	ModelPath       string `envconfig:"MODEL_PATH"`  // alias of LA_WEIGHTS_DIR
+	Engine          string `envconfig:"ENGINE" default:"cpu"`
+	Threads         int    `envconfig:"THREADS"`                       // 0 = one per core
+	InTokenLimit    int    `envconfig:"IN_TOKEN_LIMIT" default:"1024"` // image tokens before the canonical resize
+	CanonGrid       string `envconfig:"CANON_GRID"`                    // HxW in patches; empty = derived
+	CanonAspect     string `envconfig:"CANON_ASPECT" default:"1920x1080"`
+	MaxSeqLen       int    `envconfig:"MAX_SEQ_LEN" default:"4096"`
+	MaxNewTokens    int    `envconfig:"MAX_NEW_TOKENS" default:"128"`
+	MaxNewTokensCap int    `envconfig:"MAX_NEW_TOKENS_CAP" default:"1024"`
+	Chips           int    `envconfig:"CHIPS" default:"1"` // one Runner (and engine) per chip
+	ChipIndex       int    `ignored:"true"`                // which chip openEngine opens (0..Chips-1)
+
+	// HTTP /predict (the httpcompat server).
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:":20000"`
+
+	// Local state: the embedded JetStream store and, by default, the results.
+	DataDir string `envconfig:"DATA_DIR" default:"la-data"`
+
+	// NATS. An empty URL starts the embedded server on NATSListen.
+	NATSURL      string        `envconfig:"NATS_URL"`
+	NATSListen   string        `envconfig:"NATS_LISTEN" default:"127.0.0.1:4222"`
+	NATSCreds    string        `envconfig:"NATS_CREDS"`
+	NATSNKeyFile string        `envconfig:"NATS_NKEY_FILE"`
+	NATSUser     string        `envconfig:"NATS_USER"`
+	NATSPassword string        `envconfig:"NATS_PASSWORD"`
+	NATSToken    string        `envconfig:"NATS_TOKEN"`
+	NATSTLSCA    string        `envconfig:"NATS_TLS_CA"`
+	NATSTLSCert  string        `envconfig:"NATS_TLS_CERT"`
+	NATSTLSKey   string        `envconfig:"NATS_TLS_KEY"`
+	NATSTimeout  time.Duration `envconfig:"NATS_TIMEOUT" default:"10s"`
+
+	// Topology, applied idempotently at start-up.
+	Replicas        int             `envconfig:"REPLICAS" default:"1"`
+	DuplicateWindow time.Duration   `envconfig:"DUPLICATE_WINDOW" default:"2m"`
+	JobsMaxAge      time.Duration   `envconfig:"JOBS_MAX_AGE" default:"0s"`
+	ResultsMaxAge   time.Duration   `envconfig:"RESULTS_MAX_AGE" default:"168h"`
+	DLQMaxAge       time.Duration   `envconfig:"DLQ_MAX_AGE" default:"720h"`
+	StateMaxAge     time.Duration   `envconfig:"STATE_MAX_AGE" default:"168h"`
+	AckWait         time.Duration   `envconfig:"ACK_WAIT" default:"60s"`
+	MaxDeliver      int             `envconfig:"MAX_DELIVER" default:"5"`
+	BackOff         []time.Duration `envconfig:"BACKOFF" default:"60s,2m,5m"`
+	MaxAckPending   int             `envconfig:"MAX_ACK_PENDING" default:"1024"`
+
+	// Runner.
+	WorkerName    string        `envconfig:"WORKER_NAME"` // default host-pid
+	ResultsURL    string        `envconfig:"RESULTS_URL"` // default output prefix; default file://<LA_DATA_DIR>/results/
+	Prefetch      int           `envconfig:"PREFETCH" default:"2"`
+	Grace         time.Duration `envconfig:"GRACE" default:"30s"`
+	PollWait      time.Duration `envconfig:"POLL_WAIT" default:"2s"`
+	RetryDelay    time.Duration `envconfig:"RETRY_DELAY" default:"2s"`
+	RetryDelayMax time.Duration `envconfig:"RETRY_DELAY_MAX" default:"2m"`
+	OpTimeout     time.Duration `envconfig:"OP_TIMEOUT" default:"30s"`
+
+	// Observability.
+	MetricsAddr string `envconfig:"METRICS_ADDR" default:":9464"` // "" or "off" disables
+	LogFormat   string `envconfig:"LOG_FORMAT" default:"auto"`    // auto, text, json
+	LogLevel    string `envconfig:"LOG_LEVEL" default:"info"`     // debug, info, warn, error
+
+	// Storage: LA_S3_* and LA_FILE_ROOTS (storage.Config carries the full names).
+	storage.Config
+}
+
+// loadConfig reads the environment and checks the result.
+func loadConfig() (Config, error) {
+	var c Config
+	if err := envconfig.Process("LA", &c); err != nil {
+		return Config{}, fmt.Errorf("configuration: %w", err)
+	}
+	if err := c.finish(); err != nil {
+		return Config{}, fmt.Errorf("configuration: %w", err)
+	}
+	return c, nil
+}
+
+// finish resolves aliases and derived defaults, then validates.
+func (c *Config) finish() error {
+	if c.WeightsDir == "" {
+		c.WeightsDir = c.ModelPath
+	}
+	if c.DataDir == "" {
+		return errors.New("LA_DATA_DIR must not be empty")
+	}
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("LA_DATA_DIR %q: %w", c.DataDir, err)
+	}
+	c.DataDir = abs
+	if c.ResultsURL == "" {
+		// The single-machine default: results beside the embedded store, readable by file://.
+		c.ResultsURL = "file://" + filepath.Join(c.DataDir, "results") + "/"
+		c.FileRoots = append(c.FileRoots, c.DataDir)
+	}
+	switch {
+	case c.Chips < 1:
+		return fmt.Errorf("LA_CHIPS is %d, want at least 1", c.Chips)
+	case c.Prefetch < 1:
+		return fmt.Errorf("LA_PREFETCH is %d, want at least 1", c.Prefetch)
+	case c.Grace < 0:
+		return fmt.Errorf("LA_GRACE is %s, want a positive duration", c.Grace)
+	case c.LogFormat != "auto" && c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("LA_LOG_FORMAT is %q, want auto, text or json", c.LogFormat)
+	case c.MaxNewTokens < 1 || c.MaxNewTokens > c.MaxNewTokensCap:
+		return fmt.Errorf("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", c.MaxNewTokens, c.MaxNewTokensCap)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if c.WorkerName != "" && !jobs.ValidToken(c.WorkerName) {
+		return fmt.Errorf("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", c.WorkerName)
+	}
+	if err := c.topology().Validate(); err != nil {
+		return fmt.Errorf("topology (LA_REPLICAS, LA_ACK_WAIT, LA_MAX_DELIVER, LA_BACKOFF, ...): %w", err)
+	}
+	if strings.EqualFold(c.MetricsAddr, "off") {
+		c.MetricsAddr = ""
+	}
+	return nil
+}
+
+// topology is the JetStream part of the configuration.
+func (c Config) topology() jobs.TopologyConfig {
+	return jobs.TopologyConfig{
+		Replicas:        c.Replicas,
+		DuplicateWindow: c.DuplicateWindow,
+		JobsMaxAge:      c.JobsMaxAge,
+		ResultsMaxAge:   c.ResultsMaxAge,
+		DLQMaxAge:       c.DLQMaxAge,
+		StateMaxAge:     c.StateMaxAge,
+		AckWait:         c.AckWait,
+		MaxDeliver:      c.MaxDeliver,
+		BackOff:         c.BackOff,
+		MaxAckPending:   c.MaxAckPending,
+	}
+}
+
+// runnerConfig is the configuration of one chip's Runner.
+func (c Config) runnerConfig(worker string) jobs.RunnerConfig {
+	return jobs.RunnerConfig{
+		Worker:        worker,
+		Prefetch:      c.Prefetch,
+		DefaultOutput: c.ResultsURL,
+		MaxImageBytes: c.MaxImageBytes,
+		Grace:         c.Grace,
+		PollWait:      c.PollWait,
+		RetryDelay:    c.RetryDelay,
+		RetryDelayMax: c.RetryDelayMax,
+		OpTimeout:     c.OpTimeout,
+	}
+}

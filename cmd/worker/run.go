@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/storage"
+)
+
+// engineOpener opens the engine of chip cfg.ChipIndex; openEngine in production, a test
+// double in tests.
+type engineOpener func(ctx context.Context, cfg Config) (engine.Engine, error)
+
+// runWorker runs the worker until ctx ends (SIGTERM or SIGINT in main), then drains: the
+// Runners stop pulling, finish what they hold within LA_GRACE and give back the rest;
+// every goroutine started here has stopped when it returns. It returns nil after a clean
+// drain and an error when the worker cannot start.
+func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpener) error {
+	if cfg.WorkerName == "" {
+		host, _ := os.Hostname()
+		cfg.WorkerName = fmt.Sprintf("%s-%d", strings.ReplaceAll(host, ".", "-"), os.Getpid())
+	}
+	log = log.With("worker", cfg.WorkerName)
+
+	if strings.HasPrefix(cfg.ResultsURL, "file://") {
+		if err := os.MkdirAll(strings.TrimPrefix(cfg.ResultsURL, "file://"), 0o755); err != nil {
+			return fmt.Errorf("results directory (LA_RESULTS_URL): %w", err)
+		}
+	}
+	store, err := storage.Open(cfg.Config)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = store.Close() }()
+
+	// Engines first: a worker without one refuses to start before it binds any port.
+	chips := make([]*chip.Chip, 0, cfg.Chips)
+	defer func() {
+		for i, c := range chips {
+			if err := c.Close(); err != nil {
+				log.Error("closing chip", "chip", i, "err", err)
+			}
+		}
+	}()
+	for i := range cfg.Chips {
+		chipCfg := cfg
+		chipCfg.ChipIndex = i
+		c, err := chip.Open(func() (engine.Engine, error) { return open(ctx, chipCfg) })
+		if err != nil {
+			return fmt.Errorf("open engine on chip %d: %w", i, err)
+		}
+		chips = append(chips, c)
+		log.Info("engine ready", "chip", i, "info", c.Engine().Info())
+	}
+
+	reg := newRegistry()
+	metrics := jobs.NewMetrics(reg)
+	for i, c := range chips {
+		registerChip(reg, i, c)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if cfg.MetricsAddr != "" {
+		ms, err := listenMetrics(cfg.MetricsAddr, reg)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { ms.serve(ctx, log) })
+		log.Info("metrics served", "addr", ms.Addr())
+	}
+
+	nc, embedded, err := connectNATS(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		nc.Close()
+		if embedded != nil {
+			embedded.Shutdown()
+		}
+	}()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	topo, err := jobs.EnsureTopology(ctx, js, cfg.topology())
+	if err != nil {
+		return err
+	}
+
+	// HTTP /predict (httpcompat) is wired here: a server built from chips[0], started
+	// on cfg.HTTPAddr and shut down when ctx ends, owned by wg like the Runners.
+
+	watcher, err := jobs.NewMaxDeliveriesWatcher(nc, topo, store, jobs.DeadLetterConfig{
+		Worker: cfg.WorkerName, DefaultOutput: cfg.ResultsURL, OpTimeout: cfg.OpTimeout, Logger: log, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	watchDone, err := watcher.Start(ctx)
+	if err != nil {
+		return err
+	}
+	wg.Go(func() { <-watchDone })
+
+	runErrs := make([]error, len(chips))
+	for i, c := range chips {
+		name := cfg.WorkerName
+		if len(chips) > 1 {
+			name = fmt.Sprintf("%s-chip%d", cfg.WorkerName, i)
+		}
+		rc := cfg.runnerConfig(name)
+		rc.Logger, rc.Metrics = log.With("chip", i), metrics
+		r, err := jobs.NewRunner(topo, store, c, rc)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { runErrs[i] = r.Run(ctx) })
+	}
+	log.Info("worker started", "chips", len(chips), "results", cfg.ResultsURL,
+		"jobs", filepath.Join(jobs.JobsStream, jobs.ConsumerName), "prefetch", cfg.Prefetch)
+
+	<-ctx.Done()
+	log.Info("stopping: finishing held jobs", "grace", cfg.Grace)
+	wg.Wait()
+	if err := errors.Join(runErrs...); err != nil {
+		return err
+	}
+	log.Info("worker stopped")
+	return nil
+}
