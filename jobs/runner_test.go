@@ -21,7 +21,9 @@ func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
 	eng := newFakeEngine(3)
-	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+	cfg := e.runnerConfig("w1")
+	cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	startRunner(t, e.topo, e.store, eng, cfg)
 
 	e.publishJob(t, Job{ID: "job-1", Image: img, Query: "dog</c>bicycle", Overlay: true,
 		Batch: "b1", Metadata: json.RawMessage(`{"camera":"04"}`)})
@@ -59,6 +61,28 @@ func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 	}
 	if e.dlqRecord(t, "job-1") != nil {
 		t.Error("a succeeded job has a DLQ record")
+	}
+	if n := counterValue(t, cfg.Metrics.Jobs.WithLabelValues(OutcomeSucceeded)); n != 1 {
+		t.Errorf("la_jobs_total{outcome=succeeded} = %v, want 1", n)
+	}
+	var m dto.Metric
+	if err := cfg.Metrics.Stage.WithLabelValues("total").(prometheus.Histogram).Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 1 {
+		t.Errorf("total-stage histogram: %v samples (%v); want 1", m.GetHistogram().GetSampleCount(), err)
+	}
+}
+
+func TestUnusableOutputFailsWithoutRetry(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+
+	e.publishJob(t, Job{ID: "bad-output", Image: img, Query: "dog", Output: "ftp://elsewhere/out/"})
+	res := e.publishedResult(t, DefaultBatch, "bad-output")
+	if res.Status != StatusFailed || res.Error == nil || res.Error.Code != CodeBadURL || res.Attempt != 1 {
+		t.Fatalf("status %s error %+v attempt %d; want failed bad_url on the first delivery", res.Status, res.Error, res.Attempt)
+	}
+	if rec := e.dlqRecord(t, "bad-output"); rec == nil || rec.Code != CodeBadURL {
+		t.Errorf("DLQ record %+v", rec)
 	}
 }
 
