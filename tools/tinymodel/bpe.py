@@ -100,7 +100,9 @@ class Tokenizer:
             self.vocab.setdefault(a + b, len(self.vocab))
         self.ranks = {pair: r for r, pair in enumerate(self.merges)}
         self.added = dict(added)
-        self.added_by_length = sorted(self.added, key=len, reverse=True)
+        # Leftmost match first; at one position the alternation tries longer tokens first.
+        by_length = sorted(self.added, key=len, reverse=True)
+        self.added_pattern = regex.compile("|".join(regex.escape(t) for t in by_length)) if by_length else None
         self.id_to_token = {i: t for t, i in self.vocab.items()}
         self.id_to_token.update({i: t for t, i in self.added.items()})
         self.byte_of = {c: b for b, c in BYTE_CHARS.items()}
@@ -135,11 +137,8 @@ class Tokenizer:
     def _next_added(self, text, pos):
         """(index, token) of the first added token at or after pos, longest first at a
         position; (len(text), None) when there is none."""
-        for i in range(pos, len(text)):
-            for tok in self.added_by_length:
-                if text.startswith(tok, i):
-                    return i, tok
-        return len(text), None
+        m = self.added_pattern.search(text, pos) if self.added_pattern else None
+        return (m.start(), m.group()) if m else (len(text), None)
 
     def decode(self, ids):
         out = bytearray()

@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+"""Measures a tiny-shapes checkpoint on held-out scenes (seeds the training stream never
+uses), greedy decoding through tools/refmodel exactly as the checkpoint ships (bf16 weights
+read back as float32).
+
+    evaluate.py --checkpoint models/tiny-shapes [--n-detect 150] [--json out.json]
+
+Figures, per task family:
+  found      ground-truth objects matched by a predicted box at IoU >= 0.5 (one-to-one)
+  mean IoU   over ground-truth objects, the IoU of the box matched to it (0 when none)
+  false pos  predicted boxes matched to no ground-truth object at IoU >= 0.5
+  None acc   of the queries whose thing is absent, the share answered with no box at all
+Points count as found when the point lies inside a matched object's box.
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bpe  # noqa: E402
+import scenes  # noqa: E402
+import tinyla  # noqa: E402
+from tinyla import refmodel  # noqa: E402
+
+BOX = re.compile(r"<box>((?:<\d+>)+)</box>")
+COORD = re.compile(r"<(\d+)>")
+
+
+def parse(text):
+    """(boxes, points) in 0..1000 units from generated text: 4-value boxes, 2-value points."""
+    text = text.split("<|im_end|>")[0]
+    boxes, points = [], []
+    for m in BOX.finditer(text):
+        v = [int(x) for x in COORD.findall(m.group(1))]
+        if len(v) == 4:
+            boxes.append((min(v[0], v[2]), min(v[1], v[3]), max(v[0], v[2]), max(v[1], v[3])))
+        elif len(v) == 2:
+            points.append(tuple(v))
+    return boxes, points
+
+
+def iou(a, b):
+    iw = min(a[2], b[2]) - max(a[0], b[0])
+    ih = min(a[3], b[3]) - max(a[1], b[1])
+    if iw <= 0 or ih <= 0:
+        return 0.0
+    inter = iw * ih
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def norm_box(obj, w, h):
+    x1, y1, x2, y2 = obj.box
+    return (x1 / w * 1000, y1 / h * 1000, x2 / w * 1000, y2 / h * 1000)
+
+
+def match(truth, pred, threshold=0.5):
+    """Greedy one-to-one matching by IoU, best pairs first. Returns (IoU per truth box,
+    number of predicted boxes left unmatched at the threshold)."""
+    pairs = sorted(((iou(t, p), i, j) for i, t in enumerate(truth) for j, p in enumerate(pred)), reverse=True)
+    best, used_t, used_p = [0.0] * len(truth), set(), set()
+    for v, i, j in pairs:
+        if v < threshold or i in used_t or j in used_p:
+            continue
+        best[i] = v
+        used_t.add(i)
+        used_p.add(j)
+    # A truth box with no match at the threshold still reports its best overlap for mean IoU.
+    for i, t in enumerate(truth):
+        if i not in used_t:
+            best[i] = max((iou(t, p) for j, p in enumerate(pred) if j not in used_p), default=0.0)
+    return best, len(pred) - len(used_p)
+
+
+class Tally:
+    def __init__(self):
+        self.objects = self.found = self.false_pos = self.absent = self.none_ok = self.queries = 0
+        self.iou_sum = 0.0
+
+    def add_boxes(self, truth, pred):
+        self.queries += 1
+        if not truth:
+            self.absent += 1
+            self.none_ok += not pred
+        ious, fp = match(truth, pred)
+        self.objects += len(truth)
+        self.found += sum(v >= 0.5 for v in ious)
+        self.iou_sum += sum(ious)
+        self.false_pos += fp
+
+    def add_points(self, truth_boxes, points):
+        self.queries += 1
+        if not truth_boxes:
+            self.absent += 1
+            self.none_ok += not points
+        used = set()
+        for t in truth_boxes:
+            hit = next((j for j, p in enumerate(points) if j not in used
+                        and t[0] <= p[0] <= t[2] and t[1] <= p[1] <= t[3]), None)
+            if hit is not None:
+                used.add(hit)
+        self.objects += len(truth_boxes)
+        self.found += len(used)
+        self.false_pos += len(points) - len(used)
+
+    def summary(self):
+        return {
+            "queries": self.queries, "objects": self.objects,
+            "found_iou50": round(self.found / self.objects, 4) if self.objects else None,
+            "mean_iou": round(self.iou_sum / self.objects, 4) if self.objects else None,
+            "false_positives": self.false_pos,
+            "false_positives_per_query": round(self.false_pos / self.queries, 4) if self.queries else None,
+            "absent_queries": self.absent,
+            "none_accuracy": round(self.none_ok / self.absent, 4) if self.absent else None,
+        }
+
+
+def heldout(kind, i):
+    """Held-out sample i of a kind: its own string-seeded generator, disjoint from training's
+    integer-seeded ones."""
+    rng = random.Random(f"heldout/{kind}/{i}")
+    scene = scenes.make_scene(rng)
+    if kind == "detect1":
+        cat = scenes.random_category(rng, scene)
+        return scene, "detect", cat, scenes.detect_answer(scene, [cat])
+    if kind == "detect2":
+        while True:
+            task, query, answer = scenes.make_query(rng, scene, "detect")
+            if "</c>" in query:
+                return scene, task, query, answer
+    task = {"ground_one": "ground_one", "point": "point"}[kind]
+    return (scene,) + scenes.make_query(rng, scene, task)
+
+
+def truth_for(scene, task, query):
+    """Ground-truth boxes (0..1000 units) the query asks for."""
+    w, h = scene.size
+    if task == "ground_one":
+        word, _, cat = query[len("the "):].partition(" ")
+        target = scenes.superlative_target(scene, word, cat)
+        return [] if target is None else [norm_box(target, w, h)]
+    cats = query.split("</c>")
+    return [norm_box(o, w, h) for o in scene.objects if any(scenes.matches(o, c) for c in cats)]
+
+
+def run_one(model, tok, scene, task, query):
+    patches, gh, gw = tinyla.prepare_image(scene.image)
+    prompt = tinyla.prompt_ids(tok, task, query, gh * gw // 4)
+    ids = tinyla.greedy(model, patches, gh, gw, prompt, model.cfg.text.eos_token_id)
+    return prompt, ids, tok.decode(ids)
+
+
+def evaluate(ckpt, counts, log=print):
+    tok = bpe.Tokenizer.load(ckpt)
+    model = refmodel.load_checkpoint(ckpt)
+    results, t0 = {}, time.time()
+    for kind, n in counts.items():
+        tally = Tally()
+        for i in range(n):
+            scene, task, query, _ = heldout(kind, i)
+            _, _, text = run_one(model, tok, scene, task, query)
+            boxes, points = parse(text)
+            truth = truth_for(scene, task, query)
+            if task == "point":
+                tally.add_points(truth, points)
+            else:
+                tally.add_boxes(truth, boxes)
+        results[kind] = tally.summary()
+        log(f"{kind}: {json.dumps(results[kind])} ({time.time() - t0:.0f}s)")
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--n-detect", type=int, default=150, help="single-category detection queries")
+    ap.add_argument("--n-other", type=int, default=50, help="queries of each other kind")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", default="", help="also write the figures here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    counts = {"detect1": args.n_detect, "detect2": args.n_other, "ground_one": args.n_other, "point": args.n_other}
+    results = evaluate(args.checkpoint, counts)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
