@@ -29,9 +29,12 @@ type benchOptions struct {
 	streamMiB    int
 }
 
-// stageTimes is one run of the three stages.
+// stageTimes is one run of the three stages, with the memory bandwidth measured right
+// before it (on a shared machine the bandwidth available moves with the load, so each
+// decode run is compared with its own neighbour).
 type stageTimes struct {
 	vision, prefill, decode time.Duration
+	triadGBps               float64
 }
 
 // runBench implements `worker bench`: it loads a checkpoint into the CPU backend, times
@@ -94,10 +97,15 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	var runs []stageTimes
 	for range o.runs {
+		_, triad, err := native.MeasureMemoryBandwidth(o.streamMiB, o.threads, 3)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
 		st, err := benchRun(b, in, o, o.tokens)
 		if err != nil {
 			return err
 		}
+		st.triadGBps = triad
 		runs = append(runs, st)
 	}
 
@@ -110,6 +118,17 @@ func runBench(args []string, stdout io.Writer) error {
 	bytesPerToken := float64(decodeWeightBytes(m))
 	decodeGBps := bytesPerToken * tokPerSec / 1e9
 	ceiling := triadBW * 1e9 / bytesPerToken
+	// Each run's decode against the bandwidth measured just before it.
+	ratios := make([]float64, len(runs))
+	for i, r := range runs {
+		ratios[i] = float64(o.tokens) / r.decode.Seconds() * bytesPerToken / (r.triadGBps * 1e9)
+	}
+	slices.Sort(ratios)
+	runTriad := make([]float64, len(runs))
+	for i, r := range runs {
+		runTriad[i] = r.triadGBps
+	}
+	slices.Sort(runTriad)
 
 	w := &reportWriter{w: stdout}
 	w.printf("checkpoint  %s: %s weights, %d tensors, %.2f GB mapped\n", o.weights, dtypeSummary(m), len(m.Tensors), float64(m.Bytes())/1e9)
@@ -122,6 +141,8 @@ func runBench(args []string, stdout io.Writer) error {
 	w.printf("prefill     %d tokens: %s, %.1f GFLOP/s = %.2f x sgemm\n", o.prompt, ms(prefill), prefillGF, prefillGF/prefillSGEMM)
 	w.printf("decode      %d tokens: %s, %.2f tokens/s, %.3f GB weights/token = %.1f GB/s; ceiling triad/bytes %.2f tokens/s; %.0f%% of ceiling\n",
 		o.tokens, ms(decode), tokPerSec, bytesPerToken/1e9, decodeGBps, ceiling, 100*tokPerSec/ceiling)
+	w.printf("decode/run  triad before each run %.1f GB/s (median); decode per run at %.0f%% of that run's ceiling (median; min %.0f%%, max %.0f%%)\n",
+		runTriad[len(runTriad)/2], 100*ratios[len(ratios)/2], 100*ratios[0], 100*ratios[len(ratios)-1])
 	return w.err
 }
 
@@ -171,7 +192,7 @@ func benchInputs(c *checkpoint.Config, o benchOptions, imageTokens int) benchDat
 		p[i] = 2*rng.Float32() - 1
 	}
 	ids := make([]int32, o.prompt)
-	const prefix = 15 // system and user header, as in the real prompt
+	prefix := min(15, (o.prompt-imageTokens)/2) // system and user header, as in the real prompt
 	for i := range ids {
 		switch {
 		case i >= prefix && i < prefix+imageTokens:
