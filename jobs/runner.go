@@ -422,7 +422,7 @@ func classifyEngine(step string, err error) error {
 }
 
 // stopped settles a job that did not complete: cancelled by request, cut off by
-// shutdown, failed for good, or failed for now.
+// shutdown, failed for good (a *jobError), or failed for now (anything else).
 func (r *Runner) stopped(ctx, jobCtx context.Context, log *slog.Logger, job *Job, a attemptInfo, err error) settlement {
 	if jobCtx.Err() != nil {
 		switch cause := context.Cause(jobCtx); {
@@ -437,9 +437,6 @@ func (r *Runner) stopped(ctx, jobCtx context.Context, log *slog.Logger, job *Job
 	var je *jobError
 	if errors.As(err, &je) {
 		return r.fail(ctx, log, job, a, je.code, err)
-	}
-	if !isTransient(err) {
-		return r.fail(ctx, log, job, a, CodeBadURL, err) // a refused output location
 	}
 	return r.retry(ctx, log, a, err)
 }

@@ -63,7 +63,7 @@ type original struct {
 	streamSeq uint64
 }
 
-// errTransient marks an error that a later attempt may not meet (storage or NATS down).
+// transientError marks an error that a later attempt may not meet (storage or NATS down).
 type transientError struct{ err error }
 
 func (e *transientError) Error() string { return e.err.Error() }
@@ -190,11 +190,11 @@ func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original) erro
 	return nil
 }
 
-// classifyStoreWrite keeps refusals of the location permanent and makes everything else
-// (server down, timeouts) transient.
+// classifyStoreWrite makes a refused location a permanent bad_url failure and everything
+// else (server down, timeouts) transient.
 func classifyStoreWrite(err error) error {
 	if errors.Is(err, storage.ErrBadURL) || errors.Is(err, storage.ErrNotAllowed) {
-		return err
+		return &jobError{code: CodeBadURL, err: err}
 	}
 	return transient(err)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 
@@ -69,14 +68,19 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 	for i, c := range chips {
 		registerChip(reg, i, c)
 	}
+
+	// Everything started below runs until runCtx ends and is waited for before return,
+	// on the error paths too.
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	runCtx, stopAll := context.WithCancel(ctx)
+	defer func() { stopAll(); wg.Wait() }()
+
 	if cfg.MetricsAddr != "" {
 		ms, err := listenMetrics(cfg.MetricsAddr, reg)
 		if err != nil {
 			return err
 		}
-		wg.Go(func() { ms.serve(ctx, log) })
+		wg.Go(func() { ms.serve(runCtx, log) })
 		log.Info("metrics served", "addr", ms.Addr())
 	}
 
@@ -99,22 +103,7 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 		return err
 	}
 
-	// HTTP /predict (httpcompat) is wired here: a server built from chips[0], started
-	// on cfg.HTTPAddr and shut down when ctx ends, owned by wg like the Runners.
-
-	watcher, err := jobs.NewMaxDeliveriesWatcher(nc, topo, store, jobs.DeadLetterConfig{
-		Worker: cfg.WorkerName, DefaultOutput: cfg.ResultsURL, OpTimeout: cfg.OpTimeout, Logger: log, Metrics: metrics,
-	})
-	if err != nil {
-		return err
-	}
-	watchDone, err := watcher.Start(ctx)
-	if err != nil {
-		return err
-	}
-	wg.Go(func() { <-watchDone })
-
-	runErrs := make([]error, len(chips))
+	runners := make([]*jobs.Runner, len(chips))
 	for i, c := range chips {
 		name := cfg.WorkerName
 		if len(chips) > 1 {
@@ -122,17 +111,35 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 		}
 		rc := cfg.runnerConfig(name)
 		rc.Logger, rc.Metrics = log.With("chip", i), metrics
-		r, err := jobs.NewRunner(topo, store, c, rc)
-		if err != nil {
+		if runners[i], err = jobs.NewRunner(topo, store, c, rc); err != nil {
 			return err
 		}
-		wg.Go(func() { runErrs[i] = r.Run(ctx) })
+	}
+	watcher, err := jobs.NewMaxDeliveriesWatcher(nc, topo, store, jobs.DeadLetterConfig{
+		Worker: cfg.WorkerName, DefaultOutput: cfg.ResultsURL, OpTimeout: cfg.OpTimeout, Logger: log, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	watchDone, err := watcher.Start(runCtx)
+	if err != nil {
+		return err
+	}
+	wg.Go(func() { <-watchDone })
+
+	// HTTP /predict (httpcompat) is wired here: a server built from chips[0], started
+	// on cfg.HTTPAddr and shut down when runCtx ends, owned by wg like the Runners.
+
+	runErrs := make([]error, len(runners))
+	for i, r := range runners {
+		wg.Go(func() { runErrs[i] = r.Run(runCtx) })
 	}
 	log.Info("worker started", "chips", len(chips), "results", cfg.ResultsURL,
-		"jobs", filepath.Join(jobs.JobsStream, jobs.ConsumerName), "prefetch", cfg.Prefetch)
+		"jobs", jobs.JobsStream+"/"+jobs.ConsumerName, "prefetch", cfg.Prefetch, "storage", cfg.Config)
 
 	<-ctx.Done()
 	log.Info("stopping: finishing held jobs", "grace", cfg.Grace)
+	stopAll()
 	wg.Wait()
 	if err := errors.Join(runErrs...); err != nil {
 		return err
