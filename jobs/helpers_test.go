@@ -157,7 +157,7 @@ func newTestEnv(t *testing.T, cfg TopologyConfig) *testEnv {
 
 // connectTopology opens a connection of its own (as a separate worker process would) and
 // ensures the topology over it.
-func connectTopology(t *testing.T, s *natsembed.Server, cfg TopologyConfig) (jetstream.JetStream, *Topology) {
+func connectTopology(t testing.TB, s *natsembed.Server, cfg TopologyConfig) (jetstream.JetStream, *Topology) {
 	t.Helper()
 	js, err := jetstream.New(natstest.Connect(t, s))
 	if err != nil {
@@ -198,7 +198,7 @@ type runner struct {
 	stopErr error
 }
 
-func (r *runner) stop(t *testing.T) {
+func (r *runner) stop(t testing.TB) {
 	t.Helper()
 	r.once.Do(func() {
 		r.cancel()
@@ -209,7 +209,7 @@ func (r *runner) stop(t *testing.T) {
 	}
 }
 
-func startRunner(t *testing.T, topo *Topology, store storage.Store, eng engine.Engine, cfg RunnerConfig) *runner {
+func startRunner(t testing.TB, topo *Topology, store storage.Store, eng engine.Engine, cfg RunnerConfig) *runner {
 	t.Helper()
 	c, err := chip.Open(func() (engine.Engine, error) { return eng, nil })
 	if err != nil {
