@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine"
@@ -138,7 +139,16 @@ const defaultOutput = "s3://results/out/"
 
 func newTestEnv(t *testing.T, cfg TopologyConfig) *testEnv {
 	t.Helper()
-	e := &testEnv{nats: natstest.Start(t), s3: s3test.Start(t)}
+	ns := natstest.Start(t)
+	e := newTestEnvOn(t, ns.ClientURL(), cfg)
+	e.nats = ns
+	return e
+}
+
+// newTestEnvOn is a testEnv whose NATS is already running at url (a cluster, say).
+func newTestEnvOn(t *testing.T, url string, cfg TopologyConfig) *testEnv {
+	t.Helper()
+	e := &testEnv{s3: s3test.Start(t)}
 	e.s3.CreateBucket(t, "images")
 	e.s3.CreateBucket(t, "results")
 	var err error
@@ -150,7 +160,7 @@ func newTestEnv(t *testing.T, cfg TopologyConfig) *testEnv {
 		t.Fatalf("open storage: %v", err)
 	}
 	t.Cleanup(func() { _ = e.store.Close() })
-	e.js, e.topo = connectTopology(t, e.nats, cfg)
+	e.js, e.topo = connectTopologyURL(t, url, cfg)
 	e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return e
 }
@@ -159,7 +169,17 @@ func newTestEnv(t *testing.T, cfg TopologyConfig) *testEnv {
 // ensures the topology over it.
 func connectTopology(t testing.TB, s *natsembed.Server, cfg TopologyConfig) (jetstream.JetStream, *Topology) {
 	t.Helper()
-	js, err := jetstream.New(natstest.Connect(t, s))
+	return connectTopologyURL(t, s.ClientURL(), cfg)
+}
+
+func connectTopologyURL(t testing.TB, url string, cfg TopologyConfig) (jetstream.JetStream, *Topology) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect to %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -24,6 +25,15 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logger receives the server's notices and errors; nil silences the server.
 	Logger *slog.Logger
+	// Cluster, when its Name is set, makes the server one node of a JetStream cluster.
+	Cluster ClusterOptions
+}
+
+// ClusterOptions join a server to a cluster. Every node needs a distinct ServerName.
+type ClusterOptions struct {
+	Name   string   // cluster name, the same on every node
+	Listen string   // host:port of this node's route listener
+	Routes []string // nats-route://host:port of the nodes (this one may be included)
 }
 
 // Server is a running embedded NATS server.
@@ -51,6 +61,17 @@ func Start(o Options) (*Server, error) {
 		StoreDir:   o.StoreDir,
 		NoSigs:     true, // the worker owns signal handling
 		NoLog:      o.Logger == nil,
+	}
+	if o.Cluster.Name != "" {
+		if o.ServerName == "" {
+			return nil, fmt.Errorf("embedded NATS: a cluster node needs a server name")
+		}
+		chost, cport, err := splitListen(o.Cluster.Listen)
+		if err != nil || o.Cluster.Listen == "" {
+			return nil, fmt.Errorf("embedded NATS: cluster listen address %q: want host:port", o.Cluster.Listen)
+		}
+		opts.Cluster = server.ClusterOpts{Name: o.Cluster.Name, Host: chost, Port: cport}
+		opts.Routes = server.RoutesFromStr(strings.Join(o.Cluster.Routes, ","))
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

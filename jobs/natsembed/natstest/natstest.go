@@ -1,11 +1,16 @@
 // Package natstest starts embedded NATS servers with JetStream for tests: random ports,
-// store in t.TempDir(), shut down by t.Cleanup.
+// stores in t.TempDir(), shut down by t.Cleanup.
 package natstest
 
 import (
+	"fmt"
+	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/jobs/natsembed"
 )
@@ -30,4 +35,76 @@ func Connect(t testing.TB, s *natsembed.Server) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Cluster is n JetStream servers routed to each other.
+type Cluster struct {
+	Servers []*natsembed.Server
+}
+
+// URLs is the comma-separated client URLs of every node, as LA_NATS_URL takes them.
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// StartCluster runs an n-node JetStream cluster on 127.0.0.1 until the test ends and
+// waits until it has elected a meta leader, so streams can be created at once.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	routeAddrs := make([]string, n)
+	routes := make([]string, n)
+	for i := range n {
+		routeAddrs[i] = freeAddr(t)
+		routes[i] = "nats-route://" + routeAddrs[i]
+	}
+	c := &Cluster{}
+	for i := range n {
+		s, err := natsembed.Start(natsembed.Options{
+			Listen:     "127.0.0.1:-1",
+			StoreDir:   t.TempDir(),
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Cluster:    natsembed.ClusterOptions{Name: "la-test", Listen: routeAddrs[i], Routes: routes},
+		})
+		if err != nil {
+			t.Fatalf("start cluster node %d: %v", i+1, err)
+		}
+		t.Cleanup(s.Shutdown)
+		c.Servers = append(c.Servers, s)
+	}
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatalf("connect to the cluster: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		info, err := js.AccountInfo(t.Context())
+		if err == nil && info != nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster of %d never became ready for JetStream: %v", n, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freeAddr is a 127.0.0.1 address that was free a moment ago (route listeners must be
+// known before the servers start, to list them as each other's routes).
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
