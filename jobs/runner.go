@@ -21,6 +21,9 @@ import (
 // ErrCancelRequested is the cause of a job context cancelled by a cancel.<id> request.
 var ErrCancelRequested = errors.New("cancel requested")
 
+// errExpired stops a job whose deadline passed before it reached the chip.
+var errExpired = errors.New("deadline passed")
+
 // ErrShuttingDown is the cause of a job context cancelled because the grace period after
 // shutdown ran out; the job is given back to the queue unfinished.
 var ErrShuttingDown = errors.New("worker shutting down")
@@ -311,8 +314,7 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 		return r.fail(ctx, log, job, a, CodeInvalidJob, decodeErr)
 	}
 	if job.Deadline != nil && a.start.After(*job.Deadline) {
-		return r.end(ctx, log, job, a, StatusExpired, &ErrorInfo{Code: CodeDeadline,
-			Message: fmt.Sprintf("deadline %s passed before the job started", job.Deadline.Format(time.RFC3339))})
+		return r.expired(ctx, log, job, a)
 	}
 
 	jobCtx, cancelJob := context.WithCancelCause(ctx)
@@ -376,6 +378,9 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 		return nil, nil, classifyEngine("prepare", err)
 	}
 	a.timing.Preprocess = prep.PreprocessMS
+	if job.Deadline != nil && time.Now().After(*job.Deadline) {
+		return nil, nil, errExpired // it waited too long for a free slot or the fetch
+	}
 	pred, err := r.chip.Generate(ctx, chip.Batch, prep)
 	if err != nil {
 		return nil, nil, classifyEngine("generate", err)
@@ -434,11 +439,19 @@ func (r *Runner) stopped(ctx, jobCtx context.Context, log *slog.Logger, job *Job
 			return settlement{kind: settleNak}
 		}
 	}
+	if errors.Is(err, errExpired) {
+		return r.expired(ctx, log, job, a)
+	}
 	var je *jobError
 	if errors.As(err, &je) {
 		return r.fail(ctx, log, job, a, je.code, err)
 	}
 	return r.retry(ctx, log, a, err)
+}
+
+func (r *Runner) expired(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo) settlement {
+	return r.end(ctx, log, job, a, StatusExpired, &ErrorInfo{Code: CodeDeadline,
+		Message: fmt.Sprintf("deadline %s passed before the job started", job.Deadline.Format(time.RFC3339))})
 }
 
 func (r *Runner) canceled(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo) settlement {

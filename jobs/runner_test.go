@@ -250,6 +250,29 @@ func TestExpiredDeadlineIsNotRun(t *testing.T) {
 	}
 }
 
+func TestDeadlinePassingInTheQueueExpiresTheJob(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := newFakeEngine(0)
+	eng.started = make(chan string, 2)
+	cfg := e.runnerConfig("w1")
+	cfg.Prefetch = 1
+	startRunner(t, e.topo, e.store, eng, cfg)
+
+	e.publishJob(t, Job{ID: "ahead", Image: img, Query: "block"})
+	<-eng.started
+	deadline := time.Now().Add(200 * time.Millisecond)
+	e.publishJob(t, Job{ID: "behind", Image: img, Query: "behind", Deadline: &deadline})
+	time.Sleep(time.Until(deadline) + 50*time.Millisecond) // the deadline passes while "ahead" runs
+	close(eng.release)
+	if res := e.publishedResult(t, DefaultBatch, "behind"); res.Status != StatusExpired {
+		t.Errorf("status %s error %+v; want expired", res.Status, res.Error)
+	}
+	if eng.Calls("behind") != 0 {
+		t.Error("the expired job ran")
+	}
+}
+
 func TestKilledRunnerJobComesBackAndCompletes(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
