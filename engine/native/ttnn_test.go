@@ -343,3 +343,25 @@ func wantError(t *testing.T, err error, parts ...string) {
 		}
 	}
 }
+
+// BenchmarkTTNNBridgeDecodeCall measures what the bridge itself costs per step: a decode
+// call into an adapter that does nothing (take the GIL, build the arguments, call, check
+// the result, give the GIL back).
+func BenchmarkTTNNBridgeDecodeCall(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	dir := b.TempDir()
+	src := "def open(c): return None\ndef vision(h, p, gh, gw): pass\ndef prefill(h, ids): return 0\n" +
+		"def decode(h, t): return t\ndef reset(h): pass\ndef close(h): pass\n"
+	if err := os.WriteFile(filepath.Join(dir, "la_bench_noop.py"), []byte(src), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	m := openModel(b, tinyCheckpoint{dtype: checkpoint.F32}.write(b))
+	be := openTTNN(b, m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"adapter": "la_bench_noop", "path": dir}})
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := be.Decode(7); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
