@@ -235,6 +235,13 @@ func TestOpenRejectsBadCheckpointsAndOptions(t *testing.T) {
 	if _, err := Open("cpu", nil, Options{}); err == nil {
 		t.Error("nil model accepted")
 	}
+	for opt, want := range map[string]string{"widen_blok_bytes": "options: unknown key widen_blok_bytes",
+		"widen_block_bytes": "options: widen_block_bytes=lots: want a byte count"} {
+		_, err := Open("cpu", m, Options{MaxSeqLen: 16, BackendOptions: map[string]string{opt: "lots"}})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("option %s=lots: error %v, want %q", opt, err, want)
+		}
+	}
 }
 
 func TestDotKernelsMatchPlainC(t *testing.T) {

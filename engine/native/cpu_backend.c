@@ -234,9 +234,15 @@ static int load_text(la_engine *e, const la_config *c, char *err, size_t errlen)
 
 /* ---- run state ---------------------------------------------------------------------- */
 
-static size_t matrix_elems(const cpu_matrix *m) { return (size_t)m->rows * (size_t)m->cols; }
+static int widen_block_rows(const la_engine *e, const cpu_matrix *w);
 
-/* gemm_scratch_elems is the largest bf16/f16 matrix that goes through cblas_sgemm. */
+/* widen_block_elems is what one widening block of m holds. */
+static size_t widen_block_elems(const la_engine *e, const cpu_matrix *m) {
+    return (size_t)widen_block_rows(e, m) * (size_t)m->cols;
+}
+
+/* gemm_scratch_elems is the largest widening block of a bf16/f16 matrix that goes
+ * through cblas_sgemm. */
 static size_t gemm_scratch_elems(const la_engine *e) {
     const cpu_matrix *ms[16];
     size_t max = 0;
@@ -245,21 +251,21 @@ static size_t gemm_scratch_elems(const la_engine *e) {
     ms[n++] = &e->w.proj1;
     ms[n++] = &e->w.proj2;
     for (int j = 0; j < n; j++)
-        if (ms[j]->dtype != LA_DTYPE_F32 && matrix_elems(ms[j]) > max)
-            max = matrix_elems(ms[j]);
+        if (ms[j]->dtype != LA_DTYPE_F32 && widen_block_elems(e, ms[j]) > max)
+            max = widen_block_elems(e, ms[j]);
     for (int i = 0; i < e->cfg.vision_layers; i++) {
         const cpu_vision_block *b = &e->w.blocks[i];
         const cpu_matrix *v[4] = {&b->wqkv, &b->wo, &b->fc0, &b->fc1};
         for (int j = 0; j < 4; j++)
-            if (v[j]->dtype != LA_DTYPE_F32 && matrix_elems(v[j]) > max)
-                max = matrix_elems(v[j]);
+            if (v[j]->dtype != LA_DTYPE_F32 && widen_block_elems(e, v[j]) > max)
+                max = widen_block_elems(e, v[j]);
     }
     for (int i = 0; i < e->cfg.layers; i++) {
         const cpu_text_layer *l = &e->w.layers[i];
         const cpu_matrix *t[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
         for (int j = 0; j < 7; j++)
-            if (t[j]->dtype != LA_DTYPE_F32 && matrix_elems(t[j]) > max)
-                max = matrix_elems(t[j]);
+            if (t[j]->dtype != LA_DTYPE_F32 && widen_block_elems(e, t[j]) > max)
+                max = widen_block_elems(e, t[j]);
     }
     return max;
 }
@@ -339,29 +345,50 @@ static void free_state(cpu_state *s) {
 
 /* ---- GEMM with widened weights ------------------------------------------------------ */
 
+/* A bf16/f16 weight is widened and multiplied one block of rows at a time, each block at
+ * most this many bytes of float32, so the widened block is still in cache when the GEMM
+ * reads it and the scratch stays small whatever the model size. */
+enum { LA_CPU_WIDEN_BLOCK_BYTES = 4 << 20 }; /* default; option widen_block_bytes */
+
 typedef struct {
     const cpu_matrix *w;
+    int row0, rows;
     float *dst;
 } widen_task;
 
 static void widen_slice(void *arg, int thread, int nthreads) {
     const widen_task *t = arg;
-    size_t n = matrix_elems(t->w);
+    const size_t cols = (size_t)t->w->cols, esize = cpu_dtype_size(t->w->dtype);
+    size_t n = (size_t)t->rows * cols;
     size_t a = n * (size_t)thread / (size_t)nthreads, b = n * (size_t)(thread + 1) / (size_t)nthreads;
-    size_t esize = cpu_dtype_size(t->w->dtype);
-    cpu_to_f32(t->w->dtype, (const char *)t->w->data + a * esize, t->dst + a, b - a);
+    const char *src = (const char *)t->w->data + (size_t)t->row0 * cols * esize;
+    cpu_to_f32(t->w->dtype, src + a * esize, t->dst + a, b - a);
+}
+
+/* widen_block_rows is how many rows of w fit one widening block (at least one). */
+static int widen_block_rows(const la_engine *e, const cpu_matrix *w) {
+    size_t rows = e->widen_block_bytes / ((size_t)w->cols * sizeof(float));
+    if (rows < 1)
+        rows = 1;
+    return rows > (size_t)w->rows ? w->rows : (int)rows;
 }
 
 void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
                  float *y) {
-    const float *wf = w->data;
-    if (w->dtype != LA_DTYPE_F32) {
-        widen_task t = {w, e->s.wscratch};
-        cpu_pool_run(&e->pool, widen_slice, &t);
-        wf = e->s.wscratch;
+    if (w->dtype == LA_DTYPE_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x,
+                    w->cols, w->data, w->cols, 0.0f, y, w->rows);
+    } else {
+        const int block = widen_block_rows(e, w);
+        for (int r0 = 0; r0 < w->rows; r0 += block) {
+            int rows = w->rows - r0 < block ? w->rows - r0 : block;
+            widen_task t = {w, r0, rows, e->s.wscratch};
+            cpu_pool_run(&e->pool, widen_slice, &t);
+            /* y[:, r0:r0+rows] = x W[r0:r0+rows]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, w->cols, 1.0f, x,
+                        w->cols, e->s.wscratch, w->cols, 0.0f, y + r0, w->rows);
+        }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x, w->cols,
-                wf, w->cols, 0.0f, y, w->rows);
     if (bias)
         for (int i = 0; i < n; i++) {
             float *row = y + (size_t)i * (size_t)w->rows;
@@ -412,6 +439,39 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
     return 0;
 }
 
+/* parse_options reads the backend's "key=value" lines. Known keys:
+ *   widen_block_bytes  float32 bytes per widening block of a bf16/f16 GEMM weight
+ * An unknown key is an error, so a typo does not pass silently. */
+static int parse_options(la_engine *e, const char *opts, char *err, size_t errlen) {
+    e->widen_block_bytes = LA_CPU_WIDEN_BLOCK_BYTES;
+    while (opts && *opts) {
+        const char *end = strchr(opts, '\n');
+        size_t len = end ? (size_t)(end - opts) : strlen(opts);
+        char line[128];
+        if (len >= sizeof line)
+            return cpu_errorf(err, errlen, "options: line too long");
+        memcpy(line, opts, len);
+        line[len] = 0;
+        opts += len + (end ? 1 : 0);
+        if (len == 0)
+            continue;
+        char *eq = strchr(line, '=');
+        if (!eq)
+            return cpu_errorf(err, errlen, "options: %s: want key=value", line);
+        *eq = 0;
+        char *rest;
+        long long v = strtoll(eq + 1, &rest, 10);
+        if (strcmp(line, "widen_block_bytes") == 0) {
+            if (*rest != 0 || v < (long long)sizeof(float) || v > (1LL << 34))
+                return cpu_errorf(err, errlen, "options: widen_block_bytes=%s: want a byte count", eq + 1);
+            e->widen_block_bytes = (size_t)v;
+        } else {
+            return cpu_errorf(err, errlen, "options: unknown key %s", line);
+        }
+    }
+    return 0;
+}
+
 static void cpu_close(la_engine *e);
 
 static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
@@ -436,7 +496,7 @@ static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (int)n : 1;
     }
-    if (load_vision(e, cfg, err, errlen) != 0 || load_text(e, cfg, err, errlen) != 0 ||
+    if (parse_options(e, cfg->options, err, errlen) != 0 || load_vision(e, cfg, err, errlen) != 0 || load_text(e, cfg, err, errlen) != 0 ||
         alloc_state(e, err, errlen) != 0 || cpu_pool_init(&e->pool, threads, err, errlen) != 0 ||
         cpu_plan_decode(e, err, errlen) != 0) {
         cpu_close(e);

@@ -207,6 +207,7 @@ struct la_engine {
     int vision_head_dim;
     int proj_mid;     /* mlp1.1 output width */
     int attn_chunk;   /* query rows per attention score block */
+    size_t widen_block_bytes; /* float32 bytes per widening block (cpu_gemm_wt) */
     cpu_weights w;
     cpu_state s;
     cpu_decode_plan plan;

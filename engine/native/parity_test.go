@@ -94,26 +94,38 @@ func readRaw(t *testing.T, dir string, f goldenFile) []byte {
 
 func TestParityWithPyTorchReference(t *testing.T) {
 	lockThread(t)
+	variants := []struct {
+		name string
+		opts Options
+	}{
+		{"default", Options{MaxSeqLen: 512, Threads: 2}},
+		// bf16 weights widened a few rows at a time (1000 bytes: blocks that do not
+		// divide the matrices), one thread.
+		{"small-widen-blocks", Options{MaxSeqLen: 512, Threads: 1,
+			BackendOptions: map[string]string{"widen_block_bytes": "1000"}}},
+	}
 	for _, ckpt := range []string{"tiny-bf16", "tiny-f32"} {
-		t.Run(ckpt, func(t *testing.T) {
-			dir, idx := readGoldens(t, ckpt)
-			m := openModel(t, filepath.Join(checkpointsDir, ckpt))
-			b := openBackend(t, m, Options{MaxSeqLen: 512, Threads: 2})
-			interpolated, exact := 0, 0
-			for _, c := range idx.Cases {
-				t.Run(c.Name, func(t *testing.T) {
-					if c.PosEmbInterpolated {
-						interpolated++
-					} else {
-						exact++
-					}
-					checkCase(t, b, dir, c)
-				})
-			}
-			if interpolated == 0 || exact == 0 {
-				t.Errorf("goldens cover %d interpolated and %d exact pos-emb grids, want both", interpolated, exact)
-			}
-		})
+		dir, idx := readGoldens(t, ckpt)
+		m := openModel(t, filepath.Join(checkpointsDir, ckpt))
+		for _, v := range variants {
+			t.Run(ckpt+"/"+v.name, func(t *testing.T) {
+				b := openBackend(t, m, v.opts)
+				interpolated, exact := 0, 0
+				for _, c := range idx.Cases {
+					t.Run(c.Name, func(t *testing.T) {
+						if c.PosEmbInterpolated {
+							interpolated++
+						} else {
+							exact++
+						}
+						checkCase(t, b, dir, c)
+					})
+				}
+				if interpolated == 0 || exact == 0 {
+					t.Errorf("goldens cover %d interpolated and %d exact pos-emb grids, want both", interpolated, exact)
+				}
+			})
+		}
 	}
 }
 
