@@ -128,7 +128,7 @@ func (w *MaxDeliveriesWatcher) handle(ctx context.Context, data []byte) error {
 			res.Error.Message += " of worker " + st.Worker
 		}
 		orig := &original{data: raw.Data, subject: raw.Subject, streamSeq: adv.StreamSeq}
-		if err := w.sink.finish(ctx, job, res, orig); err != nil {
+		if err := w.sink.finish(ctx, job, res, orig, true); err != nil {
 			return fmt.Errorf("job %s: %w", job.ID, err)
 		}
 		w.sink.log.Warn("job dead-lettered after max deliveries", "id", job.ID, "deliveries", adv.Deliveries)

@@ -353,7 +353,7 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 		res.OverlayURL = &url
 		a.timing.Upload = ms(time.Since(t))
 	}
-	return r.finish(ctx, log, job, a, res, nil)
+	return r.finish(ctx, log, job, a, res, false)
 }
 
 // run fetches the image, prepares it and runs it on the chip.
@@ -463,7 +463,7 @@ func (r *Runner) fail(ctx context.Context, log *slog.Logger, job *Job, a attempt
 	res := newResult(job, a.attempt)
 	res.Status = StatusFailed
 	res.Error = &ErrorInfo{Code: code, Message: err.Error()}
-	s := r.finish(ctx, log, job, a, res, &a.orig)
+	s := r.finish(ctx, log, job, a, res, true)
 	if s.kind == settleAck {
 		return settlement{kind: settleTerm, reason: code + ": " + err.Error()}
 	}
@@ -475,14 +475,14 @@ func (r *Runner) end(ctx context.Context, log *slog.Logger, job *Job, a attemptI
 	res := newResult(job, a.attempt)
 	res.Status = status
 	res.Error = why
-	return r.finish(ctx, log, job, a, res, nil)
+	return r.finish(ctx, log, job, a, res, false)
 }
 
 // finish stores and publishes res; the message is acked only when both succeeded.
-func (r *Runner) finish(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo, res *Result, dlq *original) settlement {
+func (r *Runner) finish(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo, res *Result, deadLetter bool) settlement {
 	a.timing.Total = ms(time.Since(a.start))
 	res.TimingMS = a.timing
-	if err := r.sink.finish(ctx, job, res, dlq); err != nil {
+	if err := r.sink.finish(ctx, job, res, &a.orig, deadLetter); err != nil {
 		return r.retry(ctx, log, a, fmt.Errorf("store and publish the result: %w", err))
 	}
 	r.cfg.Metrics.outcome(string(res.Status))

@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,8 +82,38 @@ func TestUnusableOutputFailsWithoutRetry(t *testing.T) {
 	if res.Status != StatusFailed || res.Error == nil || res.Error.Code != CodeBadURL || res.Attempt != 1 {
 		t.Fatalf("status %s error %+v attempt %d; want failed bad_url on the first delivery", res.Status, res.Error, res.Attempt)
 	}
-	if rec := e.dlqRecord(t, "bad-output"); rec == nil || rec.Code != CodeBadURL {
-		t.Errorf("DLQ record %+v", rec)
+	if rec := e.dlqRecord(t, "bad-output"); rec == nil || rec.Code != CodeBadURL || !strings.Contains(string(rec.Job), "ftp://elsewhere/out/") {
+		t.Errorf("DLQ record %+v; want bad_url with the original job", rec)
+	}
+}
+
+func TestReplayedJobRunsAgainWithinTheDuplicateWindow(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+
+	j := Job{ID: "late-image", Image: "s3://images/late.jpg", Query: "dog"}
+	e.publishJob(t, j)
+	if res := e.publishedResult(t, DefaultBatch, j.ID); res.Status != StatusFailed || res.Error.Code != CodeNotFound {
+		t.Fatalf("first run: %s %+v; want not_found", res.Status, res.Error)
+	}
+	eventually(t, 30*time.Second, "the failure to be recorded", func() bool {
+		st, _, _ := e.topo.State.Get(t.Context(), j.ID)
+		return st.Status == StatusFailed
+	})
+
+	// What `submit dlq replay` does once the cause is fixed.
+	e.putImage(t, "late.jpg", readTestdata(t, "dog.jpg"))
+	if err := e.topo.State.Put(t.Context(), j.ID, State{Status: StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(j)
+	e.publish(t, b, j.ID+"-replay-1")
+	eventually(t, 60*time.Second, "the replayed job's result", func() bool {
+		res := e.publishedResult(t, DefaultBatch, j.ID)
+		return res.Status == StatusSucceeded
+	})
+	if got := e.storedResult(t, defaultOutput, j.ID); got.Status != StatusSucceeded {
+		t.Errorf("stored result %s after the replay", got.Status)
 	}
 }
 

@@ -96,11 +96,13 @@ func (s *sink) putOverlay(ctx context.Context, job *Job, png []byte) (string, er
 }
 
 // finish stores res at <output>/<id>.json, publishes it on la.results.<batch>.<id>, writes
-// a dead-letter record when dlq is not nil, and records the terminal state. A transient
-// error means nothing is lost by trying again later: every step is keyed by the job id.
+// a dead-letter record when deadLetter is set, and records the terminal state. A transient
+// error means nothing is lost by trying again later: every step is keyed by the job id and
+// the job message's stream sequence (orig), so a redelivery of the same message repeats
+// nothing, while a job published again (a replay) gets fresh result and DLQ messages.
 // When the output location itself is refused (bad URL, not allowed), the result cannot be
 // stored: it becomes a failed result that is still published and dead-lettered.
-func (s *sink) finish(ctx context.Context, job *Job, res *Result, dlq *original) error {
+func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original, deadLetter bool) error {
 	res.Worker = s.worker
 	res.FinishedAt = time.Now().UTC()
 	url := ResultURL(s.output(job), res.ID)
@@ -120,15 +122,14 @@ func (s *sink) finish(ctx context.Context, job *Job, res *Result, dlq *original)
 		if body, err = json.Marshal(res); err != nil {
 			return fmt.Errorf("encode result of job %s: %w", res.ID, err)
 		}
-		if dlq == nil {
-			dlq = &original{}
-		}
+		deadLetter = true
 	}
-	if err := s.publish(ctx, ResultSubject(res.Batch, res.ID), body, res.ID); err != nil {
+	msgID := fmt.Sprintf("%s-%d", res.ID, orig.streamSeq)
+	if err := s.publish(ctx, ResultSubject(res.Batch, res.ID), body, msgID); err != nil {
 		return err
 	}
-	if dlq != nil {
-		if err := s.deadLetter(ctx, res, dlq); err != nil {
+	if deadLetter {
+		if err := s.deadLetter(ctx, res, orig, msgID); err != nil {
 			return err
 		}
 	}
@@ -162,7 +163,7 @@ func (s *sink) publish(ctx context.Context, subject string, body []byte, msgID s
 	return nil
 }
 
-func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original) error {
+func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgID string) error {
 	rec := DLQRecord{
 		ID:        res.ID,
 		Attempts:  res.Attempt,
@@ -183,7 +184,7 @@ func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original) erro
 	if err != nil {
 		return fmt.Errorf("encode dead-letter record of job %s: %w", res.ID, err)
 	}
-	if err := s.publish(ctx, DLQSubject(res.ID), body, res.ID); err != nil {
+	if err := s.publish(ctx, DLQSubject(res.ID), body, msgID); err != nil {
 		return err
 	}
 	s.metrics.deadLettered()
