@@ -1,0 +1,245 @@
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/locateanything/detect/httpcompat"
+)
+
+// readYAML decodes every document of a YAML file into generic maps (merge keys resolved).
+func readYAML(t *testing.T, file string) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var docs []map[string]any
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if doc != nil {
+			docs = append(docs, doc)
+		}
+	}
+	if len(docs) == 0 {
+		t.Fatalf("%s: no YAML documents", file)
+	}
+	return docs
+}
+
+// at walks a path of map keys and list indexes ("spec", "template", 0, ...) through a
+// decoded document; it fails the test with the path when something is missing.
+func at(t *testing.T, v any, path ...any) any {
+	t.Helper()
+	for i, p := range path {
+		switch key := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("%v: not a mapping at %v", path[:i+1], path[:i])
+			}
+			if v, ok = m[key]; !ok {
+				t.Fatalf("%v: missing", path[:i+1])
+			}
+		case int:
+			l, ok := v.([]any)
+			if !ok || key >= len(l) {
+				t.Fatalf("%v: no item %d", path[:i+1], key)
+			}
+			v = l[key]
+		}
+	}
+	return v
+}
+
+// str is at(...) for a string value.
+func str(t *testing.T, v any, path ...any) string {
+	t.Helper()
+	s, ok := at(t, v, path...).(string)
+	if !ok {
+		t.Fatalf("%v: %v is not a string", path, at(t, v, path...))
+	}
+	return s
+}
+
+// list is at(...) for a list value.
+func list(t *testing.T, v any, path ...any) []any {
+	t.Helper()
+	l, ok := at(t, v, path...).([]any)
+	if !ok {
+		t.Fatalf("%v: not a list", path)
+	}
+	return l
+}
+
+// has reports whether the path exists.
+func has(v any, path ...string) bool {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		if v, ok = m[p]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// stringMap turns a decoded mapping of scalars into strings (YAML may decode "1" as 1).
+func stringMap(t *testing.T, v any) map[string]string {
+	t.Helper()
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("%v is not a mapping", v)
+	}
+	out := make(map[string]string, len(m))
+	for k, x := range m {
+		out[k] = fmt.Sprint(x)
+	}
+	return out
+}
+
+// workerDrain is the longest a stopping worker may take with this environment: the HTTP
+// drain (LA_HTTP_SHUTDOWN_TIMEOUT) followed by the jobs' grace (LA_GRACE), each at its
+// default when unset. Counting them one after the other is the safe side.
+func workerDrain(t *testing.T, env map[string]string) time.Duration {
+	t.Helper()
+	get := func(name string, def time.Duration) time.Duration {
+		s, ok := env[name]
+		if !ok {
+			return def
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", name, s, err)
+		}
+		return d
+	}
+	return get("LA_HTTP_SHUTDOWN_TIMEOUT", httpcompat.DefaultShutdownTimeout) + get("LA_GRACE", workerDefault(t, "GRACE"))
+}
+
+// workerDefault reads the default of one of the worker's settings from the `default:` tag
+// in cmd/worker/config.go, so these tests follow the worker when it changes.
+func workerDefault(t *testing.T, envName string) time.Duration {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "../cmd/worker/config.go", nil, 0)
+	if err != nil {
+		t.Fatalf("read the worker's defaults: %v", err)
+	}
+	var found string
+	ast.Inspect(f, func(n ast.Node) bool {
+		field, ok := n.(*ast.Field)
+		if !ok || field.Tag == nil {
+			return true
+		}
+		tag, _ := strconv.Unquote(field.Tag.Value)
+		st := reflect.StructTag(tag)
+		if st.Get("envconfig") == envName {
+			found = st.Get("default")
+		}
+		return true
+	})
+	if found == "" {
+		t.Fatalf("cmd/worker/config.go has no default for LA_%s", envName)
+	}
+	d, err := time.ParseDuration(found)
+	if err != nil {
+		t.Fatalf("LA_%s default %q: %v", envName, found, err)
+	}
+	return d
+}
+
+var (
+	envconfigTagRE = regexp.MustCompile("envconfig:\"([A-Z0-9_]+)\"")
+	laLiteralRE    = regexp.MustCompile(`\bLA_[A-Z0-9_]+\b`)
+)
+
+// adapterVariables are the seed's knobs that only the ttnn backend's Python adapter reads
+// (issue 8, first part); no Go code names them.
+var adapterVariables = map[string]bool{
+	"LA_PREC": true, "LA_TRACE": true, "LA_WARMUP_RUNS": true, "LA_TRACE_REGION_SIZE": true,
+	"LA_LLM_DIR": true, "LA_FORCE_EXTRACT": true,
+}
+
+// knownVariables collects every LA_* name the worker's code reads: envconfig tags (with the
+// LA_ prefix envconfig adds) and LA_* string literals in the packages it configures.
+func knownVariables(t *testing.T) map[string]bool {
+	t.Helper()
+	known := map[string]bool{}
+	for name := range adapterVariables {
+		known[name] = true
+	}
+	for _, dir := range []string{"../cmd/worker", "../httpcompat", "../storage", "../engine/weights", "../jobs"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no Go files in %s (%v)", dir, err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range envconfigTagRE.FindAllSubmatch(src, -1) {
+				name := string(m[1])
+				if !strings.HasPrefix(name, "LA_") {
+					name = "LA_" + name
+				}
+				known[name] = true
+			}
+			for _, m := range laLiteralRE.FindAll(src, -1) {
+				known[string(m)] = true
+			}
+		}
+	}
+	return known
+}
+
+// checkVariables fails for each LA_* name in env that the worker does not read: a typo in
+// a deployment file is otherwise a setting silently ignored.
+func checkVariables(t *testing.T, where string, env map[string]string) {
+	t.Helper()
+	known := knownVariables(t)
+	for name := range env {
+		if strings.HasPrefix(name, "LA_") && !known[name] {
+			t.Errorf("%s sets %s, which the worker does not read", where, name)
+		}
+	}
+}
+
+// portOf is the port of a listen address such as ":20000" or "0.0.0.0:9464".
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		t.Fatalf("listen address %q has no port", addr)
+	}
+	return addr[i+1:]
+}
