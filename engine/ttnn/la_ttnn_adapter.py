@@ -17,7 +17,8 @@ vision/prefill traces are not wired here.
 Imports of ttnn, torch and tt-metal's models.* happen inside open(), so this module imports
 anywhere (the worker checks the protocol surface at start-up; tests import it without
 ttnn). On the host it needs PYTHONPATH to hold tt-metal's tree (models.tt_transformers,
-models.demos.qwen25_vl) and the port's package (locate_anything.tt.model_la / .vision).
+models.demos.qwen25_vl) and the port's package (locate_anything.tt.model_la / .vision), and
+LA_PYTHON_SITE to name the tt-metal virtual environment's site-packages.
 
 Protocol (engine/native/ttnn_backend.c):
     open(config) -> handle; vision(handle, patches, grid_h, grid_w); prefill(handle, ids)
@@ -391,9 +392,27 @@ class Engine:
 # ---------------------------------------------------------------------------------------
 
 
+def add_site_dirs(env=None):
+    """Adds the ':'-separated LA_PYTHON_SITE directories as site directories (their .pth
+    files processed, so editable installs work): an embedded interpreter does not activate
+    a virtual environment, so tt-metal's python_env site-packages must be named here."""
+    import site
+
+    env = os.environ if env is None else env
+    added = []
+    for d in filter(None, env.get("LA_PYTHON_SITE", "").split(":")):
+        if not os.path.isdir(d):
+            raise FileNotFoundError(f"LA_PYTHON_SITE entry {d!r} is not a directory")
+        if d not in sys.path:
+            site.addsitedir(d)
+            added.append(d)
+    return added
+
+
 def open(config):  # noqa: A001 - the protocol's name
     settings = Settings.from_config(config)
     settings.check_files()
+    add_site_dirs()
     return Engine(settings)
 
 

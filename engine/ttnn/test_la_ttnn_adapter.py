@@ -95,6 +95,25 @@ class FilesAndOpenTest(unittest.TestCase):
             A.open(dict(CONFIG, weights_dir=self.snap, llm_dir=self.llm))
 
 
+class SiteDirsTest(unittest.TestCase):
+    def test_site_dirs_process_pth_files(self):
+        with tempfile.TemporaryDirectory() as site_dir, tempfile.TemporaryDirectory() as extra:
+            with open(os.path.join(extra, "la_site_probe.py"), "w") as f:
+                f.write("VALUE = 42\n")
+            with open(os.path.join(site_dir, "probe.pth"), "w") as f:
+                f.write(extra + "\n")
+            saved = list(A.sys.path)
+            try:
+                self.assertEqual(A.add_site_dirs({"LA_PYTHON_SITE": site_dir}), [site_dir])
+                import la_site_probe
+                self.assertEqual(la_site_probe.VALUE, 42)
+            finally:
+                A.sys.path[:] = saved
+                A.sys.modules.pop("la_site_probe", None)
+        with self.assertRaisesRegex(FileNotFoundError, "LA_PYTHON_SITE"):
+            A.add_site_dirs({"LA_PYTHON_SITE": "/no/such/site"})
+
+
 class ProtocolTest(unittest.TestCase):
     def test_surface(self):
         for name in ("open", "vision", "prefill", "decode", "reset", "close", "logits"):
