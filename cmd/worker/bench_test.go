@@ -26,6 +26,8 @@ func TestBenchReportsEveryStage(t *testing.T) {
 		{"prefill", `40 tokens: [0-9.]+ ms, ([0-9.]+) GFLOP/s`},
 		{"decode", `4 tokens: [0-9.]+ ms, ([0-9.]+) tokens/s`},
 		{"decode", `([0-9]+)% of ceiling`},
+		{"decode/run", `decode per run at ([0-9]+)% of that run's ceiling`},
+		{"decode/p10", `10th-percentile step [0-9.]+ ms = ([0-9.]+) tokens/s`},
 	} {
 		m := regexp.MustCompile(want.pattern).FindStringSubmatch(report)
 		if m == nil {
