@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestLoggerFormats(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := newLogger(&buf, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Debug("hidden")
+	log.Info("job ended", "id", "j1", "total_ms", 12.5)
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil || line["id"] != "j1" || line["msg"] != "job ended" {
+		t.Errorf("json log %q (%v)", buf.String(), err)
+	}
+
+	buf.Reset()
+	log, err = newLogger(&buf, "auto", "debug") // a buffer is not a terminal: JSON
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Debug("shown")
+	if !strings.HasPrefix(buf.String(), "{") {
+		t.Errorf("auto off a terminal wrote %q; want JSON", buf.String())
+	}
+
+	buf.Reset()
+	log, err = newLogger(&buf, "text", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hidden")
+	log.Warn("retry", "id", "j2")
+	if out := buf.String(); strings.HasPrefix(out, "{") || !strings.Contains(out, "retry") || !strings.Contains(out, "id=j2") || strings.Contains(out, "hidden") {
+		t.Errorf("text log %q", out)
+	}
+	if _, err := newLogger(&buf, "text", "chatty"); err == nil {
+		t.Error("bad level accepted")
+	}
+}
