@@ -218,3 +218,13 @@ func TestComposeNATSCluster(t *testing.T) {
 		}
 	}
 }
+
+// The tt-model manifest's serve.env is checked the same way as the deployment files.
+func TestManifestVariables(t *testing.T) {
+	m := readYAML(t, "../tt-model.yaml")[0]
+	env := stringMap(t, at(t, m, "serve", "env"))
+	checkVariables(t, "tt-model.yaml serve.env", env)
+	if drain := workerDrain(t, env); drain >= 120*time.Second {
+		t.Errorf("the worker's drain %s does not fit the 120 s `tt-model stop` allows", drain)
+	}
+}
