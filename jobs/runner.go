@@ -37,8 +37,8 @@ type RunnerConfig struct {
 	Grace         time.Duration // after Run's ctx ends, time in-flight jobs get to finish; default 30 s
 	PollWait      time.Duration // how long one pull waits for a job (also the stop latency); default 2 s
 	Heartbeat     time.Duration // InProgress period of held messages; default a third of AckWait
-	RetryDelay    time.Duration // NakWithDelay after the first transient failure, doubling; default 2 s
-	RetryDelayMax time.Duration // cap of the growing delay; default 2 min
+	RetryDelay    time.Duration // NakWithDelay after the first transient failure, doubling; default 5 s
+	RetryDelayMax time.Duration // cap of the growing delay; default 5 min
 	OpTimeout     time.Duration // limit of one storage or NATS call; default 30 s
 	Logger        *slog.Logger  // default slog.Default()
 	Metrics       *Metrics      // nil records nothing
@@ -62,10 +62,10 @@ func (c RunnerConfig) withDefaults(ackWait time.Duration) RunnerConfig {
 		c.Heartbeat = ackWait / 3
 	}
 	if c.RetryDelay == 0 {
-		c.RetryDelay = 2 * time.Second
+		c.RetryDelay = 5 * time.Second
 	}
 	if c.RetryDelayMax == 0 {
-		c.RetryDelayMax = 2 * time.Minute
+		c.RetryDelayMax = 5 * time.Minute
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = 30 * time.Second

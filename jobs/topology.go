@@ -34,7 +34,7 @@ func DefaultTopologyConfig() TopologyConfig {
 		DLQMaxAge:       30 * 24 * time.Hour,
 		StateMaxAge:     7 * 24 * time.Hour,
 		AckWait:         60 * time.Second,
-		MaxDeliver:      5,
+		MaxDeliver:      10,
 		BackOff:         []time.Duration{60 * time.Second, 2 * time.Minute, 5 * time.Minute},
 		MaxAckPending:   1024,
 	}

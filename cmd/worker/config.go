@@ -57,7 +57,7 @@ type Config struct {
 	DLQMaxAge       time.Duration   `envconfig:"DLQ_MAX_AGE" default:"720h"`
 	StateMaxAge     time.Duration   `envconfig:"STATE_MAX_AGE" default:"168h"`
 	AckWait         time.Duration   `envconfig:"ACK_WAIT" default:"60s"`
-	MaxDeliver      int             `envconfig:"MAX_DELIVER" default:"5"`
+	MaxDeliver      int             `envconfig:"MAX_DELIVER" default:"10"`
 	BackOff         []time.Duration `envconfig:"BACKOFF" default:"60s,2m,5m"`
 	MaxAckPending   int             `envconfig:"MAX_ACK_PENDING" default:"1024"`
 
@@ -67,8 +67,8 @@ type Config struct {
 	Prefetch      int           `envconfig:"PREFETCH" default:"2"`
 	Grace         time.Duration `envconfig:"GRACE" default:"30s"`
 	PollWait      time.Duration `envconfig:"POLL_WAIT" default:"2s"`
-	RetryDelay    time.Duration `envconfig:"RETRY_DELAY" default:"2s"`
-	RetryDelayMax time.Duration `envconfig:"RETRY_DELAY_MAX" default:"2m"`
+	RetryDelay    time.Duration `envconfig:"RETRY_DELAY" default:"5s"`
+	RetryDelayMax time.Duration `envconfig:"RETRY_DELAY_MAX" default:"5m"`
 	OpTimeout     time.Duration `envconfig:"OP_TIMEOUT" default:"30s"`
 
 	// Observability.
