@@ -97,26 +97,22 @@ static const char *option(const char *lines, const char *key, const char *env, c
 
 /* ---- building Python values (GIL held) ---------------------------------------------- */
 
-/* call calls fn with n arguments, consuming the argument references (also on failure), and
- * returns the new reference to the result, or NULL with a Python exception pending. */
+/* call calls fn with n arguments and returns the new reference to the result, or NULL with
+ * a Python exception pending. It consumes the argument references, also on failure; a NULL
+ * argument is a conversion that failed (its exception is pending) and fails the call. */
 static PyObject *call(const la_python *py, PyObject *fn, int n, PyObject **args) {
-    PyObject *tuple = py->PyTuple_New(n);
-    for (int i = 0; i < n; i++) {
-        if (!tuple || !args[i]) {
+    int built = 1;
+    for (int i = 0; i < n; i++)
+        built = built && args[i] != NULL;
+    PyObject *tuple = built ? py->PyTuple_New(n) : NULL;
+    if (!tuple) {
+        for (int i = 0; i < n; i++)
             if (args[i])
                 py->Py_DecRef(args[i]);
-            continue;
-        }
-        py->PyTuple_SetItem(tuple, i, args[i]); /* steals */
+        return NULL;
     }
     for (int i = 0; i < n; i++)
-        if (!args[i]) { /* a failed conversion: its exception is pending */
-            if (tuple)
-                py->Py_DecRef(tuple);
-            return NULL;
-        }
-    if (!tuple)
-        return NULL;
+        py->PyTuple_SetItem(tuple, i, args[i]); /* steals */
     PyObject *out = py->PyObject_CallObject(fn, tuple);
     py->Py_DecRef(tuple);
     return out;
@@ -460,7 +456,8 @@ static const float *ttnn_image_embeddings(la_engine *e, int *n_tokens, int *dim)
     if (r && r != py->none && py->PyTuple_Size(r) == 3) {
         long nt = py->PyLong_AsLong(py->PyTuple_GetItem(r, 1));
         long d = py->PyLong_AsLong(py->PyTuple_GetItem(r, 2));
-        if (nt > 0 && d > 0 && nt <= (1L << 24) / d &&
+        /* Bound n*dim before multiplying; copy_floats then checks the byte count. */
+        if (nt > 0 && d > 0 && nt <= (1L << 30) / d &&
             copy_floats(py, py->PyTuple_GetItem(r, 0), (size_t)(nt * d), &e->emb) == 0) {
             e->emb_n = (int)nt;
             e->emb_dim = (int)d;

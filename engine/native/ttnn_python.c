@@ -102,26 +102,30 @@ static int resolve(la_python *py, char *err, size_t errlen) {
     return 0;
 }
 
-/* set_argv gives sys.argv a value: some libraries read sys.argv[0] at import time, and an
- * embedded interpreter starts without one. Called with the GIL held. */
-static int set_argv(la_python *py, char *err, size_t errlen) {
+/* configure_sys prepares the sys module of an embedded interpreter (GIL held):
+ *  - sys.argv = ["la-worker"]: some libraries read sys.argv[0] at import time, and an
+ *    embedded interpreter starts without one;
+ *  - sys.stdout = sys.stderr: the worker's stdout carries its own output (logs, the
+ *    launcher's landmark), so a print() in an adapter or a library goes to stderr. */
+static int configure_sys(la_python *py, char *err, size_t errlen) {
     PyObject *sys = py->PyImport_ImportModule("sys");
     PyObject *argv = py->PyList_New(1);
     PyObject *arg0 = py->PyUnicode_FromString("la-worker");
+    PyObject *stderr_obj = NULL;
     int rc = -1;
     if (sys && argv && arg0) {
         py->PyList_SetItem(argv, 0, arg0); /* steals arg0 */
         arg0 = NULL;
-        rc = py->PyObject_SetAttrString(sys, "argv", argv);
+        stderr_obj = py->PyObject_GetAttrString(sys, "stderr");
+        if (stderr_obj && py->PyObject_SetAttrString(sys, "argv", argv) == 0)
+            rc = py->PyObject_SetAttrString(sys, "stdout", stderr_obj);
     }
     if (rc != 0)
-        ttnn_python_error(py, "setting sys.argv", err, errlen);
-    if (arg0)
-        py->Py_DecRef(arg0);
-    if (argv)
-        py->Py_DecRef(argv);
-    if (sys)
-        py->Py_DecRef(sys);
+        ttnn_python_error(py, "configuring the embedded interpreter's sys module", err, errlen);
+    PyObject *owned[] = {stderr_obj, arg0, argv, sys};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        if (owned[i])
+            py->Py_DecRef(owned[i]);
     return rc;
 }
 
@@ -140,22 +144,22 @@ const la_python *ttnn_python_start(const char *lib_name, char *err, size_t errle
         pthread_mutex_unlock(&start_mu);
         return NULL;
     }
+    int configured = 0;
     if (!py.Py_IsInitialized()) {
         /* 0: no Python signal handlers; the Go runtime keeps SIGINT, SIGTERM, SIGPIPE. */
         py.Py_InitializeEx(0);
-        if (set_argv(&py, err, errlen) != 0) {
-            pthread_mutex_unlock(&start_mu);
-            return NULL;
-        }
+        configured = configure_sys(&py, err, errlen);
         /* Py_InitializeEx left this thread holding the GIL; release it for good so every
          * call (from whichever OS thread an engine is locked to) takes it with
          * PyGILState_Ensure and gives it back with PyGILState_Release. */
         py.PyEval_SaveThread();
     }
+    /* Started even if configure_sys failed: the interpreter exists and cannot be
+     * initialised twice; this open reports the failure, later ones proceed. */
     process_python = py;
     python_started = 1;
     pthread_mutex_unlock(&start_mu);
-    return &process_python;
+    return configured == 0 ? &process_python : NULL;
 }
 
 /* str_of writes str(o) into buf, or "?" if that fails. */

@@ -307,29 +307,73 @@ def close(h): pass
 	wantError(t, err, "values no newline")
 }
 
-// TestTTNNMissingLibpython runs in a child process: libpython is loaded once per process,
-// so the failure to load it can only be seen before any other test started Python.
-func TestTTNNMissingLibpython(t *testing.T) {
-	if os.Getenv("LA_TTNN_CHILD") == "missing-libpython" {
-		lockThread(t)
-		m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
-		_, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"python_lib": "libpython-la-none.so"}})
-		wantError(t, err, "loading libpython: libpython-la-none.so", "LA_PYTHON_LIB")
-		// Loading failed, so nothing is started: the default names are tried next time.
-		b, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t)})
-		if err != nil {
-			t.Fatalf("after a failed load, the default libpython: %v", err)
-		}
-		b.Close()
-		fmt.Println("child checks passed")
+// TestTTNNProcessWideBehaviour runs its checks in child processes: libpython is loaded
+// and the interpreter configured once per process, so these can only be seen in a process
+// where no other test started Python.
+func TestTTNNProcessWideBehaviour(t *testing.T) {
+	switch os.Getenv("LA_TTNN_CHILD") {
+	case "":
+	case "missing-libpython":
+		childMissingLibpython(t)
 		return
+	case "stdout":
+		childPrintGoesToStderr(t)
+		return
+	default:
+		t.Fatalf("unknown LA_TTNN_CHILD %q", os.Getenv("LA_TTNN_CHILD"))
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTTNNMissingLibpython$", "-test.v")
-	cmd.Env = append(os.Environ(), "LA_TTNN_CHILD=missing-libpython")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "child checks passed") {
-		t.Fatalf("child process: %v\n%s", err, out)
+	for _, mode := range []string{"missing-libpython", "stdout"} {
+		t.Run(mode, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestTTNNProcessWideBehaviour$", "-test.v")
+			cmd.Env = append(os.Environ(), "LA_TTNN_CHILD="+mode)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if err != nil || !strings.Contains(stdout.String(), "child checks passed") {
+				t.Fatalf("child process: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+			}
+			if mode == "stdout" {
+				// The adapter's print() must not reach the worker's stdout.
+				if strings.Contains(stdout.String(), "LA_PRINT_PROBE") || !strings.Contains(stderr.String(), "LA_PRINT_PROBE") {
+					t.Fatalf("print() in an adapter: stdout %q, stderr %q; want it on stderr only", stdout.String(), stderr.String())
+				}
+			}
+		})
 	}
+}
+
+// childMissingLibpython: a libpython that does not load is a clear error, and the next
+// open may still load the default one.
+func childMissingLibpython(t *testing.T) {
+	lockThread(t)
+	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
+	_, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"python_lib": "libpython-la-none.so"}})
+	wantError(t, err, "loading libpython: libpython-la-none.so", "LA_PYTHON_LIB")
+	b, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t)})
+	if err != nil {
+		t.Fatalf("after a failed load, the default libpython: %v", err)
+	}
+	b.Close()
+	fmt.Println("child checks passed")
+}
+
+// childPrintGoesToStderr opens an adapter that prints.
+func childPrintGoesToStderr(t *testing.T) {
+	lockThread(t)
+	dir := t.TempDir()
+	src := "import sys\ndef open(c):\n    print('LA_PRINT_PROBE')\n    sys.stdout.flush()\n    return None\n" +
+		"def vision(h, p, gh, gw): pass\ndef prefill(h, ids): return 0\ndef decode(h, t): return t\n" +
+		"def reset(h): pass\ndef close(h): pass\n"
+	if err := os.WriteFile(filepath.Join(dir, "la_print_probe.py"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
+	b, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"adapter": "la_print_probe", "path": dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	fmt.Println("child checks passed")
 }
 
 func wantError(t *testing.T, err error, parts ...string) {
