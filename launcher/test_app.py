@@ -85,6 +85,25 @@ class WorkerCommand(unittest.TestCase):
             with self.assertRaisesRegex(launcher.LaunchError, "WEB_CONCURRENCY"):
                 launcher.worker_command(["m:app"], {})
 
+    def test_embedded_python_for_ttnn(self):
+        with mock.patch.dict(os.environ, clear=True):
+            _, out = launcher.worker_command(["m:app"], {"LA_ENGINE": "ttnn"})
+            _, cpu = launcher.worker_command(["m:app"], {"LA_ENGINE": "cpu"})
+            _, preset = launcher.worker_command(
+                ["m:app"], {"LA_ENGINE": "ttnn", "LA_PYTHON_LIB": "/x/libpython3.12.so.1.0", "PYTHONHOME": "/x"})
+        self.assertEqual(out["PYTHONHOME"], sys.base_prefix)
+        self.assertTrue(os.path.isdir(out["PYTHONHOME"]))
+        lib = launcher.libpython_path()
+        if lib:  # Debian's libpython3.X is installed with python3-dev; a static build has none
+            self.assertEqual(out["LA_PYTHON_LIB"], lib)
+            self.assertTrue(os.path.isfile(lib), lib)
+        for path in out["LA_PYTHON_SITE"].split(":"):
+            self.assertTrue(os.path.isdir(path), path)
+        for name in ("PYTHONHOME", "LA_PYTHON_LIB", "LA_PYTHON_SITE"):
+            self.assertNotIn(name, cpu, "only the ttnn engine embeds Python")
+        self.assertEqual((preset["LA_PYTHON_LIB"], preset["PYTHONHOME"]), ("/x/libpython3.12.so.1.0", "/x"),
+                         "values already set are kept")
+
     def test_bad_port(self):
         with self.assertRaisesRegex(launcher.LaunchError, "outside"):
             launcher.listen_address("0.0.0.0", 70000)

@@ -22,12 +22,20 @@ Environment:
     ships it).
 ``LA_WORKER_ARGS``
     extra arguments for the worker, split like a shell would (default none).
+
+With ``LA_ENGINE=ttnn`` the worker embeds CPython to drive TT-NN. An embedded interpreter
+knows neither which libpython nor which virtual environment uvicorn ran under, so unless
+they are already set the worker also gets ``LA_PYTHON_LIB`` (this interpreter's shared
+libpython), ``LA_PYTHON_SITE`` (its site-packages, the venv's in the tt-model image) and
+``PYTHONHOME`` (its base prefix, where the standard library is).
 """
 
 import os
 import shlex
 import signal
+import site
 import sys
+import sysconfig
 
 #: Where the tt-model image ships the worker: ``source.extra_code`` stages
 #: ``la_worker/la-worker`` into ``code/``, which the image copies to ``/opt/tt-metal``.
@@ -143,8 +151,35 @@ def worker_command(args, environ):
     binary = environ.get("LA_WORKER_BIN") or DEFAULT_WORKER_BIN
     env = dict(environ)
     env["LA_HTTP_ADDR"] = listen_address(opts["host"], opts["port"])
+    if environ.get("LA_ENGINE") == "ttnn":
+        for name, value in embedded_python_env().items():
+            env.setdefault(name, value)
     argv = [binary] + shlex.split(environ.get("LA_WORKER_ARGS", ""))
     return argv, env
+
+
+def libpython_path():
+    """The shared libpython of this interpreter, or None when it is linked statically."""
+    name = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY")
+    if not name or ".so" not in name:  # "libpython3.X.a": no shared library to load
+        return None
+    # LIBDIR is where it was built; a relocated Python (uv's) has it under its prefix.
+    for directory in (os.path.join(sys.base_prefix, "lib"), sysconfig.get_config_var("LIBDIR")):
+        if directory and os.path.isfile(os.path.join(directory, name)):
+            return os.path.join(directory, name)
+    return None
+
+
+def embedded_python_env():
+    """LA_PYTHON_LIB, LA_PYTHON_SITE and PYTHONHOME describing this interpreter (see above)."""
+    env = {"PYTHONHOME": sys.base_prefix}
+    lib = libpython_path()
+    if lib:
+        env["LA_PYTHON_LIB"] = lib
+    sites = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    if sites:
+        env["LA_PYTHON_SITE"] = ":".join(sites)
+    return env
 
 
 def exec_worker(args, environ):
