@@ -37,7 +37,7 @@ const maxPixels = 100_000_000
 // Generate returns one box covering the whole image, labelled with the query, after a
 // configurable number of 1 ms "decode steps" (checking ctx between steps). Queries named
 // "block" run until their ctx ends or release is closed; "device-busy" always fails
-// with an error that is not an InputError.
+// with an error that is not an InputError; "panic" panics in Prepare.
 type fakeEngine struct {
 	steps   int
 	started chan string // receives the query of each Generate that starts (if not nil)
@@ -52,6 +52,9 @@ func newFakeEngine(steps int) *fakeEngine {
 }
 
 func (f *fakeEngine) Prepare(ctx context.Context, req engine.Request) (*engine.Prepared, error) {
+	if req.Query == "panic" {
+		panic("decoder bug")
+	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(req.Image))
 	if err != nil {
 		return nil, engine.InputErrorf(engine.CodeBadImage, "image cannot be decoded: %v", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -342,7 +343,11 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 	}
 	if job.Overlay {
 		t := time.Now()
-		png, err := r.chip.Engine().Overlay(prep, &res.Prediction)
+		var png []byte
+		err := r.noPanic("draw overlay", func() (err error) {
+			png, err = r.chip.Engine().Overlay(prep, &res.Prediction)
+			return err
+		})
 		if err != nil {
 			return r.fail(ctx, log, job, a, CodeInternal, fmt.Errorf("draw overlay: %w", err))
 		}
@@ -373,7 +378,11 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 	r.cfg.Metrics.running(1)
 	defer r.cfg.Metrics.running(-1)
 	eng := r.chip.Engine()
-	prep, err := eng.Prepare(ctx, engine.Request{Image: img, Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens})
+	var prep *engine.Prepared
+	err = r.noPanic("prepare", func() (err error) {
+		prep, err = eng.Prepare(ctx, engine.Request{Image: img, Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens})
+		return err
+	})
 	if err != nil {
 		return nil, nil, classifyEngine("prepare", err)
 	}
@@ -394,6 +403,19 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 	res.OverlayPNGBase64 = nil // the overlay travels as a stored file, not inline
 	res.Status = StatusSucceeded
 	return res, prep, nil
+}
+
+// noPanic runs host-side engine work on bytes from the outside world. A panic there (a
+// decoder bug meeting a crafted image) fails this job for good instead of crashing the
+// worker, which would make the message crash every worker it is redelivered to.
+func (r *Runner) noPanic(step string, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("engine panicked; failing the job", "step", step, "panic", p, "stack", string(debug.Stack()))
+			err = &jobError{code: CodeInternal, err: fmt.Errorf("%s panicked: %v", step, p)}
+		}
+	}()
+	return fn()
 }
 
 // jobError is a permanent failure with its result code.
@@ -419,6 +441,10 @@ func classifyFetch(url string, err error) error {
 }
 
 func classifyEngine(step string, err error) error {
+	var je *jobError
+	if errors.As(err, &je) {
+		return err // classified already (a panic)
+	}
 	err = fmt.Errorf("%s: %w", step, err)
 	if ie, ok := engine.AsInputError(err); ok {
 		return &jobError{code: ie.Code, err: err}

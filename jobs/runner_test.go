@@ -198,6 +198,24 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 	}
 }
 
+func TestEnginePanicFailsTheJobNotTheWorker(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+
+	e.publishJob(t, Job{ID: "crafted", Image: img, Query: "panic"})
+	e.publishJob(t, Job{ID: "next", Image: img, Query: "dog"})
+	if res := e.publishedResult(t, DefaultBatch, "crafted"); res.Status != StatusFailed || res.Error.Code != CodeInternal || res.Attempt != 1 {
+		t.Errorf("crafted: %s %+v attempt %d; want failed internal on the first delivery", res.Status, res.Error, res.Attempt)
+	}
+	if e.dlqRecord(t, "crafted") == nil {
+		t.Error("no DLQ record for the job that panicked")
+	}
+	if res := e.publishedResult(t, DefaultBatch, "next"); res.Status != StatusSucceeded {
+		t.Errorf("the worker did not go on: next is %s", res.Status)
+	}
+}
+
 func TestSameJobIDRunsOnce(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
