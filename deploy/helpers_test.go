@@ -179,25 +179,22 @@ var (
 	laLiteralRE    = regexp.MustCompile(`\bLA_[A-Z0-9_]+\b`)
 )
 
-// adapterVariables are the seed's knobs that only the ttnn backend's Python adapter reads
-// (issue 8, first part); no Go code names them.
-var adapterVariables = map[string]bool{
-	"LA_PREC": true, "LA_TRACE": true, "LA_WARMUP_RUNS": true, "LA_TRACE_REGION_SIZE": true,
-	"LA_LLM_DIR": true, "LA_FORCE_EXTRACT": true,
+// variableSources are the files that read the worker's configuration: the Go packages
+// (envconfig tags and literals), the native backends' C, and the ttnn adapter's Python.
+var variableSources = []string{
+	"../cmd/worker/*.go", "../httpcompat/*.go", "../storage/*.go", "../engine/weights/*.go",
+	"../jobs/*.go", "../engine/extract/*.go", "../engine/native/*.c", "../engine/ttnn/la_ttnn_adapter.py",
 }
 
 // knownVariables collects every LA_* name the worker's code reads: envconfig tags (with the
-// LA_ prefix envconfig adds) and LA_* string literals in the packages it configures.
+// LA_ prefix envconfig adds) and LA_* string literals in variableSources.
 func knownVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{}
-	for name := range adapterVariables {
-		known[name] = true
-	}
-	for _, dir := range []string{"../cmd/worker", "../httpcompat", "../storage", "../engine/weights", "../jobs"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	for _, pattern := range variableSources {
+		files, err := filepath.Glob(pattern)
 		if err != nil || len(files) == 0 {
-			t.Fatalf("no Go files in %s (%v)", dir, err)
+			t.Fatalf("no files match %s (%v)", pattern, err)
 		}
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {

@@ -75,6 +75,8 @@ func TestManifestRulesCatchMistakes(t *testing.T) {
 		{"profile overrides mesh", func(m *Manifest) { m.ServeProfiles = []Serve{{Name: "x", MeshDevice: "QB2"}} }, "opens 2x2"},
 		{"no card", func(m *Manifest) { m.Card = nil }, "card.description"},
 		{"no quickstart", func(m *Manifest) { m.Card.Quickstart = " " }, "card.quickstart"},
+		{"adapter not shipped", func(m *Manifest) { m.Source.ExtraCode = m.Source.ExtraCode[:1] }, "ttnn adapter"},
+		{"adapter missing", func(m *Manifest) { m.Source.ExtraCode[1].Root.Path = "engine" }, "la_ttnn_adapter.py"},
 		{"no verify", func(m *Manifest) { m.Verify = nil }, "verify"},
 	}
 	for _, c := range cases {

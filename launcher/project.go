@@ -19,6 +19,8 @@ const (
 	MeshDevice = "P150"
 	// MeshShapeEnv is the variable the ttnn backend reads the mesh shape from (the seed's).
 	MeshShapeEnv = "TT_MESH_SHAPE"
+	// AdapterModule is the ttnn backend's adapter (engine/ttnn), shipped beside the launcher.
+	AdapterModule = "la_ttnn_adapter"
 	// WorkerPath is where extra_code stages the Go worker binary; the image copies code/
 	// to /opt/tt-metal, so the launcher's default LA_WORKER_BIN is /opt/tt-metal/<WorkerPath>.
 	WorkerPath = "la_worker/la-worker"
@@ -67,6 +69,9 @@ func CheckLocateAnything(m *Manifest, repoRoot string) error {
 	if err := checkShipped(m, repoRoot); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkAdapterShipped(m, repoRoot); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -105,6 +110,22 @@ func checkShipped(m *Manifest, repoRoot string) error {
 		return nil
 	}
 	return fmt.Errorf("runtime.app %q: no local source.extra_code root ships package %q", m.Runtime.App, top)
+}
+
+// checkAdapterShipped finds the local extra_code root that ships the adapter module at the
+// top of code/ (so it is importable from /opt/tt-metal) and checks the file is there.
+func checkAdapterShipped(m *Manifest, repoRoot string) error {
+	file := AdapterModule + ".py"
+	for _, e := range m.Source.ExtraCode {
+		if e.Root.Path == "" || !contains(e.Paths, file) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(e.Root.Path), file)); err != nil {
+			return fmt.Errorf("source.extra_code ships %s from %q: %w", file, e.Root.Path, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("no source.extra_code root ships the ttnn adapter %s", file)
 }
 
 func containsPrefix(list []string, name string) bool {
