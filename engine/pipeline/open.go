@@ -25,6 +25,10 @@ type OpenOptions struct {
 	MaxNewTokens    int    // LA_MAX_NEW_TOKENS
 	MaxNewTokensCap int    // LA_MAX_NEW_TOKENS_CAP
 	MaxPixels       int64  // decode budget for one image
+
+	// BackendOptions are passed to the backend as its option lines (the ttnn backend's
+	// adapter, path, python_lib and llm_dir, say).
+	BackendOptions map[string]string
 }
 
 // Open loads a checkpoint into a native backend and builds the Pipeline around it. Native
@@ -77,7 +81,9 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	backend, err := native.Open(o.Backend, model, native.Options{MaxSeqLen: o.MaxSeqLen, Threads: threads})
+	backend, err := native.Open(o.Backend, model, native.Options{
+		MaxSeqLen: o.MaxSeqLen, Threads: threads, BackendOptions: o.BackendOptions,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("opening the %s backend: %w", o.Backend, err)
 	}
@@ -89,9 +95,9 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 		EOS:             int32(cfg.Text.EOSTokenID),
 		Info: engine.Info{
 			Model:           "LocateAnything-3B",
-			Device:          fmt.Sprintf("CPU, %d threads", threads),
+			Device:          device(o.Backend, threads),
 			DecodeMode:      "ar_greedy_trace",
-			Precision:       precision(model),
+			Precision:       precision(o.Backend, model),
 			WeightsDir:      o.WeightsDir,
 			WeightsRepo:     o.WeightsRepo,
 			WeightsRevision: o.WeightsRevision,
@@ -104,8 +110,20 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	return p, nil
 }
 
-// precision names the checkpoint's weight type; the CPU backend computes in f32.
-func precision(m *checkpoint.Model) string {
+// device describes where a backend runs, for /health and /info.
+func device(backend string, threads int) string {
+	if backend == "ttnn" {
+		return "Blackhole p150a mesh 1x1"
+	}
+	return fmt.Sprintf("CPU, %d threads", threads)
+}
+
+// precision names the checkpoint's weight type; the CPU backend computes in f32. The ttnn
+// backend runs the seed's LA_PREC recipe.
+func precision(backend string, m *checkpoint.Model) string {
+	if backend == "ttnn" {
+		return "accuracy"
+	}
 	if t, ok := m.Tensor("language_model.model.embed_tokens.weight"); ok {
 		switch t.DType {
 		case checkpoint.BF16:
