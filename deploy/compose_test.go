@@ -109,13 +109,22 @@ func TestComposeWorkersOnePerChip(t *testing.T) {
 				t.Errorf("%s: %s=%q is not on the chip's cache volume", where, cache, env[cache])
 			}
 		}
+		published := map[string]bool{}
 		for _, p := range list(t, svc, "ports") {
 			parts := strings.Split(fmt.Sprint(p), ":")
+			published[parts[len(parts)-1]] = true
 			host := strings.Join(parts[:len(parts)-1], ":")
 			if other, dup := hostPorts[host]; dup {
 				t.Errorf("%s and %s both publish %s", where, other, host)
 			}
 			hostPorts[host] = name
+		}
+
+		if http := httpPort(t, list(t, svc, "entrypoint"), env); !published[http] {
+			t.Errorf("%s: the worker serves HTTP on %s, which is not published", where, http)
+		}
+		if metrics := portOf(t, env["LA_METRICS_ADDR"]); !published[metrics] {
+			t.Errorf("%s: metrics on %s are not published", where, metrics)
 		}
 
 		// the S3 endpoint is the MinIO service of this file

@@ -240,3 +240,35 @@ func portOf(t *testing.T, addr string) string {
 	}
 	return addr[i+1:]
 }
+
+// httpPort is the port the worker serves HTTP on when started with command: uvicorn's
+// --port when the command is the tt-model launch through la_launcher, else LA_HTTP_ADDR's.
+func httpPort(t *testing.T, command []any, env map[string]string) string {
+	t.Helper()
+	var args []string
+	for _, a := range command {
+		args = append(args, fmt.Sprint(a))
+	}
+	if !strings.Contains(strings.Join(args, " "), "uvicorn") {
+		return portOf(t, env["LA_HTTP_ADDR"])
+	}
+	if app := manifestApp(t); args[len(args)-1] != app {
+		t.Errorf("command %v serves %q; tt-model.yaml's runtime.app is %q", args, args[len(args)-1], app)
+	}
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--port="); ok {
+			return v
+		}
+		if a == "--port" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	t.Fatalf("command %v starts uvicorn without --port", args)
+	return ""
+}
+
+// manifestApp is runtime.app of tt-model.yaml, the launcher module the images carry.
+func manifestApp(t *testing.T) string {
+	t.Helper()
+	return str(t, readYAML(t, "../tt-model.yaml")[0], "runtime", "app")
+}

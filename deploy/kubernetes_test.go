@@ -138,8 +138,8 @@ func TestKubernetesWorker(t *testing.T) {
 	for _, p := range list(t, c, "ports") {
 		ports[str(t, p, "name")] = fmt.Sprint(at(t, p, "containerPort"))
 	}
-	if ports["http"] != portOf(t, env["LA_HTTP_ADDR"]) || ports["metrics"] != portOf(t, env["LA_METRICS_ADDR"]) {
-		t.Errorf("container ports %v do not match LA_HTTP_ADDR %q / LA_METRICS_ADDR %q", ports, env["LA_HTTP_ADDR"], env["LA_METRICS_ADDR"])
+	if http := httpPort(t, list(t, c, "command"), env); ports["http"] != http || ports["metrics"] != portOf(t, env["LA_METRICS_ADDR"]) {
+		t.Errorf("container ports %v do not match the worker's HTTP port %s / LA_METRICS_ADDR %q", ports, http, env["LA_METRICS_ADDR"])
 	}
 	headless := object(t, objects, "Service", str(t, sts, "spec", "serviceName"))
 	if fmt.Sprint(at(t, headless, "spec", "clusterIP")) != "None" {
