@@ -106,6 +106,48 @@ func TestUvicornBecomesTheWorker(t *testing.T) {
 	}
 }
 
+// TestUvicornWorkerStartupFailure: when the engine cannot start, the launched worker prints
+// uvicorn's failure landmark and exits non-zero, which is how tt-model learns a boot failed.
+func TestUvicornWorkerStartupFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the worker and boots it: not in -short")
+	}
+	python := findUvicornPython(t)
+	worker := buildWorker(t)
+	cmd := exec.Command(python, "-m", "uvicorn", "--host", "127.0.0.1", "--port="+strconv.Itoa(freePort(t)),
+		"--lifespan", "on", "la_launcher.app:app")
+	cmd.Env = append(inheritedEnv(),
+		"PYTHONPATH="+mustAbs(t, "."),
+		"LA_WORKER_BIN="+worker,
+		"LA_WEIGHTS_DIR="+t.TempDir(), // no checkpoint in it
+		"LA_DATA_DIR="+t.TempDir(),
+		"LA_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(freePort(t)),
+		"LA_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)),
+		"LA_ENGINE=cpu",
+	)
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start uvicorn: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("the worker exited 0 without a model")
+		}
+	case <-time.After(bootLimit):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("the worker did not give up within %s", bootLimit)
+	}
+	out := log.String()
+	if countLines(out, httpcompat.StartupFailedLine) != 1 || countLines(out, httpcompat.StartupCompleteLine) != 0 {
+		t.Errorf("want the failure landmark %q once and no startup-complete line; output:\n%s", httpcompat.StartupFailedLine, out)
+	}
+}
+
 // TestLauncherPythonUnitTests runs launcher/test_app.py (argument parsing, refusals, the
 // exec through uvicorn with a stand-in worker) so CI runs them with the Go tests.
 func TestLauncherPythonUnitTests(t *testing.T) {
