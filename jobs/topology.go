@@ -113,44 +113,17 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	cfg = cfg.withDefaults()
 	t := &Topology{JS: js, Config: cfg}
 	var err error
-	t.Jobs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        JobsStream,
-		Description: "LocateAnything detection jobs (la.jobs.<class>)",
-		Subjects:    []string{JobSubjectPrefix + ">"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		MaxAge:      cfg.JobsMaxAge,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", JobsStream, err)
+	if t.Jobs, err = ensureStream(ctx, js, cfg, JobsStream, JobSubjectPrefix,
+		"LocateAnything detection jobs (la.jobs.<class>)", jetstream.WorkQueuePolicy, cfg.JobsMaxAge); err != nil {
+		return nil, err
 	}
-	t.Results, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        ResultsStream,
-		Description: "LocateAnything results (la.results.<batch>.<id>)",
-		Subjects:    []string{ResultSubjectPrefix + ">"},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		MaxAge:      cfg.ResultsMaxAge,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", ResultsStream, err)
+	if t.Results, err = ensureStream(ctx, js, cfg, ResultsStream, ResultSubjectPrefix,
+		"LocateAnything results (la.results.<batch>.<id>)", jetstream.LimitsPolicy, cfg.ResultsMaxAge); err != nil {
+		return nil, err
 	}
-	t.DLQ, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        DLQStream,
-		Description: "LocateAnything dead-lettered jobs (la.dlq.<id>)",
-		Subjects:    []string{DLQSubjectPrefix + ">"},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		MaxAge:      cfg.DLQMaxAge,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", DLQStream, err)
+	if t.DLQ, err = ensureStream(ctx, js, cfg, DLQStream, DLQSubjectPrefix,
+		"LocateAnything dead-lettered jobs (la.dlq.<id>)", jetstream.LimitsPolicy, cfg.DLQMaxAge); err != nil {
+		return nil, err
 	}
 	t.Consumer, err = t.Jobs.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
@@ -178,4 +151,23 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	}
 	t.State = &StateStore{kv: kv}
 	return t, nil
+}
+
+// ensureStream creates or updates one of the file-backed streams, bound to prefix + ">".
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, name, prefix, description string,
+	retention jetstream.RetentionPolicy, maxAge time.Duration) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        name,
+		Description: description,
+		Subjects:    []string{prefix + ">"},
+		Retention:   retention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxAge:      maxAge,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", name, err)
+	}
+	return s, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/jobs/natsconn"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -36,18 +37,9 @@ type Config struct {
 	// Local state: the embedded JetStream store and, by default, the results.
 	DataDir string `envconfig:"DATA_DIR" default:"la-data"`
 
-	// NATS. An empty URL starts the embedded server on NATSListen.
-	NATSURL      string        `envconfig:"NATS_URL"`
-	NATSListen   string        `envconfig:"NATS_LISTEN" default:"127.0.0.1:4222"`
-	NATSCreds    string        `envconfig:"NATS_CREDS"`
-	NATSNKeyFile string        `envconfig:"NATS_NKEY_FILE"`
-	NATSUser     string        `envconfig:"NATS_USER"`
-	NATSPassword string        `envconfig:"NATS_PASSWORD"`
-	NATSToken    string        `envconfig:"NATS_TOKEN"`
-	NATSTLSCA    string        `envconfig:"NATS_TLS_CA"`
-	NATSTLSCert  string        `envconfig:"NATS_TLS_CERT"`
-	NATSTLSKey   string        `envconfig:"NATS_TLS_KEY"`
-	NATSTimeout  time.Duration `envconfig:"NATS_TIMEOUT" default:"10s"`
+	// NATS: LA_NATS_URL (empty starts the embedded server on NATSListen), credentials, TLS.
+	NATS       natsconn.Config
+	NATSListen string `envconfig:"NATS_LISTEN" default:"127.0.0.1:4222"`
 
 	// Topology, applied idempotently at start-up.
 	Replicas        int             `envconfig:"REPLICAS" default:"1"`

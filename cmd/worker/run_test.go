@@ -294,7 +294,7 @@ func TestConfigSingleMachineDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.NATSURL != "" || cfg.NATSListen != "127.0.0.1:4222" || cfg.Engine != "cpu" || cfg.MaxSeqLen != 4096 ||
+	if cfg.NATS.URL != "" || cfg.NATSListen != "127.0.0.1:4222" || cfg.Engine != "cpu" || cfg.MaxSeqLen != 4096 ||
 		cfg.MaxNewTokens != 128 || cfg.MaxNewTokensCap != 1024 || cfg.HTTPAddr != ":20000" || cfg.Prefetch != 2 {
 		t.Errorf("defaults: %+v", cfg)
 	}
@@ -306,5 +306,27 @@ func TestConfigSingleMachineDefaults(t *testing.T) {
 	}
 	if len(cfg.BackOff) != 3 || cfg.BackOff[2] != 5*time.Minute {
 		t.Errorf("back-off %v", cfg.BackOff)
+	}
+}
+
+func TestConfigReadsNATSAndStorageVariables(t *testing.T) {
+	t.Setenv("LA_DATA_DIR", t.TempDir())
+	t.Setenv("LA_NATS_URL", "nats://n1:4222,nats://n2:4222")
+	t.Setenv("LA_NATS_TIMEOUT", "3s")
+	t.Setenv("LA_S3_ENDPOINT", "minio:9000")
+	t.Setenv("LA_RESULTS_URL", "s3://results/")
+	t.Setenv("LA_BACKOFF", "")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NATS.URL != "nats://n1:4222,nats://n2:4222" || cfg.NATS.Timeout != 3*time.Second {
+		t.Errorf("NATS config %+v", cfg.NATS)
+	}
+	if cfg.Endpoint != "minio:9000" || cfg.ResultsURL != "s3://results/" || len(cfg.FileRoots) != 0 {
+		t.Errorf("storage: endpoint %q results %q roots %v", cfg.Endpoint, cfg.ResultsURL, cfg.FileRoots)
+	}
+	if len(cfg.BackOff) != 0 {
+		t.Errorf("LA_BACKOFF= gave %v; want no back-off", cfg.BackOff)
 	}
 }
