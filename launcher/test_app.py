@@ -22,9 +22,10 @@ class StartedByUvicorn(unittest.TestCase):
     def test_module_and_script(self):
         self.assertTrue(launcher.started_by_uvicorn(["/usr/lib/python3/dist-packages/uvicorn/__main__.py"]))
         self.assertTrue(launcher.started_by_uvicorn(["/opt/tt-venv/bin/uvicorn", "--port", "1"]))
+        self.assertTrue(launcher.started_by_uvicorn(["/venv/lib/python3.12/site-packages/uvicorn/main.py"]))
 
     def test_other_programs(self):
-        for argv in ([], ["-c"], [""], ["/usr/bin/python3"], ["/x/pytest/__main__.py"], ["/x/uvicorn.py"]):
+        for argv in ([], ["-c"], [""], ["/usr/bin/python3"], ["/x/pytest/__main__.py"], ["/x/uvicorn.py"], ["/x/app/main.py"]):
             self.assertFalse(launcher.started_by_uvicorn(argv), argv)
 
 

@@ -58,7 +58,8 @@ def started_by_uvicorn(argv):
     name = os.path.basename(prog)
     if name == "uvicorn":
         return True
-    return name == "__main__.py" and os.path.basename(os.path.dirname(prog)) == "uvicorn"
+    # python -m uvicorn (and python -m uvicorn.main) run a file of the uvicorn package
+    return name in ("__main__.py", "main.py") and os.path.basename(os.path.dirname(prog)) == "uvicorn"
 
 
 def uvicorn_options(args):
