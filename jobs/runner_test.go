@@ -322,6 +322,41 @@ func TestDeadlinePassingInTheQueueExpiresTheJob(t *testing.T) {
 	}
 }
 
+func TestHeartbeatsKeepLongAndWaitingJobsFromRedelivery(t *testing.T) {
+	e := newTestEnv(t, TopologyConfig{AckWait: 2 * time.Second, MaxDeliver: 5})
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := newFakeEngine(0)
+	eng.started = make(chan string, 4)
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1")) // prefetch 2
+
+	e.publishJob(t, Job{ID: "long", Image: img, Query: "block"})
+	<-eng.started
+	e.publishJob(t, Job{ID: "waiting", Image: img, Query: "waiting"}) // held, queued for the chip
+	eventually(t, 30*time.Second, "both jobs to be held", func() bool {
+		info, err := e.topo.Consumer.Info(t.Context())
+		return err == nil && info.NumAckPending == 2
+	})
+	// A second worker pulling meanwhile would receive any job whose ack wait ran out.
+	other := newFakeEngine(0)
+	startRunner(t, e.topo, e.store, other, e.runnerConfig("w2"))
+	time.Sleep(5 * time.Second) // 2.5 ack waits
+	close(eng.release)
+
+	for _, id := range []string{"long", "waiting"} {
+		if res := e.publishedResult(t, DefaultBatch, id); res.Status != StatusSucceeded || res.Attempt != 1 {
+			t.Errorf("%s: %s on attempt %d; want succeeded on the first", id, res.Status, res.Attempt)
+		}
+	}
+	info, err := e.topo.Consumer.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 || eng.Calls("block") != 1 || other.Total() != 0 {
+		t.Errorf("%d redelivered, long job ran %d times, %d jobs went to the other worker; want 0, 1, 0",
+			info.NumRedelivered, eng.Calls("block"), other.Total())
+	}
+}
+
 func TestKilledRunnerJobComesBackAndCompletes(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
