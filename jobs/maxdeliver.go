@@ -122,10 +122,9 @@ func (w *MaxDeliveriesWatcher) handle(ctx context.Context, data []byte) error {
 	if !seen || !st.Status.Terminal() {
 		res := newResult(job, int(adv.Deliveries))
 		res.Status = StatusFailed
-		res.Error = &ErrorInfo{Code: CodeMaxDeliveries, Message: fmt.Sprintf(
-			"gave up after %d deliveries without success; the last attempt's error is in the worker log", adv.Deliveries)}
-		if st.Worker != "" {
-			res.Error.Message += " of worker " + st.Worker
+		res.Error = &ErrorInfo{Code: CodeMaxDeliveries, Message: fmt.Sprintf("gave up after %d deliveries without success", adv.Deliveries)}
+		if st.LastError != "" {
+			res.Error.Message += "; the last (worker " + st.Worker + "): " + st.LastError
 		}
 		orig := &original{data: raw.Data, subject: raw.Subject, streamSeq: adv.StreamSeq}
 		if err := w.sink.finish(ctx, job, res, orig, true); err != nil {

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,9 @@ func TestMaxDeliveriesEndsInDLQWithFailedResult(t *testing.T) {
 	res := e.publishedResult(t, "b2", "never-works")
 	if res.Status != StatusFailed || res.Error == nil || res.Error.Code != CodeMaxDeliveries {
 		t.Fatalf("status %s error %+v; want failed with %s", res.Status, res.Error, CodeMaxDeliveries)
+	}
+	if !strings.Contains(res.Error.Message, "device busy") {
+		t.Errorf("message %q does not say what kept failing", res.Error.Message)
 	}
 	if n := eng.Calls("device-busy"); n != 3 {
 		t.Errorf("ran %d times; want MaxDeliver = 3", n)

@@ -278,6 +278,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 
 // attemptInfo is what one delivery knows before the job is decoded.
 type attemptInfo struct {
+	id      string // the job id, once decoded (or its fallback)
 	start   time.Time
 	attempt int
 	orig    original
@@ -297,6 +298,7 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 	if decodeErr != nil {
 		job = fallbackJob(job, msg, a.orig.streamSeq)
 	}
+	a.id = job.ID
 	log := r.log.With("id", job.ID, "attempt", a.attempt)
 
 	// A job that already ended is not run again (a redelivery, or the same id resubmitted).
@@ -541,6 +543,13 @@ func (r *Runner) retry(ctx context.Context, log *slog.Logger, a attemptInfo, err
 	delay = min(delay, r.cfg.RetryDelayMax)
 	r.cfg.Metrics.outcome(OutcomeRetried)
 	log.Warn("job failed for now; will retry", "err", err, "retry_in", delay)
+	// Best effort, briefly: the state says why the job is waiting, and a dead-letter record
+	// after the last delivery can say what kept failing. NATS itself may be what failed.
+	sctx, cancel := context.WithTimeout(ctx, min(r.cfg.OpTimeout, 2*time.Second))
+	defer cancel()
+	if serr := r.topo.State.Put(sctx, a.id, State{Status: StatusQueued, Attempt: a.attempt, Worker: r.cfg.Worker, LastError: err.Error()}); serr != nil {
+		log.Debug("could not record the retry in the job state", "err", serr)
+	}
 	return settlement{kind: settleNak, delay: delay}
 }
 

@@ -22,7 +22,8 @@ type State struct {
 	Status    Status    `json:"status"`
 	Attempt   int       `json:"attempt,omitempty"`
 	Worker    string    `json:"worker,omitempty"`
-	Error     string    `json:"error,omitempty"` // the failure code when failed
+	Error     string    `json:"error,omitempty"`      // the failure code when failed
+	LastError string    `json:"last_error,omitempty"` // why the last attempt failed for now (status queued)
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
