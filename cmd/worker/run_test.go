@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -304,8 +305,8 @@ func TestConfigSingleMachineDefaults(t *testing.T) {
 	if len(cfg.FileRoots) != 1 || cfg.FileRoots[0] != dir {
 		t.Errorf("file roots %v, want the data dir", cfg.FileRoots)
 	}
-	if len(cfg.BackOff) != 3 || cfg.BackOff[2] != 5*time.Minute {
-		t.Errorf("back-off %v", cfg.BackOff)
+	if got, want := cfg.topology(), jobs.DefaultTopologyConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("worker topology defaults %+v differ from jobs.DefaultTopologyConfig %+v", got, want)
 	}
 }
 
