@@ -3,12 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
 	"github.com/locateanything/detect/storage"
@@ -21,9 +24,9 @@ type Config struct {
 	WeightsDir      string `envconfig:"WEIGHTS_DIR"` // checkpoint directory
 	ModelPath       string `envconfig:"MODEL_PATH"`  // alias of LA_WEIGHTS_DIR
 	Engine          string `envconfig:"ENGINE" default:"cpu"`
-	Threads         int    `envconfig:"THREADS"`                       // 0 = one per core
-	InTokenLimit    int    `envconfig:"IN_TOKEN_LIMIT" default:"1024"` // image tokens before the canonical resize
-	CanonGrid       string `envconfig:"CANON_GRID"`                    // HxW in patches; empty = derived
+	Threads         int    `envconfig:"THREADS"`        // 0 = one per core
+	InTokenLimit    int    `envconfig:"IN_TOKEN_LIMIT"` // 0 = min(1024, the checkpoint's)
+	CanonGrid       string `envconfig:"CANON_GRID"`     // HxW in patches; empty = derived
 	CanonAspect     string `envconfig:"CANON_ASPECT" default:"1920x1080"`
 	MaxSeqLen       int    `envconfig:"MAX_SEQ_LEN" default:"4096"`
 	MaxNewTokens    int    `envconfig:"MAX_NEW_TOKENS" default:"128"`
@@ -31,8 +34,13 @@ type Config struct {
 	Chips           int    `envconfig:"CHIPS" default:"1"` // one Runner (and engine) per chip
 	ChipIndex       int    `ignored:"true"`                // which chip openEngine opens (0..Chips-1)
 
-	// HTTP /predict (the httpcompat server).
-	HTTPAddr string `envconfig:"HTTP_ADDR" default:":20000"`
+	// HTTP /predict (the httpcompat server). "off" disables it.
+	HTTPAddr string            `envconfig:"HTTP_ADDR" default:":20000"`
+	HTTP     httpcompat.Config `ignored:"true"` // LA_HTTP_*, read by httpcompat.ConfigFromEnv
+
+	// Landmarks receives the startup lines the tt-model launcher watches (stdout in main;
+	// nil discards them).
+	Landmarks io.Writer `ignored:"true"`
 
 	// Local state: the embedded JetStream store and, by default, the results.
 	DataDir string `envconfig:"DATA_DIR" default:"la-data"`
@@ -81,6 +89,15 @@ func loadConfig() (Config, error) {
 	if err := c.finish(); err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
+	http, err := httpcompat.ConfigFromEnv()
+	if err != nil {
+		return Config{}, fmt.Errorf("configuration: %w", err)
+	}
+	c.HTTP = http
+	c.HTTP.Addr = c.HTTPAddr
+	if strings.EqualFold(c.HTTPAddr, "off") {
+		c.HTTP.Addr = ""
+	}
 	return c, nil
 }
 
@@ -100,7 +117,14 @@ func (c *Config) finish() error {
 	if c.ResultsURL == "" {
 		// The single-machine default: results beside the embedded store, readable by file://.
 		c.ResultsURL = "file://" + filepath.Join(c.DataDir, "results") + "/"
-		c.FileRoots = append(c.FileRoots, c.DataDir)
+		switch {
+		case len(c.FileRoots) == 0 && c.NATS.URL == "" && loopback(c.NATSListen):
+			// Embedded NATS reachable from this machine only: jobs may name any local
+			// file (what `submit DIR` sends against the embedded default).
+			c.FileRoots = []string{"/"}
+		default:
+			c.FileRoots = append(c.FileRoots, c.DataDir)
+		}
 	}
 	switch {
 	case c.Chips < 1:
@@ -158,4 +182,25 @@ func (c Config) runnerConfig(worker string) jobs.RunnerConfig {
 		RetryDelayMax: c.RetryDelayMax,
 		OpTimeout:     c.OpTimeout,
 	}
+}
+
+// landmarks is where the launcher's startup lines go.
+func (c Config) landmarks() io.Writer {
+	if c.Landmarks == nil {
+		return io.Discard
+	}
+	return c.Landmarks
+}
+
+// loopback reports whether a host:port listen address is on the loopback interface only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

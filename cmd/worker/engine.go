@@ -2,19 +2,59 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"os"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/extract"
+	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/engine/weights"
 )
 
-// openEngine opens the engine of one chip (cfg.ChipIndex). It is the one place the worker
-// learns what engine it drives; the real engine is wired in here. It runs on the chip's
-// owner thread.
+// openEngine opens the engine of one chip (cfg.ChipIndex) on the calling thread, which is
+// the chip's owner thread (engine/chip). The weights come from LA_WEIGHTS_DIR, else the
+// pinned LocateAnything-3B snapshot in the Hugging Face cache, else the bundled model.
 func openEngine(ctx context.Context, cfg Config) (engine.Engine, error) {
-	_ = ctx
-	if cfg.WeightsDir == "" {
-		return nil, errors.New("no engine configured: set LA_WEIGHTS_DIR (or LA_MODEL_PATH) to the LocateAnything-3B checkpoint directory and LA_ENGINE (cpu or ttnn)")
+	dir, err := defaultWeightsDir(cfg.WeightsDir)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("engine %q is not built into this worker yet (LA_WEIGHTS_DIR=%s)", cfg.Engine, cfg.WeightsDir)
+	src := weights.OptionsFromEnv(os.Getenv)
+	opts := pipeline.OpenOptions{
+		WeightsDir:      dir,
+		WeightsRepo:     src.Repo,
+		WeightsRevision: src.Revision,
+		Backend:         cfg.Engine,
+		Threads:         cfg.Threads,
+		MaxSeqLen:       cfg.MaxSeqLen,
+		InTokenLimit:    cfg.InTokenLimit,
+		CanonGrid:       cfg.CanonGrid,
+		CanonAspect:     cfg.CanonAspect,
+		MaxNewTokens:    cfg.MaxNewTokens,
+		MaxNewTokensCap: cfg.MaxNewTokensCap,
+	}
+	if opts.WeightsRepo == "" {
+		opts.WeightsRepo = weights.DefaultRepo
+	}
+	if opts.WeightsRevision == "" {
+		opts.WeightsRevision = weights.DefaultRevision
+	}
+	switch cfg.Engine {
+	case "cpu":
+	case "ttnn":
+		// The seed's first-boot step: tt_transformers loads a plain Qwen2 checkpoint,
+		// extracted once from the snapshot (skipped when already there).
+		eo, err := extract.OptionsFromEnv(os.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		res, err := extract.LLM(ctx, dir, eo)
+		if err != nil {
+			return nil, fmt.Errorf("extracting the LLM for the ttnn backend: %w", err)
+		}
+		opts.BackendOptions = map[string]string{"llm_dir": res.Dir}
+	default:
+		return nil, fmt.Errorf("LA_ENGINE=%q: want cpu or ttnn", cfg.Engine)
+	}
+	return pipeline.Open(opts)
 }

@@ -20,7 +20,10 @@ type subcommand func(args []string, stdout io.Writer) error
 // subcommands lists the tools besides the worker itself.
 func subcommands() map[string]subcommand {
 	return map[string]subcommand{
-		// Tools are added here by name: tokenize, detect, bench, smoke.
+		"tokenize": runTokenize,
+		"detect":   runDetect,
+		"bench":    runBench,
+		"smoke":    runSmoke,
 	}
 }
 
@@ -57,6 +60,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		return 2
 	}
+	cfg.Landmarks = stdout
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := runWorker(ctx, cfg, log, openEngine); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
 )
@@ -25,7 +26,15 @@ type engineOpener func(ctx context.Context, cfg Config) (engine.Engine, error)
 // Runners stop pulling, finish what they hold within LA_GRACE and give back the rest;
 // every goroutine started here has stopped when it returns. It returns nil after a clean
 // drain and an error when the worker cannot start.
-func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpener) error {
+func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpener) (err error) {
+	// The tt-model launcher watches for uvicorn's landmark lines: exactly one of "startup
+	// complete" or "startup failed".
+	started := false
+	defer func() {
+		if err != nil && !started {
+			_ = httpcompat.StartupFailed(cfg.landmarks(), err)
+		}
+	}()
 	if cfg.WorkerName == "" {
 		host, _ := os.Hostname()
 		cfg.WorkerName = fmt.Sprintf("%s-%d", strings.ReplaceAll(host, ".", "-"), os.Getpid())
@@ -43,7 +52,7 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 	}
 	defer func() { _ = store.Close() }()
 
-	// Engines first: a worker without one refuses to start before it binds any port.
+	// The chips are closed last, after everything that uses them has stopped.
 	chips := make([]*chip.Chip, 0, cfg.Chips)
 	defer func() {
 		for i, c := range chips {
@@ -52,6 +61,34 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 			}
 		}
 	}()
+
+	// Everything started below runs until runCtx ends and is waited for before return,
+	// on the error paths too.
+	var wg sync.WaitGroup
+	runCtx, stopAll := context.WithCancel(ctx)
+	defer func() { stopAll(); wg.Wait() }()
+
+	// The /predict server answers from the start, as the seed's server does: /health says
+	// "starting" while the engines load and "ok" once the worker is up.
+	var predict *httpcompat.Server
+	if cfg.HTTP.Addr != "" {
+		predict = httpcompat.New(cfg.HTTP, httpcompat.Options{
+			Logger: log.With("component", "http"),
+			Chips:  cfg.Chips,
+			Queue:  queueDescription(cfg),
+		})
+		ln, err := predict.Listen()
+		if err != nil {
+			return fmt.Errorf("/predict server on LA_HTTP_ADDR=%s: %w", cfg.HTTP.Addr, err)
+		}
+		log.Info("/predict served", "addr", ln.Addr().String())
+		wg.Go(func() {
+			if err := predict.Serve(runCtx, ln); err != nil {
+				log.Error("/predict server stopped", "err", err)
+			}
+		})
+	}
+
 	for i := range cfg.Chips {
 		chipCfg := cfg
 		chipCfg.ChipIndex = i
@@ -68,12 +105,6 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 	for i, c := range chips {
 		registerChip(reg, i, c)
 	}
-
-	// Everything started below runs until runCtx ends and is waited for before return,
-	// on the error paths too.
-	var wg sync.WaitGroup
-	runCtx, stopAll := context.WithCancel(ctx)
-	defer func() { stopAll(); wg.Wait() }()
 
 	if cfg.MetricsAddr != "" {
 		ms, err := listenMetrics(cfg.MetricsAddr, reg)
@@ -127,15 +158,22 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 	}
 	wg.Go(func() { <-watchDone })
 
-	// HTTP /predict (httpcompat) is wired here: a server built from chips[0], started
-	// on cfg.HTTPAddr and shut down when runCtx ends, owned by wg like the Runners.
-
 	runErrs := make([]error, len(runners))
 	for i, r := range runners {
 		wg.Go(func() { runErrs[i] = r.Run(runCtx) })
 	}
 	log.Info("worker started", "chips", len(chips), "results", cfg.ResultsURL,
 		"jobs", jobs.JobsStream+"/"+jobs.ConsumerName, "prefetch", cfg.Prefetch, "storage", cfg.Config)
+	if predict != nil {
+		// Synchronous requests share chip 0 with its Runner, ahead of queued jobs.
+		if err := predict.SetReady(chips[0]); err != nil {
+			return err
+		}
+	}
+	if err := httpcompat.StartupComplete(cfg.landmarks()); err != nil {
+		return err
+	}
+	started = true
 
 	<-ctx.Done()
 	log.Info("stopping: finishing held jobs", "grace", cfg.Grace)
@@ -146,4 +184,13 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 	}
 	log.Info("worker stopped")
 	return nil
+}
+
+// queueDescription names the job queue for /info.
+func queueDescription(cfg Config) string {
+	url := cfg.NATS.URL
+	if url == "" {
+		url = "embedded nats://" + cfg.NATSListen
+	}
+	return url + " " + jobs.JobsStream + "/" + jobs.ConsumerName
 }

@@ -102,7 +102,7 @@ func singleMachineConfig(t *testing.T, dataDir, natsAddr string) Config {
 	}
 	for k, v := range map[string]string{
 		"LA_DATA_DIR": dataDir, "LA_NATS_LISTEN": natsAddr, "LA_FILE_ROOTS": images,
-		"LA_METRICS_ADDR": "127.0.0.1:0", "LA_PREFETCH": "1", "LA_POLL_WAIT": "200ms",
+		"LA_METRICS_ADDR": "127.0.0.1:0", "LA_HTTP_ADDR": "127.0.0.1:0", "LA_PREFETCH": "1", "LA_POLL_WAIT": "200ms",
 		"LA_WORKER_NAME": "w1", "LA_GRACE": "30s", "LA_ACK_WAIT": "30s", "LA_BACKOFF": "30s",
 	} {
 		t.Setenv(k, v)
@@ -259,11 +259,16 @@ func TestWorkerRefusesToStartWithoutEngine(t *testing.T) {
 	t.Setenv("LA_MODEL_PATH", "")
 	t.Setenv("LA_NATS_LISTEN", freeAddr(t))
 	t.Setenv("LA_METRICS_ADDR", "off")
+	t.Setenv("LA_HTTP_ADDR", "127.0.0.1:0")
 	t.Setenv("LA_LOG_FORMAT", "json")
-	var stderr bytes.Buffer
-	code := realMain(nil, io.Discard, &stderr)
+	t.Setenv("HF_HUB_CACHE", t.TempDir()) // no snapshot there, and no bundled model beside the test binary
+	var stdout, stderr bytes.Buffer
+	code := realMain(nil, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "LA_WEIGHTS_DIR") {
 		t.Errorf("exit %d, stderr %q; want 1 and a message naming LA_WEIGHTS_DIR", code, stderr.String())
+	}
+	if got := strings.Count(stdout.String(), "Application startup failed"); got != 1 || strings.Contains(stdout.String(), "startup complete") {
+		t.Errorf("stdout %q: want the launcher's failure landmark exactly once and no ready line", stdout.String())
 	}
 }
 
@@ -302,8 +307,8 @@ func TestConfigSingleMachineDefaults(t *testing.T) {
 	if want := "file://" + filepath.Join(dir, "results") + "/"; cfg.ResultsURL != want {
 		t.Errorf("results %q, want %q", cfg.ResultsURL, want)
 	}
-	if len(cfg.FileRoots) != 1 || cfg.FileRoots[0] != dir {
-		t.Errorf("file roots %v, want the data dir", cfg.FileRoots)
+	if len(cfg.FileRoots) != 1 || cfg.FileRoots[0] != "/" {
+		t.Errorf("file roots %v, want / (embedded NATS on loopback: any local file)", cfg.FileRoots)
 	}
 	if got, want := cfg.topology(), jobs.DefaultTopologyConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("worker topology defaults %+v differ from jobs.DefaultTopologyConfig %+v", got, want)

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/jobs"
+)
+
+// lockedBuffer collects the worker's landmark lines from its goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestWorkerEndToEndOnTheCPUEngine runs the real worker wiring with the real engine (the C
+// backend on the small bundled checkpoint): a queued job and a /predict request for the
+// same image and query must give the same answer, the job's result and overlay must be
+// stored and published, and the launcher's landmark must be printed once.
+func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
+	dataDir := t.TempDir()
+	cfg := singleMachineConfig(t, dataDir, freeAddr(t))
+	weightsDir, err := filepath.Abs("../../" + bundledModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.WeightsDir = weightsDir
+	cfg.InTokenLimit = 64 // small images keep the test quick
+	cfg.MaxNewTokens = 12
+	cfg.HTTP.Addr = freeAddr(t)
+	landmarks := &lockedBuffer{}
+	cfg.Landmarks = landmarks
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runWorker(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), openEngine) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+
+	base := "http://" + cfg.HTTP.Addr
+	waitHealthy(t, base)
+	if n := strings.Count(landmarks.String(), "Application startup complete"); n != 1 {
+		t.Fatalf("startup landmark printed %d times: %q", n, landmarks.String())
+	}
+
+	// The queued path.
+	js := publisher(t, cfg.NATSListen)
+	results, err := js.OrderedConsumer(t.Context(), jobs.ResultsStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := filepath.Abs("testdata/dog.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, _ := json.Marshal(jobs.Job{ID: "e2e-dog", Image: "file://" + img, Query: "dog</c>bicycle", Overlay: true})
+	if _, err := js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), job, jetstream.WithMsgID("e2e-dog")); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := results.Next(jetstream.FetchMaxWait(2 * time.Minute))
+	if err != nil {
+		t.Fatalf("no result published: %v", err)
+	}
+	var published jobs.Result
+	if err := json.Unmarshal(msg.Data(), &published); err != nil {
+		t.Fatal(err)
+	}
+	stored, ok := readResult(t, dataDir, "e2e-dog")
+	if !ok {
+		t.Fatal("result published but not stored")
+	}
+	if published.Status != jobs.StatusSucceeded || stored.Status != jobs.StatusSucceeded {
+		t.Fatalf("status published %s stored %s (error %+v)", published.Status, stored.Status, stored.Error)
+	}
+	if stored.NumGeneratedTokens < 1 || stored.NumGeneratedTokens > 12 || stored.Width != 768 || stored.Height != 576 {
+		t.Fatalf("stored result does not describe the run: %+v", stored.Prediction)
+	}
+	if stored.OverlayURL == nil {
+		t.Fatal("overlay requested but no overlay URL in the result")
+	}
+	png, err := os.ReadFile(strings.TrimPrefix(*stored.OverlayURL, "file://"))
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("overlay at %s: %v", *stored.OverlayURL, err)
+	}
+
+	// The synchronous path, same image and query: the same model run, so the same answer.
+	raw, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"image": base64.StdEncoding.EncodeToString(raw), "query": "dog</c>bicycle"})
+	resp, err := http.Post(base+"/predict", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("/predict answered %d: %s", resp.StatusCode, b)
+	}
+	var pred struct {
+		RawText            string `json:"raw_text"`
+		NumGeneratedTokens int    `json:"num_generated_tokens"`
+		GridHW             [2]int `json:"grid_hw"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&pred); err != nil {
+		t.Fatal(err)
+	}
+	if pred.RawText != stored.RawText || pred.NumGeneratedTokens != stored.NumGeneratedTokens || pred.GridHW != stored.GridHW {
+		t.Fatalf("/predict and the queued job disagree:\n predict %+v\n job     raw=%q n=%d grid=%v",
+			pred, stored.RawText, stored.NumGeneratedTokens, stored.GridHW)
+	}
+}
+
+// waitHealthy polls /health until it says ok.
+func waitHealthy(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/health")
+		if err == nil {
+			var h struct{ Status string }
+			_ = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+			if h.Status == "ok" {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("/health never said ok")
+}
