@@ -112,7 +112,7 @@ func fail(cio IO, err error) int {
 
 // connect opens NATS and JetStream; close releases them.
 func connect(cfg Config) (js jetstream.JetStream, close func(), err error) {
-	nc, err := cfg.NATS.Connect()
+	nc, err := cfg.connectNATS()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,6 +2,7 @@ package submit
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -65,11 +66,28 @@ func TestMainHelp(t *testing.T) {
 	}
 }
 
-func TestRedactURL(t *testing.T) {
-	if got := redactURL("nats://alice:s3cret@nats:4222"); got != "nats://alice:[redacted]@nats:4222" {
-		t.Errorf("got %q", got)
-	}
-	if got := redactURL("nats://nats:4222"); got != "nats://nats:4222" {
-		t.Errorf("got %q", got)
+func TestLoadConfigSingleMachineDefault(t *testing.T) {
+	for _, c := range []struct {
+		url, roots string
+		wantRoots  []string
+	}{
+		{"", "", []string{"/"}}, // the embedded worker on this machine: results are local files
+		{"nats://127.0.0.1:4222,nats://localhost:4223", "", []string{"/"}},
+		{"nats://nats-1:4222", "", nil}, // a remote cluster: no local files unless configured
+		{"nats://127.0.0.1:4222,nats://nats-1:4222", "", nil},
+		{"", "/data", []string{"/data"}},
+	} {
+		t.Setenv("LA_NATS_URL", c.url)
+		t.Setenv("LA_FILE_ROOTS", c.roots)
+		cfg, err := LoadConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.url == "" && cfg.NATS.URL != DefaultNATSURL {
+			t.Errorf("default NATS URL %q, want %q", cfg.NATS.URL, DefaultNATSURL)
+		}
+		if fmt.Sprint(cfg.Storage.FileRoots) != fmt.Sprint(c.wantRoots) {
+			t.Errorf("LA_NATS_URL=%q LA_FILE_ROOTS=%q: roots %v, want %v", c.url, c.roots, cfg.Storage.FileRoots, c.wantRoots)
+		}
 	}
 }
