@@ -1,14 +1,16 @@
 # The two commands a newcomer needs (README "Quick start"):
 #   make run    build the worker and run it on the embedded single-machine default
 #   make test   run every test (race detector on)
-# Both install what they need first (Debian packages, the S3 test server), so they work
+# Both install what they need first (Debian packages: OpenBLAS for the CPU backend,
+# libpython and numpy for the ttnn bridge tests, uvicorn for the launcher test,
+# systemd-analyze for the unit check; and the versitygw S3 test server), so they work
 # on a fresh Debian 12 machine with Go 1.26 as root.
 
 GO        ?= go
 BIN       := bin
 VERSITYGW_VERSION := v1.8.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
-APT_PACKAGES := libopenblas-dev pkg-config
+APT_PACKAGES := libopenblas-dev pkg-config libpython3.11 python3 python3-numpy python3-uvicorn systemd
 
 .PHONY: run test deps build bench vet fmt
 
