@@ -124,9 +124,11 @@ func splitListen(listen string) (string, int, error) {
 
 // slogAdapter routes the server's logger interface into slog. Debug and trace output is
 // off (SetLoggerV2 flags false), so those methods only exist to satisfy the interface.
+// The server's notices (its start-up banner, some thirty lines) go to debug: in a worker's
+// log they would bury the worker's own lines; its warnings and errors stay visible.
 type slogAdapter struct{ l *slog.Logger }
 
-func (a slogAdapter) Noticef(format string, v ...any) { a.l.Info(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
