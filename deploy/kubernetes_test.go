@@ -86,16 +86,16 @@ func TestKubernetesWorker(t *testing.T) {
 		t.Errorf("the container uses claim %q, the pod declares %q", got, str(t, claims[0], "name"))
 	}
 
-	// probes: all on /health; readiness waits for "ok", not for the port
-	for _, probe := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
+	// probes: start-up and liveness on /health; readiness on /readyz, which waits for "ok"
+	for _, probe := range []string{"startupProbe", "livenessProbe"} {
 		p := at(t, c, probe)
 		text := fmt.Sprint(p)
 		if !strings.Contains(text, "/health") {
 			t.Errorf("%s does not ask /health: %s", probe, text)
 		}
 	}
-	if ready := fmt.Sprint(at(t, c, "readinessProbe")); !strings.Contains(ready, "'ok'") {
-		t.Errorf("readinessProbe does not wait for status ok (/health answers 200 while starting): %s", ready)
+	if ready := fmt.Sprint(at(t, c, "readinessProbe")); !strings.Contains(ready, "/readyz") {
+		t.Errorf("readinessProbe does not use /readyz (/health answers 200 while starting): %s", ready)
 	}
 
 	// graceful termination outlasts the worker's drain

@@ -348,6 +348,9 @@ func TestHealthSaysStartingUntilReady(t *testing.T) {
 		}
 	}
 	check("starting", "LocateAnything-3B", "Blackhole p150a mesh 1x1")
+	if code, _ := h.get(t, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz while starting: %d, want 503", code)
+	}
 	if h.srv.Ready() {
 		t.Fatal("Ready before SetReady")
 	}
@@ -358,6 +361,9 @@ func TestHealthSaysStartingUntilReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("ok", "LocateAnything-3B", "test double")
+	if code, body := h.get(t, "/readyz"); code != http.StatusOK || object(t, body)["status"] != "ok" {
+		t.Fatalf("/readyz once ready: %d %s, want 200 and status ok", code, body)
+	}
 	if err := h.srv.SetReady(h.chip); err == nil {
 		t.Fatal("a second SetReady succeeded; the startup landmark would print twice")
 	}

@@ -8,6 +8,7 @@ import (
 // routeMethods is every path the contract serves and its one method, for 405 answers.
 var routeMethods = map[string]string{
 	"/health":    http.MethodGet,
+	"/readyz":    http.MethodGet,
 	"/info":      http.MethodGet,
 	"/v1/models": http.MethodGet,
 	"/predict":   http.MethodPost,
@@ -16,6 +17,7 @@ var routeMethods = map[string]string{
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /readyz", s.handleReadyz)
 	mux.HandleFunc("GET /info", s.handleInfo)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("POST /predict", s.handlePredict)
