@@ -11,6 +11,11 @@ import (
 	"github.com/locateanything/detect/engine/tokenizer"
 )
 
+// ServedInTokenLimit is the image-token limit the validated deployment runs at (the real
+// checkpoint says 25600, which on a CPU would take minutes per image). A checkpoint whose
+// own limit is lower (the bundled small models) keeps its own.
+const ServedInTokenLimit = 1024
+
 // OpenOptions are the knobs of a native engine, as the worker reads them from LA_* variables.
 type OpenOptions struct {
 	WeightsDir      string // a checkpoint directory (already resolved)
@@ -19,7 +24,7 @@ type OpenOptions struct {
 	Backend         string // "cpu" (LA_ENGINE)
 	Threads         int    // 0 = one per CPU
 	MaxSeqLen       int    // LA_MAX_SEQ_LEN
-	InTokenLimit    int    // LA_IN_TOKEN_LIMIT; 0 = the checkpoint's preprocessor_config
+	InTokenLimit    int    // LA_IN_TOKEN_LIMIT; 0 = the checkpoint's, at most ServedInTokenLimit
 	CanonGrid       string // LA_CANON_GRID: "native", "HxW", or "" (native on cpu, else derived)
 	CanonAspect     string // LA_CANON_ASPECT: "WxH" the canonical grid is derived from
 	MaxNewTokens    int    // LA_MAX_NEW_TOKENS
@@ -68,6 +73,8 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	}
 	if o.InTokenLimit > 0 {
 		pre.InTokenLimit = o.InTokenLimit
+	} else {
+		pre.InTokenLimit = min(pre.InTokenLimit, ServedInTokenLimit)
 	}
 	gridEnv := o.CanonGrid
 	if gridEnv == "" && o.Backend == "cpu" {
