@@ -19,6 +19,8 @@
 package extract
 
 import (
+	"github.com/locateanything/detect/internal/flock"
+
 	"bufio"
 	"context"
 	"encoding/binary"
@@ -131,9 +133,9 @@ func LLM(ctx context.Context, snapshotDir string, o Options) (Result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("extract: %w", err)
 	}
-	unlock, err := lockFile(ctx, dir+".lock")
+	unlock, err := flock.Lock(ctx, dir+".lock", lockPoll)
 	if err != nil {
-		return Result{}, fmt.Errorf("extract: %w", err)
+		return Result{}, fmt.Errorf("extract: waiting for another extraction: %w", err)
 	}
 	defer unlock()
 	if !o.Force && Complete(dir) { // another process finished while we waited
@@ -361,3 +363,6 @@ func writeAtomic(dir, name string, write func(io.Writer) error) (err error) {
 	}
 	return os.Rename(f.Name(), filepath.Join(dir, name))
 }
+
+// lockPoll is how often a process waiting for another's extraction tries the lock again.
+const lockPoll = 250 * time.Millisecond

@@ -1,6 +1,8 @@
 package extract
 
 import (
+	"github.com/locateanything/detect/internal/flock"
+
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -307,7 +309,7 @@ func TestExtractWaitsForAnotherExtraction(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := lockFile(context.Background(), dir+".lock")
+	unlock, err := flock.Lock(context.Background(), dir+".lock", lockPoll)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package weights
 
 import (
+	"github.com/locateanything/detect/internal/flock"
+
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -218,9 +220,9 @@ func (h *hub) fetchFile(ctx context.Context, commit, snapshot, name string) erro
 		return linkBlob(blob, link)
 	}
 	lockPath := filepath.Join(h.opts.cacheDir(), ".locks", filepath.Base(h.opts.repoDir()), meta.etag+".lock")
-	unlock, err := lockFile(ctx, lockPath)
+	unlock, err := flock.Lock(ctx, lockPath, lockPoll)
 	if err != nil {
-		return err
+		return fmt.Errorf("waiting for another download of the same file: %w", err)
 	}
 	defer unlock()
 	if !hasSize(blob, meta.size) { // another process may have finished it while we waited
@@ -520,3 +522,7 @@ func randomSuffix() string {
 	_, _ = rand.Read(b) // crypto/rand.Read does not fail on Linux
 	return hex.EncodeToString(b)
 }
+
+// lockPoll is how often a process waiting for another's download of the same file
+// tries the lock again (huggingface_hub takes the same lock on the same path).
+const lockPoll = 500 * time.Millisecond
