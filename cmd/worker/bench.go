@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/locateanything/detect/engine/checkpoint"
@@ -35,6 +36,7 @@ type benchOptions struct {
 type stageTimes struct {
 	vision, prefill, decode time.Duration
 	steps                   []time.Duration // each decode step
+	decodeCPU               time.Duration   // process CPU time during the decode steps
 	triadGBps               float64
 }
 
@@ -153,6 +155,15 @@ func runBench(args []string, stdout io.Writer) error {
 		o.tokens, ms(decode), tokPerSec, bytesPerToken/1e9, decodeGBps, ceiling, 100*tokPerSec/ceiling)
 	w.printf("decode/run  triad before each run %.1f GB/s (median); decode per run at %.0f%% of that run's ceiling (median; min %.0f%%, max %.0f%%)\n",
 		runTriad[len(runTriad)/2], 100*ratios[len(ratios)/2], 100*ratios[0], 100*ratios[len(ratios)-1])
+	// On a machine shared with other work the decode threads are off-CPU much of the
+	// time; CPU time per token over the thread count is what a token costs when the
+	// threads have their cores.
+	decodeCPU := median(runs, func(s stageTimes) time.Duration { return s.decodeCPU }) / time.Duration(o.tokens)
+	if decodeCPU > 0 {
+		cpuTokPerSec := float64(o.threads) / decodeCPU.Seconds()
+		w.printf("decode/cpu  %s CPU per token on %d threads = %.2f tokens/s with the cores to itself = %.1f GB/s; %.0f%% of the best-triad ceiling\n",
+			ms(decodeCPU), o.threads, cpuTokPerSec, bytesPerToken*cpuTokPerSec/1e9, 100*bytesPerToken*cpuTokPerSec/(bestTriad*1e9))
+	}
 	w.printf("decode/p10  10th-percentile step %s = %.2f tokens/s = %.1f GB/s; best triad %.1f GB/s; %.0f%% of that ceiling\n",
 		ms(fastStep), 1/fastStep.Seconds(), bytesPerToken/fastStep.Seconds()/1e9, bestTriad,
 		100*bytesPerToken/fastStep.Seconds()/(bestTriad*1e9))
@@ -233,6 +244,7 @@ func benchRun(b *native.Backend, in benchData, o benchOptions, tokens int) (stag
 		return st, err
 	}
 	t2 := time.Now()
+	cpu0 := processCPUTime()
 	steps := make([]time.Duration, 0, tokens)
 	last := t2
 	for range tokens {
@@ -243,7 +255,17 @@ func benchRun(b *native.Backend, in benchData, o benchOptions, tokens int) (stag
 		steps = append(steps, now.Sub(last))
 		last = now
 	}
-	return stageTimes{vision: t1.Sub(t0), prefill: t2.Sub(t1), decode: last.Sub(t2), steps: steps}, nil
+	return stageTimes{vision: t1.Sub(t0), prefill: t2.Sub(t1), decode: last.Sub(t2), steps: steps,
+		decodeCPU: processCPUTime() - cpu0}, nil
+}
+
+// processCPUTime is the CPU time (user + system) of the whole process so far.
+func processCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(runs []stageTimes, f func(stageTimes) time.Duration) time.Duration {
