@@ -240,8 +240,19 @@ func (b *Backend) Name() string { return b.name }
 // MaxSeqLen is the KV-cache length the backend was opened with.
 func (b *Backend) MaxSeqLen() int { return b.maxSeqLen }
 
-// PrefillLength is n: the CPU backend runs a prompt at its own length.
-func (b *Backend) PrefillLength(n int) int { return n }
+// PrefillLength is the length a prompt of n tokens runs at: n on the CPU backend; on the
+// ttnn backend tt_transformers pads the prompt to the next power of two, at least 128 (512
+// for the seed's 303-token demo prompt), which /predict reports as prefill_tokens.
+func (b *Backend) PrefillLength(n int) int {
+	if b.name != "ttnn" {
+		return n
+	}
+	padded := 128
+	for padded < n {
+		padded *= 2
+	}
+	return padded
+}
 
 // failure turns the C error buffer into a Go error.
 func (b *Backend) failure(op string) error {

@@ -409,3 +409,15 @@ func BenchmarkTTNNBridgeDecodeCall(b *testing.B) {
 		}
 	}
 }
+
+func TestTTNNPrefillLengthIsTheDevicePadding(t *testing.T) {
+	b := &Backend{name: "ttnn"}
+	for n, want := range map[int]int{1: 128, 128: 128, 129: 256, 303: 512, 512: 512, 1000: 1024} {
+		if got := b.PrefillLength(n); got != want {
+			t.Errorf("ttnn PrefillLength(%d) = %d, want %d", n, got, want)
+		}
+	}
+	if got := (&Backend{name: "cpu"}).PrefillLength(303); got != 303 {
+		t.Errorf("cpu PrefillLength(303) = %d, want 303 (no padding)", got)
+	}
+}
