@@ -63,6 +63,9 @@ typedef struct cpu_pool {
 int cpu_pool_init(cpu_pool *p, int nthreads, char *err, size_t errlen);
 /* cpu_pool_run calls fn on every thread and returns when all have finished. */
 void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *arg);
+/* cpu_pool_for splits [0, n) into one contiguous range per thread and calls fn on each. */
+typedef void (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
+void cpu_pool_for(cpu_pool *p, size_t n, cpu_range_fn fn, void *arg);
 /* cpu_pool_destroy stops and joins the workers. Safe on a zeroed pool. */
 void cpu_pool_destroy(cpu_pool *p);
 

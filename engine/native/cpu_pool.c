@@ -87,6 +87,25 @@ void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *arg) {
     pthread_mutex_unlock(&p->mu);
 }
 
+typedef struct {
+    cpu_range_fn fn;
+    void *arg;
+    size_t n;
+} range_task;
+
+static void range_slice(void *arg, int thread, int nthreads) {
+    const range_task *t = arg;
+    size_t lo = t->n * (size_t)thread / (size_t)nthreads;
+    size_t hi = t->n * (size_t)(thread + 1) / (size_t)nthreads;
+    if (lo < hi)
+        t->fn(t->arg, lo, hi);
+}
+
+void cpu_pool_for(cpu_pool *p, size_t n, cpu_range_fn fn, void *arg) {
+    range_task t = {fn, arg, n};
+    cpu_pool_run(p, range_slice, &t);
+}
+
 void cpu_pool_destroy(cpu_pool *p) {
     if (p->nthreads == 0)
         return; /* never initialised */

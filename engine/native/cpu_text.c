@@ -53,6 +53,18 @@ static int32_t lm_head_argmax(la_engine *e) {
 
 /* ---- prefill ------------------------------------------------------------------------ */
 
+typedef struct {
+    float *gate;
+    const float *up;
+} swiglu_task;
+
+/* swiglu_range computes gate = silu(gate) * up over a range, split across the pool. */
+static void swiglu_range(void *arg, size_t lo, size_t hi) {
+    const swiglu_task *t = arg;
+    for (size_t i = lo; i < hi; i++)
+        t->gate[i] = cpu_silu(t->gate[i]) * t->up[i];
+}
+
 static void prefill_layer(la_engine *e, int li, int n) {
     const la_config *c = &e->cfg;
     const cpu_text_layer *l = &e->w.layers[li];
@@ -87,8 +99,8 @@ static void prefill_layer(la_engine *e, int li, int n) {
         cpu_rmsnorm(s->xb + (size_t)i * D, s->x + (size_t)i * D, l->mlp_norm, D, c->rms_norm_eps);
     cpu_gemm_wt(e, s->xb, n, &l->gate, NULL, s->hb);
     cpu_gemm_wt(e, s->xb, n, &l->up, NULL, s->hb2);
-    for (size_t i = 0; i < (size_t)n * c->intermediate; i++)
-        s->hb[i] = cpu_silu(s->hb[i]) * s->hb2[i];
+    swiglu_task sw = {s->hb, s->hb2};
+    cpu_pool_for(&e->pool, (size_t)n * c->intermediate, swiglu_range, &sw);
     cpu_gemm_wt(e, s->hb, n, &l->down, NULL, s->xb);
     for (size_t i = 0; i < (size_t)n * D; i++)
         s->x[i] += s->xb[i];

@@ -120,10 +120,36 @@ static void rope_adjacent(float *x, int ld, int L, int heads, int hd, const floa
 
 /* ---- blocks ------------------------------------------------------------------------- */
 
-static void layernorm_rows(float *out, const float *x, int rows, int n, const float *w,
-                           const float *b, float eps) {
-    for (int i = 0; i < rows; i++)
-        cpu_layernorm(out + (size_t)i * n, x + (size_t)i * n, w, b, n, eps);
+typedef struct {
+    float *out;
+    const float *x, *w, *b;
+    int n;
+    float eps;
+} layernorm_task;
+
+static void layernorm_range(void *arg, size_t lo, size_t hi) {
+    const layernorm_task *t = arg;
+    for (size_t i = lo; i < hi; i++)
+        cpu_layernorm(t->out + i * t->n, t->x + i * t->n, t->w, t->b, t->n, t->eps);
+}
+
+/* layernorm_rows normalises rows of n floats, rows split across the pool. */
+static void layernorm_rows(la_engine *e, float *out, const float *x, int rows, int n,
+                           const float *w, const float *b, float eps) {
+    layernorm_task t = {out, x, w, b, n, eps};
+    cpu_pool_for(&e->pool, (size_t)rows, layernorm_range, &t);
+}
+
+static void gelu_tanh_range(void *arg, size_t lo, size_t hi) {
+    float *x = arg;
+    for (size_t i = lo; i < hi; i++)
+        x[i] = cpu_gelu_tanh(x[i]);
+}
+
+static void gelu_erf_range(void *arg, size_t lo, size_t hi) {
+    float *x = arg;
+    for (size_t i = lo; i < hi; i++)
+        x[i] = cpu_gelu_erf(x[i]);
 }
 
 static void add_rows(float *x, const float *y, size_t n) {
@@ -138,7 +164,7 @@ static void vision_block(la_engine *e, const cpu_vision_block *b, int L) {
     float *tmp = s->merged; /* [L, C] scratch: the merge runs after the last block */
 
     /* attention */
-    layernorm_rows(s->vxb, s->vx, L, C, b->norm0_w, b->norm0_b, c->vision_norm_eps);
+    layernorm_rows(e, s->vxb, s->vx, L, C, b->norm0_w, b->norm0_b, c->vision_norm_eps);
     cpu_gemm_wt(e, s->vxb, L, &b->wqkv, b->wqkv_b, s->vqkv);
     rope_adjacent(s->vqkv, 3 * C, L, c->vision_heads, hd, s->vrope_cos, s->vrope_sin);
     rope_adjacent(s->vqkv + C, 3 * C, L, c->vision_heads, hd, s->vrope_cos, s->vrope_sin);
@@ -153,11 +179,9 @@ static void vision_block(la_engine *e, const cpu_vision_block *b, int L) {
     add_rows(s->vx, tmp, (size_t)L * C);
 
     /* MLP */
-    layernorm_rows(s->vxb, s->vx, L, C, b->norm1_w, b->norm1_b, c->vision_norm_eps);
+    layernorm_rows(e, s->vxb, s->vx, L, C, b->norm1_w, b->norm1_b, c->vision_norm_eps);
     cpu_gemm_wt(e, s->vxb, L, &b->fc0, b->fc0_b, s->vhb);
-    size_t nh = (size_t)L * c->vision_intermediate;
-    for (size_t i = 0; i < nh; i++)
-        s->vhb[i] = cpu_gelu_tanh(s->vhb[i]);
+    cpu_pool_for(&e->pool, (size_t)L * c->vision_intermediate, gelu_tanh_range, s->vhb);
     cpu_gemm_wt(e, s->vhb, L, &b->fc1, b->fc1_b, tmp);
     add_rows(s->vx, tmp, (size_t)L * C);
 }
@@ -201,16 +225,14 @@ int cpu_vision(la_engine *e, const float *patches, int gh, int gw, char *err, si
 
     for (int i = 0; i < c->vision_layers; i++)
         vision_block(e, &e->w.blocks[i], L);
-    layernorm_rows(s->vx, s->vx, L, C, e->w.post_norm_w, e->w.post_norm_b, c->vision_norm_eps);
+    layernorm_rows(e, s->vx, s->vx, L, C, e->w.post_norm_w, e->w.post_norm_b, c->vision_norm_eps);
 
     /* merge and project; mlp1's LayerNorm uses the vision eps (1e-5 in the model code) */
     const int MC = m * m * C;
     merge_patches(s->vx, gh, gw, C, m, s->merged);
-    layernorm_rows(s->merged, s->merged, T, MC, e->w.proj_norm_w, e->w.proj_norm_b, c->vision_norm_eps);
+    layernorm_rows(e, s->merged, s->merged, T, MC, e->w.proj_norm_w, e->w.proj_norm_b, c->vision_norm_eps);
     cpu_gemm_wt(e, s->merged, T, &e->w.proj1, e->w.proj1_b, s->proj_hb);
-    size_t nh = (size_t)T * e->proj_mid;
-    for (size_t i = 0; i < nh; i++)
-        s->proj_hb[i] = cpu_gelu_erf(s->proj_hb[i]);
+    cpu_pool_for(&e->pool, (size_t)T * e->proj_mid, gelu_erf_range, s->proj_hb);
     cpu_gemm_wt(e, s->proj_hb, T, &e->w.proj2, e->w.proj2_b, s->img);
     s->n_img = T;
     return 0;
