@@ -86,5 +86,6 @@ func runDetect(args []string, stdout io.Writer) error {
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // raw_text is full of <ref> and <box>: print them as the model wrote them
 	return enc.Encode(detectOutput{Prediction: pred, Tokens: pred.Tokens})
 }
