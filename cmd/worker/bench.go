@@ -16,7 +16,7 @@ import (
 	"github.com/locateanything/detect/engine/native"
 )
 
-const benchUsage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256]"
+const benchUsage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true]"
 
 // benchOptions are the flags of `worker bench`.
 type benchOptions struct {
@@ -28,6 +28,7 @@ type benchOptions struct {
 	runs         int
 	warmup       bool
 	streamMiB    int
+	resident     bool
 }
 
 // stageTimes is one run of the three stages, with the memory bandwidth measured right
@@ -73,6 +74,11 @@ func runBench(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
+	// The decode kernel alone, over 1 GB of 11008x2048 bf16 matrices (the MLP's shape).
+	kernelGBps, err := native.MeasureMatvec(11008, 2048, 24, o.threads, 3)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
 	patches := o.gridH * o.gridW
 	visionSGEMM, err := native.MeasureSGEMM(patches, c.Vision.Intermediate, c.Vision.Hidden, 3)
 	if err != nil {
@@ -86,7 +92,11 @@ func runBench(args []string, stdout io.Writer) error {
 	// The backend binds to one OS thread: open, run and close on this one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	b, err := native.Open("cpu", m, native.Options{MaxSeqLen: o.prompt + o.tokens + 1, Threads: o.threads})
+	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, Threads: o.threads}
+	if !o.resident {
+		opts.BackendOptions = map[string]string{"resident_weights": "0"}
+	}
+	b, err := native.Open("cpu", m, opts)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -144,10 +154,12 @@ func runBench(args []string, stdout io.Writer) error {
 
 	w := &reportWriter{w: stdout}
 	w.printf("checkpoint  %s: %s weights, %d tensors, %.2f GB mapped\n", o.weights, dtypeSummary(m), len(m.Tensors), float64(m.Bytes())/1e9)
-	w.printf("backend     %s, decode kernels %s, %d threads, %d runs (median)\n", b.Name(), native.KernelISA(), o.threads, o.runs)
+	w.printf("backend     %s, decode kernels %s, %d threads, %d runs (median), resident weights %v\n", b.Name(), native.KernelISA(), o.threads, o.runs, o.resident)
 	w.printf("machine     memory copy %.1f GB/s, triad %.1f GB/s (%d MiB arrays); OpenBLAS sgemm %.1f GFLOP/s at %dx%dx%d, %.1f GFLOP/s at %dx%dx%d\n",
 		copyBW, triadBW, o.streamMiB, visionSGEMM, patches, c.Vision.Intermediate, c.Vision.Hidden,
 		prefillSGEMM, o.prompt, c.Text.Intermediate, c.Text.Hidden)
+	w.printf("kernel      bf16 matrix-vector alone, 24 x 11008x2048 (1 GB): %.1f GB/s = %.0f%% of triad\n",
+		kernelGBps, 100*kernelGBps/triadBW)
 	w.printf("vision      grid %dx%d (%d patches, %d image tokens): %s, %.1f GFLOP/s = %.2f x sgemm\n",
 		o.gridH, o.gridW, patches, imageTokens, ms(vision), visionGF, visionGF/visionSGEMM)
 	w.printf("prefill     %d tokens: %s, %.1f GFLOP/s = %.2f x sgemm\n", o.prompt, ms(prefill), prefillGF, prefillGF/prefillSGEMM)
@@ -182,6 +194,7 @@ func parseBenchFlags(args []string) (benchOptions, error) {
 	fs.IntVar(&o.runs, "runs", 3, "timed runs; each stage reports the median")
 	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
+	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("bench: %w\n%s", err, benchUsage)
 	}

@@ -22,6 +22,7 @@ func TestBenchReportsEveryStage(t *testing.T) {
 		pattern string
 	}{
 		{"machine", `triad ([0-9.]+) GB/s`},
+		{"kernel", `bf16 matrix-vector alone, .*: ([0-9.]+) GB/s`},
 		{"vision", `grid 8x10 \(80 patches, 20 image tokens\): [0-9.]+ ms, ([0-9.]+) GFLOP/s`},
 		{"prefill", `40 tokens: [0-9.]+ ms, ([0-9.]+) GFLOP/s`},
 		{"decode", `4 tokens: [0-9.]+ ms, ([0-9.]+) tokens/s`},

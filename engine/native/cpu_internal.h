@@ -211,6 +211,8 @@ struct la_engine {
     int proj_mid;     /* mlp1.1 output width */
     int attn_chunk;   /* query rows per attention score block */
     size_t widen_block_bytes; /* float32 bytes per widening block (cpu_gemm_wt) */
+    int resident_weights;     /* option: copy decoder matrices into anonymous memory */
+    void *resident;           /* that copy (huge-page backed where the kernel allows) */
     cpu_weights w;
     cpu_state s;
     cpu_decode_plan plan;
@@ -262,5 +264,9 @@ int cpu_stream(size_t bytes_per_array, int threads, int reps, double *copy_gbs, 
                char *err, size_t errlen);
 int cpu_sgemm_gflops(int m, int n, int k, int reps, double *gflops, char *err, size_t errlen);
 const char *cpu_kernel_isa(void);
+/* cpu_matvec_gbps times the decode matrix-vector product over mats [rows, cols] matrices
+ * stored back to back at w, on its own pool of threads, and returns the best weight GB/s. */
+int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats, const float *x,
+                    float *y, int threads, int reps, double *gbps, char *err, size_t errlen);
 
 #endif /* LA_CPU_INTERNAL_H */

@@ -124,3 +124,31 @@ const char *cpu_kernel_isa(void) {
     cpu_kernels_select(&k);
     return k.isa;
 }
+
+int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats, const float *x,
+                    float *y, int threads, int reps, double *gbps, char *err, size_t errlen) {
+    if (!w || rows <= 0 || cols <= 0 || mats <= 0 || reps <= 0)
+        return cpu_errorf(err, errlen, "matvec probe: need weights and positive sizes");
+    cpu_pool pool;
+    if (cpu_pool_init(&pool, threads, err, errlen) != 0)
+        return -1;
+    cpu_kernels k;
+    cpu_kernels_select(&k);
+    const size_t bytes = (size_t)rows * (size_t)cols * cpu_dtype_size(dtype);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_seconds();
+        /* mats distinct matrices back to back, as decode walks its layers */
+        for (int m = 0; m < mats; m++) {
+            cpu_matrix mat = {(const char *)w + (size_t)m * bytes, dtype, rows, cols};
+            cpu_matvec mv = {&mat, NULL, x, y};
+            cpu_matvec_run(&pool, &k, &mv, 1);
+        }
+        double dt = now_seconds() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    *gbps = (double)bytes * mats / best / 1e9;
+    cpu_pool_destroy(&pool);
+    return 0;
+}

@@ -44,3 +44,42 @@ func MeasureSGEMM(m, n, k, reps int) (float64, error) {
 
 // KernelISA names the decode kernels the CPU backend picks on this machine.
 func KernelISA() string { return C.GoString(C.cpu_kernel_isa()) }
+
+// MeasureMatvec times the decode kernels alone: y = W x over mats distinct bf16 matrices of
+// [rows, cols] stored back to back (freshly allocated, so cold in cache once they exceed
+// it), on threads threads, best of reps. It returns GB/s of weights read, the figure to
+// hold against MeasureMemoryBandwidth.
+func MeasureMatvec(rows, cols, mats, threads, reps int) (float64, error) {
+	if rows <= 0 || cols <= 0 || mats <= 0 || threads < 0 || reps <= 0 {
+		return 0, fmt.Errorf("matvec: rows %d, cols %d, mats %d, threads %d, reps %d", rows, cols, mats, threads, reps)
+	}
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	n := C.size_t(rows) * C.size_t(cols) * C.size_t(mats)
+	w := (*C.uint16_t)(C.malloc(n * 2))
+	x := (*C.float)(C.malloc(C.size_t(cols) * 4))
+	y := (*C.float)(C.malloc(C.size_t(rows) * 4))
+	defer C.free(unsafe.Pointer(w))
+	defer C.free(unsafe.Pointer(x))
+	defer C.free(unsafe.Pointer(y))
+	if w == nil || x == nil || y == nil {
+		return 0, fmt.Errorf("matvec: out of memory for %d MB of weights", n*2>>20)
+	}
+	ws := unsafe.Slice((*uint16)(unsafe.Pointer(w)), int(n))
+	for i := range ws {
+		ws[i] = uint16(0x3c00 + i%97) // small bf16 values
+	}
+	xs := unsafe.Slice((*float32)(unsafe.Pointer(x)), cols)
+	for i := range xs {
+		xs[i] = float32(i%13) * 0.01
+	}
+	errBuf := (*C.char)(C.calloc(C.LA_ERR_LEN, 1))
+	defer C.free(unsafe.Pointer(errBuf))
+	var g C.double
+	if C.cpu_matvec_gbps(unsafe.Pointer(w), C.LA_DTYPE_BF16, C.int(rows), C.int(cols), C.int(mats), x, y,
+		C.int(threads), C.int(reps), &g, errBuf, C.LA_ERR_LEN) != 0 {
+		return 0, fmt.Errorf("matvec: %s", C.GoString(errBuf))
+	}
+	return float64(g), nil
+}

@@ -17,6 +17,12 @@ func TestMachineProbes(t *testing.T) {
 	if _, err := MeasureSGEMM(0, 1, 1, 1); err == nil {
 		t.Error("empty sgemm accepted")
 	}
+	if g, err := MeasureMatvec(64, 96, 3, 2, 1); err != nil || g <= 0 {
+		t.Fatalf("matvec: %g GB/s, %v", g, err)
+	}
+	if _, err := MeasureMatvec(0, 96, 3, 2, 1); err == nil {
+		t.Error("empty matvec accepted")
+	}
 	switch isa := KernelISA(); isa {
 	case "avx512", "avx2", "generic":
 	default:

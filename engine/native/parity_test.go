@@ -103,6 +103,9 @@ func TestParityWithPyTorchReference(t *testing.T) {
 		// divide the matrices), one thread.
 		{"small-widen-blocks", Options{MaxSeqLen: 512, Threads: 1,
 			BackendOptions: map[string]string{"widen_block_bytes": "1000"}}},
+		// decode straight from the file mapping
+		{"mapped-weights", Options{MaxSeqLen: 512, Threads: 2,
+			BackendOptions: map[string]string{"resident_weights": "0"}}},
 	}
 	for _, ckpt := range []string{"tiny-bf16", "tiny-f32"} {
 		dir, idx := readGoldens(t, ckpt)
