@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDetectPrintsThePredictShapeWithTokens(t *testing.T) {
+	overlay := filepath.Join(t.TempDir(), "out.png")
+	var out bytes.Buffer
+	err := runDetect([]string{
+		"--weights", "../../" + bundledModel, "--image", "testdata/dog.jpg", "--query", "dog</c>bicycle",
+		"--max-new-tokens", "6", "--in-token-limit", "64", "--overlay", overlay,
+	}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+	}
+	for _, k := range []string{"query", "width", "height", "canonical_size", "grid_hw", "num_image_tokens",
+		"prompt_tokens", "prefill_tokens", "raw_text", "detections", "points", "num_generated_tokens",
+		"stopped_on_eos", "decode_mode", "timing_ms", "overlay_png_b64", "tokens"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("field %q missing", k)
+		}
+	}
+	tokens, _ := got["tokens"].([]any)
+	if n, _ := got["num_generated_tokens"].(float64); len(tokens) == 0 || int(n) != len(tokens) || len(tokens) > 6 {
+		t.Errorf("tokens %v and num_generated_tokens %v disagree or exceed the budget of 6", tokens, got["num_generated_tokens"])
+	}
+	if got["width"] != 768.0 || got["height"] != 576.0 || got["query"] != "dog</c>bicycle" {
+		t.Errorf("width %v height %v query %v", got["width"], got["height"], got["query"])
+	}
+	if strings.Contains(out.String(), `\u003c`) {
+		t.Error("tags in the output are escaped")
+	}
+	if png, err := os.ReadFile(overlay); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Errorf("overlay: %v", err)
+	}
+}
+
+func TestDetectRefusesMissingArguments(t *testing.T) {
+	if err := runDetect([]string{"--image", "testdata/dog.jpg"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--query") {
+		t.Errorf("got %v, want an error naming --query", err)
+	}
+	err := runDetect([]string{"--weights", "../../" + bundledModel, "--image", "testdata/absent.jpg", "--query", "x"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "absent.jpg") {
+		t.Errorf("got %v, want an error naming the missing image", err)
+	}
+}
