@@ -184,7 +184,7 @@ typedef struct {
     float *logits; /* [vocab] */
     int has_logits;
 
-    /* bf16/f16 weights are widened here, one matrix at a time, for cblas_sgemm */
+    /* bf16/f16 GEMM weights are widened here, one block of rows at a time, for cblas_sgemm */
     float *wscratch;
     size_t wscratch_len;
 } cpu_state;
