@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/extract"
+)
+
+// TestOpenEngineTTNNMatchesCPU opens the engine the way the worker does for LA_ENGINE=ttnn,
+// with the numpy stand-in adapter in place of TT-NN: the first-boot LLM extraction runs into
+// TT_DIT_CACHE_DIR, the bridge loads the adapter, and the answer must be the CPU engine's
+// token for token.
+func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	adapters, err := filepath.Abs("../../engine/ttnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	t.Setenv("LA_TTNN_ADAPTER", "la_ttnn_standin")
+	t.Setenv("LA_TTNN_PATH", adapters)
+	t.Setenv("TT_DIT_CACHE_DIR", cache)
+	t.Setenv("LA_LLM_DIR", "")
+	t.Setenv("LA_FORCE_EXTRACT", "")
+
+	cfg := Config{
+		WeightsDir: "../../" + bundledModel, Threads: 2, MaxSeqLen: 512, InTokenLimit: 64,
+		CanonGrid: "native", MaxNewTokens: 16, MaxNewTokensCap: 64,
+	}
+	img, err := os.ReadFile("testdata/dog.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(backend string) *engine.Prediction {
+		cfg.Engine = backend
+		eng, err := openEngine(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("open %s: %v", backend, err)
+		}
+		defer eng.Close()
+		prep, err := eng.Prepare(context.Background(), engine.Request{Image: img, Query: "dog</c>bicycle"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pred, err := eng.Generate(context.Background(), prep)
+		if err != nil {
+			t.Fatalf("%s: %v", backend, err)
+		}
+		return pred
+	}
+	cpu, ttnn := run("cpu"), run("ttnn")
+	if !slices.Equal(cpu.Tokens, ttnn.Tokens) || cpu.RawText != ttnn.RawText {
+		t.Fatalf("ttnn (stand-in) and cpu disagree:\n ttnn %v\n cpu  %v", ttnn.Tokens, cpu.Tokens)
+	}
+	if !extract.Complete(filepath.Join(cache, extract.DirName)) {
+		t.Fatalf("LA_ENGINE=ttnn did not extract the LLM into %s", filepath.Join(cache, extract.DirName))
+	}
+	if ttnn.PrefillTokens != 128 || cpu.PrefillTokens != cpu.PromptTokens {
+		t.Errorf("prefill_tokens: ttnn %d (want the device's padded 128), cpu %d (want the prompt's %d)",
+			ttnn.PrefillTokens, cpu.PrefillTokens, cpu.PromptTokens)
+	}
+}
+
+func TestOpenEngineRefusesUnknownBackend(t *testing.T) {
+	_, err := openEngine(context.Background(), Config{WeightsDir: "../../" + bundledModel, Engine: "gpu", MaxNewTokens: 8, MaxNewTokensCap: 8})
+	if err == nil {
+		t.Fatal("LA_ENGINE=gpu opened")
+	}
+}
