@@ -197,19 +197,19 @@ def random_category(rng, scene, present_prob=0.75):
     return rng.choice(forms).format(c=c, s=s)
 
 
-def norm(v, size):
-    """A pixel coordinate as LocateAnything's 0..1000 integer."""
-    return max(0, min(1000, round(v / size * 1000)))
+def norm(v, size, step=1):
+    """A pixel coordinate as LocateAnything's 0..1000 integer, rounded to a multiple of step."""
+    return max(0, min(1000, step * round(v / size * 1000 / step)))
 
 
-def box_tokens(obj, w, h):
+def box_tokens(obj, w, h, step=1):
     x1, y1, x2, y2 = obj.box
-    return f"<box><{norm(x1, w)}><{norm(y1, h)}><{norm(x2, w)}><{norm(y2, h)}></box>"
+    return f"<box><{norm(x1, w, step)}><{norm(y1, h, step)}><{norm(x2, w, step)}><{norm(y2, h, step)}></box>"
 
 
-def point_tokens(obj, w, h):
+def point_tokens(obj, w, h, step=1):
     cx, cy = obj.centre
-    return f"<box><{norm(cx, w)}><{norm(cy, h)}></box>"
+    return f"<box><{norm(cx, w, step)}><{norm(cy, h, step)}></box>"
 
 
 NONE_ANSWER = "<box>None</box>"
@@ -220,19 +220,19 @@ def in_reading_order(objs):
     return sorted(objs, key=lambda o: (o.box[0], o.box[1]))
 
 
-def detect_answer(scene, categories):
+def detect_answer(scene, categories, step=1):
     w, h = scene.size
     out = []
     for cat in categories:
         found = in_reading_order([o for o in scene.objects if matches(o, cat)])
-        out.append(f"<ref>{cat}</ref>" + ("".join(box_tokens(o, w, h) for o in found) or NONE_ANSWER))
+        out.append(f"<ref>{cat}</ref>" + ("".join(box_tokens(o, w, h, step) for o in found) or NONE_ANSWER))
     return "".join(out)
 
 
-def point_answer(scene, category):
+def point_answer(scene, category, step=1):
     w, h = scene.size
     found = in_reading_order([o for o in scene.objects if matches(o, category)])
-    return f"<ref>{category}</ref>" + ("".join(point_tokens(o, w, h) for o in found) or NONE_ANSWER)
+    return f"<ref>{category}</ref>" + ("".join(point_tokens(o, w, h, step) for o in found) or NONE_ANSWER)
 
 
 def superlative_target(scene, word, category):
@@ -256,8 +256,9 @@ def superlative_target(scene, word, category):
     return cands[0]
 
 
-def make_query(rng, scene, task=None):
-    """(task, query, answer text) for a scene; task None picks one at random."""
+def make_query(rng, scene, task=None, step=1):
+    """(task, query, answer text) for a scene; task None picks one at random. Coordinates in
+    the answer are rounded to multiples of step."""
     if task is None:
         task = rng.choices(("detect", "ground_one", "point"), weights=(6, 2, 2))[0]
     w, h = scene.size
@@ -268,10 +269,10 @@ def make_query(rng, scene, task=None):
             c = random_category(rng, scene)
             if c not in cats:
                 cats.append(c)
-        return task, "</c>".join(cats), detect_answer(scene, cats)
+        return task, "</c>".join(cats), detect_answer(scene, cats, step)
     if task == "point":
         cat = random_category(rng, scene)
-        return task, cat, point_answer(scene, cat)
+        return task, cat, point_answer(scene, cat, step)
     if task == "ground_one":
         for _ in range(20):
             word, cat = rng.choice(SUPERLATIVES), random_category(rng, scene, present_prob=0.85)
@@ -279,9 +280,9 @@ def make_query(rng, scene, task=None):
             if target is not False:
                 break
         else:
-            return make_query(rng, scene, "detect")
+            return make_query(rng, scene, "detect", step)
         phrase = f"the {word} {cat}"
-        return task, phrase, f"<ref>{phrase}</ref>" + (NONE_ANSWER if target is None else box_tokens(target, w, h))
+        return task, phrase, f"<ref>{phrase}</ref>" + (NONE_ANSWER if target is None else box_tokens(target, w, h, step))
     raise ValueError(f"unknown task {task}")
 
 

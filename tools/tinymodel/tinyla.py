@@ -151,7 +151,7 @@ def encode_images(model, patches, grid_h, grid_w):
     return model.mlp1(x)
 
 
-def forward_batch(model, patches, grid_h, grid_w, ids, where=None):
+def forward_batch(model, patches, grid_h, grid_w, ids, where=None, return_image_embeds=False):
     """Logits for right-padded ids [B, S], each row holding the same number of image tokens:
     [B, S, vocab], or only at the positions of the bool mask where ([n, vocab]; the output
     projection is the costliest matmul and training needs it only on the answer)."""
@@ -162,7 +162,44 @@ def forward_batch(model, patches, grid_h, grid_w, ids, where=None):
     if where is not None:
         h = h[where]
     weight = lm.lm_head.weight if lm.lm_head is not None else lm.model.embed_tokens.weight
-    return h @ weight.t()
+    logits = h @ weight.t()
+    return (logits, emb) if return_image_embeds else logits
+
+
+def forward_batch_attention(model, patches, grid_h, grid_w, ids, where, layer_index):
+    """Like forward_batch(..., where, return_image_embeds=True), and also the attention
+    probabilities [B, heads, S, S] of decoder layer layer_index (same arithmetic as
+    refmodel's Attention, spelled out to expose them)."""
+    emb = encode_images(model, patches, grid_h, grid_w)
+    x = model.embed(ids, emb.reshape(-1, emb.shape[-1]))
+    lm = model.language_model
+    t = model.cfg.text
+    S = ids.shape[1]
+    cos, sin = refmodel.rope_1d_cos_sin(torch.arange(S), t.head_dim, t.rope_theta)
+    probs = None
+    for i, layer in enumerate(lm.model.layers):
+        if i != layer_index:
+            x = layer(x, cos, sin)
+            continue
+        a = layer.self_attn
+        h = layer.input_layernorm(x)
+        B = h.shape[0]
+        q = a.q_proj(h).view(B, S, a.heads, a.head_dim).transpose(1, 2)
+        k = a.k_proj(h).view(B, S, a.kv_heads, a.head_dim).transpose(1, 2)
+        v = a.v_proj(h).view(B, S, a.kv_heads, a.head_dim).transpose(1, 2)
+        q = q * cos + refmodel.rotate_half(q) * sin
+        k = k * cos + refmodel.rotate_half(k) * sin
+        rep = a.heads // a.kv_heads
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(a.head_dim)
+        scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+        probs = scores.softmax(-1)
+        out = a.o_proj((probs @ v).transpose(1, 2).reshape(B, S, -1))
+        x = x + out
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    h = lm.model.norm(x)[where]
+    weight = lm.lm_head.weight if lm.lm_head is not None else lm.model.embed_tokens.weight
+    return h @ weight.t(), emb, probs
 
 
 # ---------------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ import tinyla  # noqa: E402
 from tinyla import refmodel  # noqa: E402
 
 IGNORE = -100
+ATTENTION_LAYER = 1  # decoder layer whose first heads are taught where to look
+EMBED_PENALTY = 0.01  # times the mean square of the image embeddings (see loss_fn)
 COORD_SIGMA = 6.0  # coordinate units (per mille) of the soft target around the true value
 SOFT_WEIGHT = 0.5
 
@@ -38,29 +40,110 @@ def batch_rng(seed, step):
     return random.Random(seed * 1_000_003 + step)
 
 
-def produce(tok_dir, seed, start, steps, batch_size, queue):
+def produce(tok_dir, seed, start, steps, batch_size, coord_step, queue):
     """Runs in a child process: makes the batches of steps start..steps-1, in order."""
     torch.set_num_threads(1)
     tok = bpe.Tokenizer.load(tok_dir)
     for step in range(start, steps):
         # numpy arrays travel by value; torch tensors would be shared through file
         # descriptors that vanish when this process ends before the trainer reads them.
-        queue.put(tuple(x.numpy() if torch.is_tensor(x) else x for x in make_batch(batch_rng(seed, step), tok, batch_size)))
+        queue.put(tuple(x.numpy() if torch.is_tensor(x) else x for x in make_batch(batch_rng(seed, step), tok, batch_size, coord_step)))
 
 
-def make_batch(rng, tok, batch_size):
+AUX_CLASSES = len(scenes.COLOURS) + 1 + len(scenes.SHAPES) + 1  # colour or none, shape or none
+
+
+def cell_labels(scene, gh, gw, k=2):
+    """Training-only targets for each image token (one per k x k patch cell, raster order):
+    the colour and shape of the object covering the cell's centre (the core of its box),
+    or the extra 'background' class, and that object's box (x1, y1, x2, y2 over the image
+    size; zeros for background). Later objects are drawn on top, so they win."""
+    w, h = scene.size
+    rows, cols = gh // k, gw // k
+    colours, shapes = list(scenes.COLOURS), list(scenes.SHAPES)
+    colour = [len(colours)] * (rows * cols)
+    shape = [len(shapes)] * (rows * cols)
+    box = [[0.0, 0.0, 0.0, 0.0] for _ in range(rows * cols)]
+    for o in scene.objects:
+        x1, y1, x2, y2 = o.box
+        mx, my = 0.2 * (x2 - x1), 0.2 * (y2 - y1)
+        for r in range(rows):
+            cy = (r + 0.5) / rows * h
+            if not (y1 + my <= cy <= y2 - my):
+                continue
+            for c in range(cols):
+                cx = (c + 0.5) / cols * w
+                if x1 + mx <= cx <= x2 - mx:
+                    colour[r * cols + c] = colours.index(o.colour)
+                    shape[r * cols + c] = shapes.index(o.shape)
+                    box[r * cols + c] = [x1 / w, y1 / h, x2 / w, y2 / h]
+    return colour, shape, box
+
+
+def answer_objects(scene, task, query):
+    """The objects whose boxes (or points) the answer lists, in the answer's order."""
+    if task == "ground_one":
+        word, _, cat = query[len("the "):].partition(" ")
+        target = scenes.superlative_target(scene, word, cat)
+        return [] if target in (None, False) else [target]
+    out = []
+    for cat in query.split("</c>"):
+        out += scenes.in_reading_order([o for o in scene.objects if scenes.matches(o, cat)])
+    return out
+
+
+def object_cells(obj, size, gh, gw, k=2):
+    """Indices of the image tokens (k x k patch cells, raster order) an object's box overlaps
+    by at least a third of a cell in each direction; at least the cell of its centre."""
+    w, h = size
+    rows, cols = gh // k, gw // k
+    x1, y1, x2, y2 = obj.box[0] / w * cols, obj.box[1] / h * rows, obj.box[2] / w * cols, obj.box[3] / h * rows
+    cells = [r * cols + c for r in range(rows) for c in range(cols)
+             if min(c + 1, x2) - max(c, x1) >= 1 / 3 and min(r + 1, y2) - max(r, y1) >= 1 / 3]
+    if not cells:
+        cx, cy = min(cols - 1, int((x1 + x2) / 2)), min(rows - 1, int((y1 + y2) / 2))
+        cells = [cy * cols + cx]
+    return cells
+
+
+def attention_targets(tok, scene, task, query, answer_ids, prompt_len, gh, gw, n_image, image_start):
+    """[(position, [sequence indices of the image tokens to attend to])]: the positions that
+    predict a coordinate of an answer box, each paired with the image tokens of that box's
+    object. Used to supervise one decoder attention layer (see attention_loss)."""
+    objs = answer_objects(scene, task, query)
+    box_start = tok.id("<box>")
+    c0, c1 = tok.id("<0>"), tok.id("<1000>")
+    out, k = [], -1
+    for i, t in enumerate(answer_ids):
+        if t == box_start:
+            k += 1
+        elif c0 <= t <= c1 and 0 <= k < len(objs):
+            cells = object_cells(objs[k], scene.size, gh, gw)
+            out.append((prompt_len + i - 1, [image_start + c for c in cells]))
+    return out
+
+
+def make_batch(rng, tok, batch_size, coord_step=1):
     """One batch of scenes of one image size (so one vision grid): patches [B, L, 3, 14, 14],
-    the grid, ids [B, S] right-padded, targets [B, S] (IGNORE outside the answers)."""
+    the grid, ids [B, S] right-padded, targets [B, S] (IGNORE outside the answers), and the
+    per-image-token colour and shape classes [B, N] of cell_labels."""
     size = scenes.random_size(rng)
-    patches, rows = [], []
+    patches, rows, cell_colour, cell_shape, cell_box, attn = [], [], [], [], [], []
     for _ in range(batch_size):
         scene = scenes.make_scene(rng, size=size)
-        task, query, answer = scenes.make_query(rng, scene)
+        task, query, answer = scenes.make_query(rng, scene, step=coord_step)
         p, gh, gw = tinyla.prepare_image(scene.image)
         patches.append(p)
+        cc, cs, cb = cell_labels(scene, gh, gw)
+        cell_colour.append(cc)
+        cell_shape.append(cs)
+        cell_box.append(cb)
         n_img = gh * gw // 4
         prompt = tinyla.prompt_ids(tok, task, query, n_img)
-        rows.append((prompt, tinyla.answer_ids(tok, answer)))
+        ans = tinyla.answer_ids(tok, answer)
+        rows.append((prompt, ans))
+        image_start = prompt.index(tok.id("<IMG_CONTEXT>"))
+        attn.append(attention_targets(tok, scene, task, query, ans, len(prompt), gh, gw, n_img, image_start))
     S = max(len(p) + len(a) for p, a in rows)
     pad = tok.id("<|endoftext|>")
     ids = torch.full((batch_size, S), pad, dtype=torch.long)
@@ -70,10 +153,56 @@ def make_batch(rng, tok, batch_size):
         ids[i, :len(seq)] = torch.tensor(seq)
         # Position t predicts token t+1: only the answer tokens are learned.
         targets[i, len(p) - 1:len(seq) - 1] = torch.tensor(a)
-    return torch.stack(patches), gh, gw, ids, targets
+    return torch.stack(patches), gh, gw, ids, targets, torch.tensor(cell_colour), torch.tensor(cell_shape), torch.tensor(cell_box), attention_mask(attn, S)
 
 
-def loss_fn(logits, targets, c0, c1):
+def attention_mask(attn, S):
+    """[B, S, S] float: row t of sample b marks the image tokens that position t should
+    attend to (all zero where t is not supervised)."""
+    m = torch.zeros(len(attn), S, S)
+    for b, pairs in enumerate(attn):
+        for t, cols in pairs:
+            m[b, t, cols] = 1.0
+    return m
+
+
+def attention_loss(probs, mask, heads=2):
+    """-log of the attention mass that the first `heads` heads of the supervised layer put
+    on the answer box's object, at each position that predicts one of its coordinates. It
+    teaches the decoder where to look; without it the selection was not found in 1000 steps."""
+    rows = mask.sum(-1) > 0  # [B, S]
+    if not rows.any():
+        return probs.sum() * 0
+    mass = (probs[:, :heads] * mask[:, None]).sum(-1)  # [B, heads, S]
+    return -torch.log(mass.permute(0, 2, 1)[rows] + 1e-6).mean()
+
+
+class AuxHead(torch.nn.Module):
+    """Training-only probe on the image embeddings (the decoder's input): per image token,
+    its colour, its shape, its position in the image and the box of the object on it. It gives the vision tower a direct
+    signal from the first step; without it the decoder learned to ignore the image (the
+    answer's first coordinates never left the prior in 1000 steps). Not saved."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden, AUX_CLASSES + 2 + 4)
+
+    def loss(self, image_embeds, colour, shape, box, grid_h, grid_w, k=2):
+        out = self.proj(image_embeds)  # [B, N, classes + centre + box]
+        nc = len(scenes.COLOURS) + 1
+        l_colour = F.cross_entropy(out[..., :nc].flatten(0, 1), colour.flatten())
+        l_shape = F.cross_entropy(out[..., nc:AUX_CLASSES].flatten(0, 1), shape.flatten())
+        rows, cols = grid_h // k, grid_w // k
+        cy = ((torch.arange(rows, dtype=torch.float32) + 0.5) / rows).repeat_interleave(cols)
+        cx = ((torch.arange(cols, dtype=torch.float32) + 0.5) / cols).repeat(rows)
+        centre = torch.stack((cx, cy), -1)[None].expand(out.shape[0], -1, -1)
+        l_pos = F.mse_loss(out[..., AUX_CLASSES:AUX_CLASSES + 2], centre) * 10
+        on_object = (shape < len(scenes.SHAPES)).float()[..., None]
+        l_box = ((out[..., AUX_CLASSES + 2:] - box) ** 2 * on_object).sum() / on_object.sum().clamp(min=1) * 10 / 4
+        return l_colour + l_shape + l_pos + l_box
+
+
+def loss_fn(logits, targets, c0, c1, sigma=COORD_SIGMA, soft_weight=SOFT_WEIGHT, coord_step=1):
     """Cross-entropy on the answer tokens, plus a soft cross-entropy that spreads each
     coordinate target over its neighbours (a Gaussian of COORD_SIGMA), so being close counts."""
     V = logits.shape[-1]
@@ -85,10 +214,11 @@ def loss_fn(logits, targets, c0, c1):
     logp = F.log_softmax(flat[is_coord], dim=-1)[:, c0:c1 + 1]
     values = torch.arange(c1 - c0 + 1, dtype=torch.float32)
     true = (tgt[is_coord] - c0).float()
-    weights = torch.exp(-0.5 * ((values[None] - true[:, None]) / COORD_SIGMA) ** 2)
+    weights = torch.exp(-0.5 * ((values[None] - true[:, None]) / sigma) ** 2)
+    weights = weights * (values % coord_step == 0)[None]  # only values the answers use
     weights = weights / weights.sum(-1, keepdim=True)
     soft = -(weights * logp).sum(-1).mean()
-    return hard + SOFT_WEIGHT * soft, hard
+    return hard + soft_weight * soft, hard
 
 
 def lr_at(step, steps, peak, warmup):
@@ -107,12 +237,21 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--coord-sigma", type=float, default=COORD_SIGMA,
+                    help="width of the soft coordinate target; a second, sharpening phase uses less")
+    ap.add_argument("--coord-step", type=int, default=1,
+                    help="round answer coordinates to multiples of this (10: 101 values to choose from)")
+    ap.add_argument("--soft-weight", type=float, default=SOFT_WEIGHT, help="weight of the soft coordinate loss")
+    ap.add_argument("--attention-weight", type=float, default=1.0, help="weight of attention_loss")
+    ap.add_argument("--aux-weight", type=float, default=1.0, help="weight of the image-token probe loss (AuxHead)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads of the trainer (a second process makes the scenes); on a "
                          "shared, loaded machine 1 is much faster than 2")
     ap.add_argument("--save-every", type=int, default=250, help="steps between checkpoint writes")
     ap.add_argument("--state", default="", help="file for the resumable training state (model + optimizer)")
     ap.add_argument("--resume", action="store_true", help="continue from --state")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop (and save) after this step, keeping the schedule of --steps")
     ap.add_argument("--max-minutes", type=float, default=0, help="stop (and save) after this much wall time")
     args = ap.parse_args()
 
@@ -124,12 +263,17 @@ def main():
     tinyla.init_weights(model, tok, args.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.endswith("embed_tokens.weight")]
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and not n.endswith("embed_tokens.weight"))]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": other, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.98))
+    aux = AuxHead(cfg.text.hidden) if args.aux_weight > 0 else None
+    groups = [{"params": decay, "weight_decay": 0.05}, {"params": other, "weight_decay": 0.0}]
+    if aux is not None:
+        groups.append({"params": list(aux.parameters()), "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98))
     start_step = 0
     if args.resume:
         state = torch.load(args.state)
         model.load_state_dict(state["model"])
+        if aux is not None:
+            aux.load_state_dict(state["aux"])
         opt.load_state_dict(state["opt"])
         start_step = state["step"]
     n_params = sum(p.numel() for p in model.parameters())
@@ -138,45 +282,69 @@ def main():
     def save(step):
         tinyla.save(model, tok, args.out)
         if args.state:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, args.state + ".tmp")
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                        "aux": aux.state_dict() if aux is not None else None}, args.state + ".tmp")
             os.replace(args.state + ".tmp", args.state)
 
     c0, c1 = cfg.coord_start_token_id, cfg.coord_end_token_id
     model.train()
     ctx = mp.get_context("fork")
     queue = ctx.Queue(maxsize=6)
-    producer = ctx.Process(target=produce, args=(args.tokenizer, args.seed, start_step, args.steps, args.batch, queue),
+    producer = ctx.Process(target=produce, args=(args.tokenizer, args.seed, start_step, args.steps, args.batch,
+                                                   args.coord_step, queue),
                            daemon=True)
     producer.start()
     try:
-        train_loop(args, model, opt, queue, start_step, save, c0, c1)
+        train_loop(args, model, aux, opt, queue, start_step, save, c0, c1)
     finally:
         producer.terminate()
         producer.join()
 
 
-def train_loop(args, model, opt, queue, start_step, save, c0, c1):
+def train_loop(args, model, aux, opt, queue, start_step, save, c0, c1):
     t0, avg, avg_hard = time.time(), None, None
     for step in range(start_step, args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        patches, gh, gw, ids, targets = (torch.from_numpy(x) if hasattr(x, "dtype") else x for x in queue.get())
+        patches, gh, gw, ids, targets, cell_colour, cell_shape, cell_box, attn_mask = (
+            torch.from_numpy(x) if hasattr(x, "dtype") else x for x in queue.get())
         where = targets != IGNORE
-        logits = tinyla.forward_batch(model, patches, gh, gw, ids, where)
-        loss, hard = loss_fn(logits, targets[where], c0, c1)
+        if args.attention_weight > 0:
+            logits, image_embeds, probs = tinyla.forward_batch_attention(model, patches, gh, gw, ids, where,
+                                                                         ATTENTION_LAYER)
+        else:
+            logits, image_embeds = tinyla.forward_batch(model, patches, gh, gw, ids, where, return_image_embeds=True)
+        loss, hard = loss_fn(logits, targets[where], c0, c1, args.coord_sigma, args.soft_weight,
+                             args.coord_step)
+        # Without this the projector learns one huge constant vector for every image token
+        # (seen: std 42, varying by 0.2 between images), the decoder's RMSNorm then sees the
+        # same direction for every image, and the vision tower's gradient vanishes.
+        loss = loss + EMBED_PENALTY * image_embeds.pow(2).mean()
+        if args.attention_weight > 0:
+            loss = loss + args.attention_weight * attention_loss(probs, attn_mask)
+        if aux is not None:
+            loss = loss + args.aux_weight * aux.loss(image_embeds, cell_colour, cell_shape, cell_box, gh, gw)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        # How much the image embeddings differ between images, next to their size: a
+        # collapse to one constant vector shows as a falling ratio.
+        with torch.no_grad():
+            spread = float((image_embeds - image_embeds.mean(0, keepdim=True)).std() / image_embeds.pow(2).mean().sqrt())
         avg = float(loss) if avg is None else 0.98 * avg + 0.02 * float(loss)
         avg_hard = float(hard) if avg_hard is None else 0.98 * avg_hard + 0.02 * float(hard)
         done = step + 1
         if done % 25 == 0:
             el = time.time() - t0
-            print(f"step {done} loss {avg:.3f} ce {avg_hard:.3f} lr {opt.param_groups[0]['lr']:.2e} "
+            print(f"step {done} loss {avg:.3f} ce {avg_hard:.3f} lr {opt.param_groups[0]['lr']:.2e} image spread {spread:.3f} "
                   f"grid {gh}x{gw} {el / (done - start_step):.2f}s/step elapsed {el / 60:.1f}min", flush=True)
         if done % args.save_every == 0 or done == args.steps:
             save(done)
+        if args.stop_after and done >= args.stop_after:
+            save(done)
+            print(f"stopped after step {done} as asked", flush=True)
+            break
         if args.max_minutes and time.time() - t0 > args.max_minutes * 60:
             save(done)
             print(f"stopped at step {done} after {args.max_minutes} minutes", flush=True)
