@@ -45,7 +45,7 @@ func (b *lockedBuffer) String() string {
 func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	dataDir := t.TempDir()
 	cfg := singleMachineConfig(t, dataDir, freeAddr(t))
-	weightsDir, err := filepath.Abs("../../" + bundledModel)
+	weightsDir, err := filepath.Abs("../../" + randomCheckpoint)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 	t.Setenv("LA_FORCE_EXTRACT", "")
 
 	cfg := Config{
-		WeightsDir: "../../" + bundledModel, Threads: 2, MaxSeqLen: 512, InTokenLimit: 64,
+		WeightsDir: "../../" + randomCheckpoint, Threads: 2, MaxSeqLen: 512, InTokenLimit: 64,
 		CanonGrid: "native", MaxNewTokens: 16, MaxNewTokensCap: 64,
 	}
 	img, err := os.ReadFile("testdata/dog.jpg")
@@ -69,7 +69,7 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 }
 
 func TestOpenEngineRefusesUnknownBackend(t *testing.T) {
-	_, err := openEngine(context.Background(), Config{WeightsDir: "../../" + bundledModel, Engine: "gpu", MaxNewTokens: 8, MaxNewTokensCap: 8})
+	_, err := openEngine(context.Background(), Config{WeightsDir: "../../" + randomCheckpoint, Engine: "gpu", MaxNewTokens: 8, MaxNewTokensCap: 8})
 	if err == nil {
 		t.Fatal("LA_ENGINE=gpu opened")
 	}

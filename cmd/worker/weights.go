@@ -9,10 +9,10 @@ import (
 	"github.com/locateanything/detect/engine/weights"
 )
 
-// bundledModel is the small checkpoint shipped in the repository, used when no weights are
-// configured and no LocateAnything-3B snapshot is in the Hugging Face cache, so that the
-// worker runs on a fresh machine.
-const bundledModel = "testdata/checkpoints/tiny-bf16"
+// bundledModel is the small trained checkpoint shipped in the repository (docs/tiny-model.md),
+// used when no weights are configured and no LocateAnything-3B snapshot is in the Hugging
+// Face cache, so that the worker finds real things (coloured shapes) on a fresh machine.
+const bundledModel = "models/tiny-shapes"
 
 // defaultWeightsDir picks the checkpoint directory: dir when given, else the pinned
 // LocateAnything-3B snapshot from the Hugging Face cache (or the Hub, with LA_DOWNLOAD=1),
