@@ -1,0 +1,128 @@
+package tinymodel
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/jobs/natsembed/natstest"
+	"github.com/locateanything/detect/storage"
+)
+
+// TestHeldoutScenesThroughTheQueue pushes the held-out scenes through the whole system as
+// jobs: embedded JetStream, the jobs.Runner, file storage, the chip owner, the C engine, the
+// answer parser and the published results. Every result must say what PyTorch generated for
+// that scene, and the single-category detections must reach the accuracy floors.
+func TestHeldoutScenesThroughTheQueue(t *testing.T) {
+	set := loadHeldout(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := jobs.EnsureTopology(ctx, js, jobs.DefaultTopologyConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	images, err := filepath.Abs("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	store, err := storage.Open(storage.Config{FileRoots: []string{images, out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	c, err := chip.Open(func() (engine.Engine, error) {
+		return pipeline.Open(pipeline.OpenOptions{
+			WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, CanonGrid: "native",
+			MaxNewTokens: set.MaxNewTokens, MaxNewTokensCap: set.MaxNewTokens,
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runner, err := jobs.NewRunner(topo, store, c, jobs.RunnerConfig{
+		Worker: "tiny", DefaultOutput: "file://" + out + "/", PollWait: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- runner.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	results, err := js.OrderedConsumer(ctx, jobs.ResultsStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]heldoutScene{}
+	for i, sc := range set.Scenes {
+		id := fmt.Sprintf("heldout-%02d", i)
+		byID[id] = sc
+		job, _ := json.Marshal(jobs.Job{ID: id, Image: "file://" + filepath.Join(images, sc.File),
+			Query: sc.Query, Task: engine.Task(sc.Task), MaxNewTokens: set.MaxNewTokens, Batch: "heldout"})
+		if _, err := js.Publish(ctx, jobs.JobSubject(jobs.DefaultClass), job, jetstream.WithMsgID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var tally boxTally
+	for range set.Scenes {
+		msg, err := results.Next(jetstream.FetchMaxWait(2 * time.Minute))
+		if err != nil {
+			t.Fatalf("waiting for results: %v", err)
+		}
+		var r jobs.Result
+		if err := json.Unmarshal(msg.Data(), &r); err != nil {
+			t.Fatal(err)
+		}
+		sc, ok := byID[r.ID]
+		if !ok {
+			t.Fatalf("result for unknown job %q", r.ID)
+		}
+		delete(byID, r.ID)
+		if r.Status != jobs.StatusSucceeded {
+			t.Fatalf("%s: %s %+v", r.ID, r.Status, r.Error)
+		}
+		if r.RawText != sc.TorchText {
+			t.Errorf("%s (%s %q): result says %q, PyTorch generated %q", r.ID, sc.Task, sc.Query, r.RawText, sc.TorchText)
+		}
+		if sc.Kind == detectKindToCheck {
+			var boxes [][4]float64
+			for _, d := range r.Detections {
+				boxes = append(boxes, [4]float64{float64(d.BoxNorm[0]), float64(d.BoxNorm[1]), float64(d.BoxNorm[2]), float64(d.BoxNorm[3])})
+			}
+			tally.add(truthBoxes(sc.Truth), boxes)
+		}
+	}
+	found, meanIoU, fpPerQuery, noneAcc := tally.figures()
+	t.Logf("through the queue, %s: found@0.5 %.3f, mean IoU %.3f, false positives per query %.3f, None accuracy %.3f",
+		detectKindToCheck, found, meanIoU, fpPerQuery, noneAcc)
+	if found < minFoundIoU50 || meanIoU < minMeanIoU || fpPerQuery > maxFalsePerQuery || noneAcc < minNoneAccuracy {
+		t.Errorf("below the floors: found %.3f (>= %.2f), mean IoU %.3f (>= %.2f), false positives %.3f (<= %.2f), None %.3f (>= %.2f)",
+			found, minFoundIoU50, meanIoU, minMeanIoU, fpPerQuery, maxFalsePerQuery, noneAcc, minNoneAccuracy)
+	}
+}
