@@ -12,7 +12,7 @@ VERSITYGW_VERSION := v1.8.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 APT_PACKAGES := libopenblas-dev pkg-config libpython3.11 python3 python3-numpy python3-uvicorn systemd
 
-.PHONY: run test deps build bench vet fmt
+.PHONY: run demo test deps build vet
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -29,6 +29,10 @@ build: deps
 
 run: build
 	$(BIN)/worker
+
+# A few held-out shape scenes through the worker and submit; overlays land in demo-out/.
+demo: build
+	tools/demo.sh
 
 test: deps
 	$(GO) vet ./...

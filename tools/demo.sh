@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# make demo: start the worker on the embedded single-machine default (bundled tiny-shapes
+# model), submit a handful of held-out shape scenes with their own queries and tasks, and
+# leave the results and overlay pictures in demo-out/ for a person to open.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=demo-out
+rm -rf "$out"
+mkdir -p "$out"
+nats=127.0.0.1:${LA_DEMO_NATS_PORT:-4223}
+
+LA_DATA_DIR="$out/la-data" LA_NATS_LISTEN="$nats" LA_HTTP_ADDR=127.0.0.1:0 LA_METRICS_ADDR=off \
+	bin/worker >"$out/worker.log" 2>&1 &
+worker=$!
+trap 'kill "$worker" 2>/dev/null; wait "$worker" 2>/dev/null || true' EXIT
+
+for _ in $(seq 1 600); do
+	grep -q "Application startup complete" "$out/worker.log" && break
+	kill -0 "$worker" 2>/dev/null || { echo "worker failed to start:"; cat "$out/worker.log"; exit 1; }
+	sleep 0.1
+done
+
+rc=0
+LA_NATS_URL="nats://$nats" bin/submit --overlay --out "$out" tools/tinymodel/testdata/demo.jsonl || rc=$?
+echo
+echo "results: $out/results.jsonl   overlays: $out/overlays/   worker log: $out/worker.log"
+exit "$rc"
