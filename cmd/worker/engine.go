@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -53,6 +54,11 @@ func openEngine(ctx context.Context, cfg Config) (engine.Engine, error) {
 			return nil, fmt.Errorf("extracting the LLM for the ttnn backend: %w", err)
 		}
 		opts.BackendOptions = map[string]string{"llm_dir": res.Dir}
+		// The adapter reads the seed's knobs itself; report what it runs.
+		opts.Precision = cmp.Or(os.Getenv("LA_PREC"), "accuracy")
+		if os.Getenv("LA_TRACE") == "0" {
+			opts.DecodeMode = "ar_greedy"
+		}
 	default:
 		return nil, fmt.Errorf("LA_ENGINE=%q: want cpu or ttnn", cfg.Engine)
 	}

@@ -29,6 +29,8 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 	t.Setenv("TT_DIT_CACHE_DIR", cache)
 	t.Setenv("LA_LLM_DIR", "")
 	t.Setenv("LA_FORCE_EXTRACT", "")
+	t.Setenv("LA_PREC", "bfp8attn")
+	t.Setenv("LA_TRACE", "0")
 
 	cfg := Config{
 		WeightsDir: "../../" + randomCheckpoint, Threads: 2, MaxSeqLen: 512, InTokenLimit: 64,
@@ -45,6 +47,10 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 			t.Fatalf("open %s: %v", backend, err)
 		}
 		defer eng.Close()
+		info := eng.Info()
+		if want := map[string][2]string{"cpu": {"bf16 weights, f32 compute", "ar_greedy_trace"}, "ttnn": {"bfp8attn", "ar_greedy"}}[backend]; [2]string{info.Precision, info.DecodeMode} != want {
+			t.Errorf("%s reports precision %q decode mode %q, want %q (LA_PREC, LA_TRACE)", backend, info.Precision, info.DecodeMode, want)
+		}
 		prep, err := eng.Prepare(context.Background(), engine.Request{Image: img, Query: "dog</c>bicycle"})
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 
@@ -30,6 +31,12 @@ type OpenOptions struct {
 	MaxNewTokens    int    // LA_MAX_NEW_TOKENS
 	MaxNewTokensCap int    // LA_MAX_NEW_TOKENS_CAP
 	MaxPixels       int64  // decode budget for one image
+
+	// Precision and DecodeMode describe the run for /info and /predict when the backend's
+	// own settings decide them (the ttnn adapter's LA_PREC and LA_TRACE); empty means the
+	// CPU backend's: the checkpoint's weight type with f32 compute, and trace decode.
+	Precision  string
+	DecodeMode string
 
 	// BackendOptions are passed to the backend as its option lines (the ttnn backend's
 	// adapter, path, python_lib and llm_dir, say).
@@ -103,8 +110,8 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 		Info: engine.Info{
 			Model:           "LocateAnything-3B",
 			Device:          device(o.Backend, threads),
-			DecodeMode:      "ar_greedy_trace",
-			Precision:       precision(o.Backend, model),
+			DecodeMode:      cmp.Or(o.DecodeMode, "ar_greedy_trace"),
+			Precision:       cmp.Or(o.Precision, precision(model)),
 			WeightsDir:      o.WeightsDir,
 			WeightsRepo:     o.WeightsRepo,
 			WeightsRevision: o.WeightsRevision,
@@ -125,12 +132,8 @@ func device(backend string, threads int) string {
 	return fmt.Sprintf("CPU, %d threads", threads)
 }
 
-// precision names the checkpoint's weight type; the CPU backend computes in f32. The ttnn
-// backend runs the seed's LA_PREC recipe.
-func precision(backend string, m *checkpoint.Model) string {
-	if backend == "ttnn" {
-		return "accuracy"
-	}
+// precision names the checkpoint's weight type; the CPU backend computes in f32.
+func precision(m *checkpoint.Model) string {
 	if t, ok := m.Tensor("language_model.model.embed_tokens.weight"); ok {
 		switch t.DType {
 		case checkpoint.BF16:
