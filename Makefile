@@ -30,8 +30,10 @@ build: deps
 run: build
 	$(BIN)/worker
 
-# A few held-out shape scenes through the worker and submit; overlays land in demo-out/.
+# A dozen freshly drawn shape scenes through the worker and submit, scored; overlays land
+# in demo-out/. LA_DEMO_SEED=N draws the same scenes again, LA_DEMO_SCENES=N more or fewer.
 demo: build
+	$(GO) build -o $(BIN)/genscenes ./tools/tinymodel/genscenes
 	tools/demo.sh
 
 test: deps

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo: start the worker on the embedded single-machine default (bundled tiny-shapes
-# model), submit a handful of held-out shape scenes with their own queries and tasks, and
-# leave the results and overlay pictures in demo-out/ for a person to open.
+# model), draw a dozen fresh shape scenes with a query each (bin/genscenes), submit them,
+# score the answers against the true boxes, and leave the results and overlay pictures in
+# demo-out/ for a person to open. LA_DEMO_SEED=N draws the same scenes again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=demo-out
@@ -20,8 +21,11 @@ for _ in $(seq 1 600); do
 	sleep 0.1
 done
 
+bin/genscenes make -n "${LA_DEMO_SCENES:-12}" -seed "${LA_DEMO_SEED:-0}" -out "$out/scenes"
 rc=0
-LA_NATS_URL="nats://$nats" bin/submit --overlay --out "$out" tools/tinymodel/testdata/demo.jsonl || rc=$?
+LA_NATS_URL="nats://$nats" bin/submit --overlay --out "$out" "$out/scenes/manifest.jsonl" || rc=$?
 echo
-echo "results: $out/results.jsonl   overlays: $out/overlays/   worker log: $out/worker.log"
+bin/genscenes score "$out/results.jsonl" || rc=$?
+echo
+echo "scenes: $out/scenes/   results: $out/results.jsonl   overlays: $out/overlays/   worker log: $out/worker.log"
 exit "$rc"

@@ -18,6 +18,7 @@ import (
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
 	"github.com/locateanything/detect/storage"
+	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
 
 // TestHeldoutScenesThroughTheQueue pushes the held-out scenes through the whole system as
@@ -89,7 +90,7 @@ func TestHeldoutScenesThroughTheQueue(t *testing.T) {
 		}
 	}
 
-	var tally boxTally
+	var tally shapes.Tally
 	for range set.Scenes {
 		msg, err := results.Next(jetstream.FetchMaxWait(2 * time.Minute))
 		if err != nil {
@@ -115,10 +116,10 @@ func TestHeldoutScenesThroughTheQueue(t *testing.T) {
 			for _, d := range r.Detections {
 				boxes = append(boxes, [4]float64{float64(d.BoxNorm[0]), float64(d.BoxNorm[1]), float64(d.BoxNorm[2]), float64(d.BoxNorm[3])})
 			}
-			tally.add(truthBoxes(sc.Truth), boxes)
+			tally.Add(truthBoxes(sc.Truth), boxes)
 		}
 	}
-	found, meanIoU, fpPerQuery, noneAcc := tally.figures()
+	found, meanIoU, fpPerQuery, noneAcc := tally.Figures()
 	t.Logf("through the queue, %s: found@0.5 %.3f, mean IoU %.3f, false positives per query %.3f, None accuracy %.3f",
 		detectKindToCheck, found, meanIoU, fpPerQuery, noneAcc)
 	if found < minFoundIoU50 || meanIoU < minMeanIoU || fpPerQuery > maxFalsePerQuery || noneAcc < minNoneAccuracy {

@@ -17,6 +17,7 @@ import (
 	"github.com/locateanything/detect/engine/checkpoint"
 	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/engine/tokenizer"
+	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
 
 // checkpointDir is the shipped tiny model, relative to this package.
@@ -152,7 +153,7 @@ func TestHeldoutScenes(t *testing.T) {
 	}
 	defer p.Close()
 
-	var tally boxTally
+	var tally shapes.Tally
 	for _, sc := range set.Scenes {
 		data, err := os.ReadFile(filepath.Join("testdata", sc.File))
 		if err != nil {
@@ -179,14 +180,14 @@ func TestHeldoutScenes(t *testing.T) {
 			for _, d := range pred.Detections {
 				boxes = append(boxes, [4]float64{float64(d.BoxNorm[0]), float64(d.BoxNorm[1]), float64(d.BoxNorm[2]), float64(d.BoxNorm[3])})
 			}
-			tally.add(truthBoxes(sc.Truth), boxes)
+			tally.Add(truthBoxes(sc.Truth), boxes)
 		}
 	}
-	found, meanIoU, fpPerQuery, noneAcc := tally.figures()
+	found, meanIoU, fpPerQuery, noneAcc := tally.Figures()
 	t.Logf("%s: %d queries, %d objects: found@0.5 %.3f, mean IoU %.3f, false positives per query %.3f, None accuracy %.3f (%d absent)",
-		detectKindToCheck, tally.queries, tally.objects, found, meanIoU, fpPerQuery, noneAcc, tally.absent)
-	if tally.objects == 0 || tally.absent == 0 {
-		t.Fatalf("held-out set has %d objects and %d absent queries; it needs both", tally.objects, tally.absent)
+		detectKindToCheck, tally.Queries, tally.Objects, found, meanIoU, fpPerQuery, noneAcc, tally.Absent)
+	if tally.Objects == 0 || tally.Absent == 0 {
+		t.Fatalf("held-out set has %d objects and %d absent queries; it needs both", tally.Objects, tally.Absent)
 	}
 	if found < minFoundIoU50 {
 		t.Errorf("found@IoU0.5 = %.3f, want >= %.2f", found, minFoundIoU50)
