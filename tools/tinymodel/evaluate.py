@@ -134,7 +134,7 @@ def heldout(kind, i):
             task, query, answer = scenes.make_query(rng, scene, "detect")
             if "</c>" in query:
                 return scene, task, query, answer
-    task = {"ground_one": "ground_one", "point": "point"}[kind]
+    task = {"ground": "ground", "ground_one": "ground_one", "point": "point"}[kind]
     return (scene,) + scenes.make_query(rng, scene, task)
 
 
@@ -145,18 +145,19 @@ def truth_for(scene, task, query):
         word, _, cat = query[len("the "):].partition(" ")
         target = scenes.superlative_target(scene, word, cat)
         return [] if target is None else [norm_box(target, w, h)]
-    cats = query.split("</c>")
+    cats = [scenes.phrase_category(query)] if task == "ground" else query.split("</c>")
     return [norm_box(o, w, h) for o in scene.objects if any(scenes.matches(o, c) for c in cats)]
 
 
-def run_one(model, tok, scene, task, query):
+def run_one(model, tok, scene, task, query, none_bias=0.0):
     patches, gh, gw = tinyla.prepare_image(scene.image)
     prompt = tinyla.prompt_ids(tok, task, query, gh * gw // 4)
-    ids = tinyla.greedy(model, patches, gh, gw, prompt, model.cfg.text.eos_token_id)
+    bias = {tok.id("None"): none_bias} if none_bias else None
+    ids = tinyla.greedy(model, patches, gh, gw, prompt, model.cfg.text.eos_token_id, logit_bias=bias)
     return prompt, ids, tok.decode(ids)
 
 
-def evaluate(ckpt, counts, log=print):
+def evaluate(ckpt, counts, log=print, none_bias=0.0):
     tok = bpe.Tokenizer.load(ckpt)
     model = refmodel.load_checkpoint(ckpt)
     results, t0 = {}, time.time()
@@ -164,7 +165,7 @@ def evaluate(ckpt, counts, log=print):
         tally = Tally()
         for i in range(n):
             scene, task, query, _ = heldout(kind, i)
-            _, _, text = run_one(model, tok, scene, task, query)
+            _, _, text = run_one(model, tok, scene, task, query, none_bias)
             boxes, points = parse(text)
             truth = truth_for(scene, task, query)
             if task == "point":
@@ -183,10 +184,15 @@ def main():
     ap.add_argument("--n-other", type=int, default=50, help="queries of each other kind")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default="", help="also write the figures here")
+    ap.add_argument("--none-bias", type=float, default=0.0,
+                    help="add this to the None logit while decoding: shows how the figures would move if "
+                         "training made None more or less likely (a calibration study; the engine has no "
+                         "such knob)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    counts = {"detect1": args.n_detect, "detect2": args.n_other, "ground_one": args.n_other, "point": args.n_other}
-    results = evaluate(args.checkpoint, counts)
+    counts = {"detect1": args.n_detect, "detect2": args.n_other, "ground": args.n_other, "ground_one": args.n_other,
+              "point": args.n_other}
+    results = evaluate(args.checkpoint, counts, none_bias=args.none_bias)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -27,7 +27,7 @@ from tinyla import refmodel  # noqa: E402
 
 # Held-out scenes for the Go end-to-end test: mostly single-category detection, the
 # figure the test asserts, and a few of each other kind to show them working.
-SCENE_KINDS = [("detect1", 40), ("detect2", 4), ("ground_one", 4), ("point", 4)]
+SCENE_KINDS = [("detect1", 80), ("detect2", 4), ("ground", 4), ("ground_one", 4), ("point", 4)]
 
 ODD_TEXTS = [
     "None", "none", " None", "<box>None</box>", "red circle</c>square", "the largest blue shape",

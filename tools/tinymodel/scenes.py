@@ -235,6 +235,23 @@ def point_answer(scene, category, step=1):
     return f"<ref>{category}</ref>" + ("".join(point_tokens(o, w, h, step) for o in found) or NONE_ANSWER)
 
 
+def plural_phrase(rng, category):
+    """A phrase for every instance of a category, for the "ground" task: "blue circle" becomes
+    "blue circles", "all the blue circles" or "every blue circle"."""
+    form = rng.randrange(3)
+    if form == 2:
+        return f"every {category}"
+    plural = category + "s"
+    return plural if form == 0 else f"all the {plural}"
+
+
+def phrase_category(phrase):
+    """The category a plural_phrase was made from."""
+    if phrase.startswith("every "):
+        return phrase[len("every "):]
+    return phrase.removeprefix("all the ")[:-1]
+
+
 def superlative_target(scene, word, category):
     """The one object the phrase "the {word} {category}" means, None when no object
     matches, or False when the phrase is ambiguous (two candidates too close to call)."""
@@ -256,31 +273,36 @@ def superlative_target(scene, word, category):
     return cands[0]
 
 
-def make_query(rng, scene, task=None, step=1):
+def make_query(rng, scene, task=None, step=1, present_prob=0.75):
     """(task, query, answer text) for a scene; task None picks one at random. Coordinates in
-    the answer are rounded to multiples of step."""
+    the answer are rounded to multiples of step; present_prob is the chance that a queried
+    category is in the scene (when the scene has objects)."""
     if task is None:
-        task = rng.choices(("detect", "ground_one", "point"), weights=(6, 2, 2))[0]
+        task = rng.choices(("detect", "ground", "ground_one", "point"), weights=(5, 1, 2, 2))[0]
     w, h = scene.size
     if task == "detect":
         n = 1 if rng.random() < 0.75 else 2
         cats = []
         while len(cats) < n:
-            c = random_category(rng, scene)
+            c = random_category(rng, scene, present_prob)
             if c not in cats:
                 cats.append(c)
         return task, "</c>".join(cats), detect_answer(scene, cats, step)
+    if task == "ground":
+        cat = random_category(rng, scene, present_prob)
+        phrase = plural_phrase(rng, cat)
+        return task, phrase, detect_answer(scene, [cat], step).replace(f"<ref>{cat}</ref>", f"<ref>{phrase}</ref>", 1)
     if task == "point":
-        cat = random_category(rng, scene)
+        cat = random_category(rng, scene, present_prob)
         return task, cat, point_answer(scene, cat, step)
     if task == "ground_one":
         for _ in range(20):
-            word, cat = rng.choice(SUPERLATIVES), random_category(rng, scene, present_prob=0.85)
+            word, cat = rng.choice(SUPERLATIVES), random_category(rng, scene, max(0.85, present_prob))
             target = superlative_target(scene, word, cat)
             if target is not False:
                 break
         else:
-            return make_query(rng, scene, "detect", step)
+            return make_query(rng, scene, "detect", step, present_prob)
         phrase = f"the {word} {cat}"
         return task, phrase, f"<ref>{phrase}</ref>" + (NONE_ANSWER if target is None else box_tokens(target, w, h, step))
     raise ValueError(f"unknown task {task}")

@@ -29,16 +29,26 @@ IN_TOKEN_LIMIT = 64  # patches: about a 112 x 112 px view, 16 image tokens
 MAX_NEW_TOKENS = 48
 
 
-def make_config(tok):
-    """The tiny model's Config; every token id comes from the tokenizer."""
+# Widths and depths: "small" is the first shipped model (1.1 M parameters); "base" is about
+# twice as wide and one decoder layer deeper (about 2.6 M), still a few MB in bf16.
+SIZES = {
+    "small": dict(text=dict(hidden=128, layers=3, heads=4, kv_heads=2, head_dim=32, intermediate=320),
+                  vision=dict(hidden=96, layers=3, heads=4, intermediate=256)),
+    "base": dict(text=dict(hidden=192, layers=4, heads=6, kv_heads=2, head_dim=32, intermediate=512),
+                 vision=dict(hidden=128, layers=3, heads=4, intermediate=384)),
+}
+
+
+def make_config(tok, size="small"):
+    """The tiny model's Config at one of SIZES; every token id comes from the tokenizer."""
+    dims = SIZES[size]
     cfg = refconfig.Config(
         text=refconfig.TextConfig(
-            hidden=128, layers=3, heads=4, kv_heads=2, head_dim=32, intermediate=320, vocab=tok.vocab_size,
+            **dims["text"], vocab=tok.vocab_size,
             max_position_embeddings=1024, rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
             eos_token_id=tok.id("<|im_end|>"), bos_token_id=tok.id("<|endoftext|>")),
         vision=refconfig.VisionConfig(
-            hidden=96, layers=3, heads=4, intermediate=256, patch_size=14, merge_kernel=2,
-            pos_emb_height=8, pos_emb_width=8),
+            **dims["vision"], patch_size=14, merge_kernel=2, pos_emb_height=8, pos_emb_width=8),
         preprocessor=refconfig.PreprocessorConfig(
             image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5), in_token_limit=IN_TOKEN_LIMIT),
         image_token_id=tok.id("<IMG_CONTEXT>"),
@@ -222,13 +232,17 @@ def answer_ids(tok, answer):
 
 
 @torch.no_grad()
-def greedy(model, patches, grid_h, grid_w, ids, eos, max_new=MAX_NEW_TOKENS):
+def greedy(model, patches, grid_h, grid_w, ids, eos, max_new=MAX_NEW_TOKENS, logit_bias=None):
     """Greedy decoding of one prompt (a list of ids) until eos or max_new tokens. Recomputes
-    the whole sequence each step: slow and obviously right, like refmodel.greedy."""
+    the whole sequence each step: slow and obviously right, like refmodel.greedy.
+    logit_bias ({id: value}) is for calibration studies only (evaluate.py --none-bias); the
+    engine has no such knob."""
     emb = model.encode_image(patches, grid_h, grid_w)
     seq, out = list(ids), []
     for _ in range(max_new):
         logits = model(torch.tensor(seq)[None], emb)[0, -1]
+        for t, v in (logit_bias or {}).items():
+            logits[t] += v
         nxt = int(torch.argmax(logits))
         out.append(nxt)
         seq.append(nxt)

@@ -40,14 +40,14 @@ def batch_rng(seed, step):
     return random.Random(seed * 1_000_003 + step)
 
 
-def produce(tok_dir, seed, start, steps, batch_size, coord_step, queue):
+def produce(tok_dir, seed, start, steps, batch_size, coord_step, present_prob, queue):
     """Runs in a child process: makes the batches of steps start..steps-1, in order."""
     torch.set_num_threads(1)
     tok = bpe.Tokenizer.load(tok_dir)
     for step in range(start, steps):
         # numpy arrays travel by value; torch tensors would be shared through file
         # descriptors that vanish when this process ends before the trainer reads them.
-        queue.put(tuple(x.numpy() if torch.is_tensor(x) else x for x in make_batch(batch_rng(seed, step), tok, batch_size, coord_step)))
+        queue.put(tuple(x.numpy() if torch.is_tensor(x) else x for x in make_batch(batch_rng(seed, step), tok, batch_size, coord_step, present_prob)))
 
 
 AUX_CLASSES = len(scenes.COLOURS) + 1 + len(scenes.SHAPES) + 1  # colour or none, shape or none
@@ -86,6 +86,8 @@ def answer_objects(scene, task, query):
         word, _, cat = query[len("the "):].partition(" ")
         target = scenes.superlative_target(scene, word, cat)
         return [] if target in (None, False) else [target]
+    if task == "ground":
+        query = scenes.phrase_category(query)
     out = []
     for cat in query.split("</c>"):
         out += scenes.in_reading_order([o for o in scene.objects if scenes.matches(o, cat)])
@@ -123,7 +125,7 @@ def attention_targets(tok, scene, task, query, answer_ids, prompt_len, gh, gw, n
     return out
 
 
-def make_batch(rng, tok, batch_size, coord_step=1):
+def make_batch(rng, tok, batch_size, coord_step=1, present_prob=0.75):
     """One batch of scenes of one image size (so one vision grid): patches [B, L, 3, 14, 14],
     the grid, ids [B, S] right-padded, targets [B, S] (IGNORE outside the answers), and the
     per-image-token colour and shape classes [B, N] of cell_labels."""
@@ -131,7 +133,7 @@ def make_batch(rng, tok, batch_size, coord_step=1):
     patches, rows, cell_colour, cell_shape, cell_box, attn = [], [], [], [], [], []
     for _ in range(batch_size):
         scene = scenes.make_scene(rng, size=size)
-        task, query, answer = scenes.make_query(rng, scene, step=coord_step)
+        task, query, answer = scenes.make_query(rng, scene, step=coord_step, present_prob=present_prob)
         p, gh, gw = tinyla.prepare_image(scene.image)
         patches.append(p)
         cc, cs, cb = cell_labels(scene, gh, gw)
@@ -241,6 +243,10 @@ def main():
                     help="width of the soft coordinate target; a second, sharpening phase uses less")
     ap.add_argument("--coord-step", type=int, default=1,
                     help="round answer coordinates to multiples of this (10: 101 values to choose from)")
+    ap.add_argument("--present-prob", type=float, default=0.75,
+                    help="chance that a queried category is in the scene; lower it to make greedy decoding "
+                         "answer None less readily (see README)")
+    ap.add_argument("--size", choices=sorted(tinyla.SIZES), default="small", help="model width and depth")
     ap.add_argument("--soft-weight", type=float, default=SOFT_WEIGHT, help="weight of the soft coordinate loss")
     ap.add_argument("--attention-weight", type=float, default=1.0, help="weight of attention_loss")
     ap.add_argument("--aux-weight", type=float, default=1.0, help="weight of the image-token probe loss (AuxHead)")
@@ -258,7 +264,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tok = bpe.Tokenizer.load(args.tokenizer)
-    cfg = tinyla.make_config(tok)
+    cfg = tinyla.make_config(tok, args.size)
     model = refmodel.LocateAnything(cfg, lm_head=False)
     tinyla.init_weights(model, tok, args.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.endswith("embed_tokens.weight")]
@@ -291,7 +297,7 @@ def main():
     ctx = mp.get_context("fork")
     queue = ctx.Queue(maxsize=6)
     producer = ctx.Process(target=produce, args=(args.tokenizer, args.seed, start_step, args.steps, args.batch,
-                                                   args.coord_step, queue),
+                                                   args.coord_step, args.present_prob, queue),
                            daemon=True)
     producer.start()
     try:
