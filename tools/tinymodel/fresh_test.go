@@ -15,7 +15,7 @@ import (
 
 // Floors for scenes drawn by the Go generator (the ones make demo submits), set below what
 // the shipped checkpoint measured on this test's scenes (see MODEL_CARD.md). Go draws the
-// world a little differently from PIL, and the model finds somewhat fewer objects in these
+// world a little differently from PIL and the model finds somewhat fewer objects in these
 // scenes than in the Python held-out set; the floors say the demo's scenes stay usable.
 const (
 	freshScenes         = 300
