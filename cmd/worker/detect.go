@@ -39,10 +39,11 @@ func runDetect(args []string, stdout io.Writer) error {
 	if *imagePath == "" || *query == "" && *task != string(engine.TaskText) {
 		return fmt.Errorf("detect needs --image and --query")
 	}
-	dir, err := defaultWeightsDir(*weights)
+	choice, err := defaultWeightsDir(*weights)
 	if err != nil {
 		return err
 	}
+	dir := choice.Dir
 	data, err := os.ReadFile(*imagePath)
 	if err != nil {
 		return fmt.Errorf("reading the image: %w", err)

@@ -16,15 +16,13 @@ import (
 // the chip's owner thread (engine/chip). The weights come from LA_WEIGHTS_DIR, else the
 // pinned LocateAnything-3B snapshot in the Hugging Face cache, else the bundled model.
 func openEngine(ctx context.Context, cfg Config) (engine.Engine, error) {
-	dir, err := defaultWeightsDir(cfg.WeightsDir)
+	choice, err := defaultWeightsDir(cfg.WeightsDir)
 	if err != nil {
 		return nil, err
 	}
-	src := weights.OptionsFromEnv(os.Getenv)
+	dir := choice.Dir
 	opts := pipeline.OpenOptions{
 		WeightsDir:      dir,
-		WeightsRepo:     src.Repo,
-		WeightsRevision: src.Revision,
 		Backend:         cfg.Engine,
 		Threads:         cfg.Threads,
 		MaxSeqLen:       cfg.MaxSeqLen,
@@ -34,11 +32,9 @@ func openEngine(ctx context.Context, cfg Config) (engine.Engine, error) {
 		MaxNewTokens:    cfg.MaxNewTokens,
 		MaxNewTokensCap: cfg.MaxNewTokensCap,
 	}
-	if opts.WeightsRepo == "" {
+	if choice.Pinned {
 		opts.WeightsRepo = weights.DefaultRepo
-	}
-	if opts.WeightsRevision == "" {
-		opts.WeightsRevision = weights.DefaultRevision
+		opts.WeightsRevision = cmp.Or(os.Getenv("TT_WEIGHTS_REVISION"), weights.DefaultRevision)
 	}
 	switch cfg.Engine {
 	case "cpu":

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -24,13 +26,26 @@ func TestDefaultWeightsDirFallsBackToTheBundledModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(root, bundledModel); got != want {
-		t.Fatalf("default weights %q, want the bundled model %q", got, want)
+	if want := filepath.Join(root, bundledModel); got.Dir != want || got.Pinned {
+		t.Fatalf("default weights %+v, want the bundled model %q, not pinned", got, want)
 	}
-	if _, err := os.Stat(filepath.Join(got, "model.safetensors")); err != nil {
+	if _, err := os.Stat(filepath.Join(got.Dir, "model.safetensors")); err != nil {
 		t.Fatalf("bundled model has no weights: %v", err)
 	}
-	if got, _ := defaultWeightsDir("/explicit"); got != "/explicit" {
-		t.Fatalf("an explicit directory must win, got %q", got)
+	if got, _ := defaultWeightsDir("/explicit"); got.Dir != "/explicit" || !got.Pinned {
+		t.Fatalf("an explicit directory must win and count as the pinned checkpoint, got %+v", got)
+	}
+
+	// /info must not name the LocateAnything-3B repository for the bundled model.
+	runtime.LockOSThread() // the native backend binds to its OS thread
+	defer runtime.UnlockOSThread()
+	eng, err := openEngine(context.Background(), Config{Engine: "cpu", Threads: 1, MaxSeqLen: 512,
+		MaxNewTokens: 8, MaxNewTokensCap: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if in := eng.Info(); in.WeightsDir != got.Dir || in.WeightsRepo != "" || in.WeightsRevision != "" {
+		t.Fatalf("bundled model reported as dir %q, repo %q @ %q; want its own dir and no repo", in.WeightsDir, in.WeightsRepo, in.WeightsRevision)
 	}
 }
