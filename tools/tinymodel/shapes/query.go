@@ -16,8 +16,12 @@ type Query struct {
 	Truth [][4]float64
 }
 
-// presentProb is the chance that a queried category is in the scene (when it has objects).
-const presentProb = 0.75
+// The chance that a queried category is in the scene (when it has objects), as in training
+// (scenes.py): higher for single-instance grounding.
+const (
+	presentProb          = 0.75
+	groundOnePresentProb = 0.85
+)
 
 // superlatives are the words of single-instance grounding: "the largest red shape".
 var superlatives = []string{"largest", "smallest", "leftmost", "rightmost"}
@@ -27,10 +31,10 @@ var superlatives = []string{"largest", "smallest", "leftmost", "rightmost"}
 func NewQuery(r *rand.Rand, s Scene) Query {
 	switch pick := r.IntN(10); {
 	case pick < 5:
-		cats := []string{randomCategory(r, s)}
+		cats := []string{randomCategory(r, s, presentProb)}
 		if r.IntN(4) == 0 {
 			for {
-				if c := randomCategory(r, s); c != cats[0] {
+				if c := randomCategory(r, s, presentProb); c != cats[0] {
 					cats = append(cats, c)
 					break
 				}
@@ -42,16 +46,16 @@ func NewQuery(r *rand.Rand, s Scene) Query {
 		}
 		return Query{Task: "detect", Text: strings.Join(cats, "</c>"), Truth: truth}
 	case pick < 6:
-		c := randomCategory(r, s)
+		c := randomCategory(r, s, presentProb)
 		return Query{Task: "ground", Text: pluralPhrase(r, c), Truth: boxes(s.matching(c))}
 	case pick < 8:
 		if q, ok := groundOne(r, s); ok {
 			return q
 		}
-		c := randomCategory(r, s)
+		c := randomCategory(r, s, presentProb)
 		return Query{Task: "detect", Text: c, Truth: boxes(s.matching(c))}
 	default:
-		c := randomCategory(r, s)
+		c := randomCategory(r, s, presentProb)
 		return Query{Task: "point", Text: c, Truth: boxes(s.matching(c))}
 	}
 }
@@ -100,11 +104,11 @@ func boxes(objs []Object) [][4]float64 {
 	return out
 }
 
-// randomCategory names a category that is in the scene with probability presentProb
-// (when the scene has objects), in one of the forms "red circle", "circle", "red shape".
-func randomCategory(r *rand.Rand, s Scene) string {
+// randomCategory names a category that is in the scene with probability present (when
+// the scene has objects), in one of the forms "red circle", "circle", "red shape".
+func randomCategory(r *rand.Rand, s Scene, present float64) string {
 	var colour, shape string
-	if len(s.Objects) > 0 && r.Float64() < presentProb {
+	if len(s.Objects) > 0 && r.Float64() < present {
 		o := s.Objects[r.IntN(len(s.Objects))]
 		colour, shape = o.Colour, o.Shape
 	} else {
@@ -136,7 +140,7 @@ func pluralPhrase(r *rand.Rand, category string) string {
 func groundOne(r *rand.Rand, s Scene) (Query, bool) {
 	for range 20 {
 		word := superlatives[r.IntN(len(superlatives))]
-		c := randomCategory(r, s)
+		c := randomCategory(r, s, groundOnePresentProb)
 		cands := s.matching(c)
 		text := fmt.Sprintf("the %s %s", word, c)
 		if len(cands) == 0 {
