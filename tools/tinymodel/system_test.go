@@ -112,18 +112,8 @@ func TestHeldoutScenesThroughTheQueue(t *testing.T) {
 			t.Errorf("%s (%s %q): result says %q, PyTorch generated %q", r.ID, sc.Task, sc.Query, r.RawText, sc.TorchText)
 		}
 		if sc.Kind == detectKindToCheck {
-			var boxes [][4]float64
-			for _, d := range r.Detections {
-				boxes = append(boxes, [4]float64{float64(d.BoxNorm[0]), float64(d.BoxNorm[1]), float64(d.BoxNorm[2]), float64(d.BoxNorm[3])})
-			}
-			tally.Add(truthBoxes(sc.Truth), boxes)
+			tally.Add(truthBoxes(sc.Truth), normBoxes(r.Detections))
 		}
 	}
-	found, meanIoU, fpPerQuery, noneAcc := tally.Figures()
-	t.Logf("through the queue, %s: found@0.5 %.3f, mean IoU %.3f, false positives per query %.3f, None accuracy %.3f",
-		detectKindToCheck, found, meanIoU, fpPerQuery, noneAcc)
-	if found < minFoundIoU50 || meanIoU < minMeanIoU || fpPerQuery > maxFalsePerQuery || noneAcc < minNoneAccuracy {
-		t.Errorf("below the floors: found %.3f (>= %.2f), mean IoU %.3f (>= %.2f), false positives %.3f (<= %.2f), None %.3f (>= %.2f)",
-			found, minFoundIoU50, meanIoU, minMeanIoU, fpPerQuery, maxFalsePerQuery, noneAcc, minNoneAccuracy)
-	}
+	assertFloors(t, "through the queue", tally)
 }

@@ -176,16 +176,28 @@ func TestHeldoutScenes(t *testing.T) {
 				sc.File, sc.Task, sc.Query, pred.Tokens, pred.RawText, sc.TorchIDs, sc.TorchText, sc.TorchMargins)
 		}
 		if sc.Kind == detectKindToCheck {
-			var boxes [][4]float64
-			for _, d := range pred.Detections {
-				boxes = append(boxes, [4]float64{float64(d.BoxNorm[0]), float64(d.BoxNorm[1]), float64(d.BoxNorm[2]), float64(d.BoxNorm[3])})
-			}
-			tally.Add(truthBoxes(sc.Truth), boxes)
+			tally.Add(truthBoxes(sc.Truth), normBoxes(pred.Detections))
 		}
 	}
+	assertFloors(t, "through the pipeline", tally)
+}
+
+// normBoxes are the detections' boxes in the model's 0..1000 units, as the truth is.
+func normBoxes(dets []engine.Detection) [][4]float64 {
+	boxes := make([][4]float64, len(dets))
+	for i, d := range dets {
+		boxes[i] = [4]float64{float64(d.BoxNorm[0]), float64(d.BoxNorm[1]), float64(d.BoxNorm[2]), float64(d.BoxNorm[3])}
+	}
+	return boxes
+}
+
+// assertFloors logs the single-category detection figures and checks them against the
+// floors above.
+func assertFloors(t *testing.T, how string, tally shapes.Tally) {
+	t.Helper()
 	found, meanIoU, fpPerQuery, noneAcc := tally.Figures()
-	t.Logf("%s: %d queries, %d objects: found@0.5 %.3f, mean IoU %.3f, false positives per query %.3f, None accuracy %.3f (%d absent)",
-		detectKindToCheck, tally.Queries, tally.Objects, found, meanIoU, fpPerQuery, noneAcc, tally.Absent)
+	t.Logf("%s, %s: %d queries, %d objects: found@0.5 %.3f, mean IoU %.3f, false positives per query %.3f, None accuracy %.3f (%d absent)",
+		how, detectKindToCheck, tally.Queries, tally.Objects, found, meanIoU, fpPerQuery, noneAcc, tally.Absent)
 	if tally.Objects == 0 || tally.Absent == 0 {
 		t.Fatalf("held-out set has %d objects and %d absent queries; it needs both", tally.Objects, tally.Absent)
 	}
