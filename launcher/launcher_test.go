@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/internal/syncbuf"
 )
 
 // uvicornPythons are tried in order; Debian's python3-uvicorn installs for /usr/bin/python3.
@@ -51,7 +51,7 @@ func TestUvicornBecomesTheWorker(t *testing.T) {
 		"LA_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)),
 		"LA_ENGINE=cpu",
 	)
-	var log syncBuffer
+	var log syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start uvicorn: %v", err)
@@ -125,7 +125,7 @@ func TestUvicornWorkerStartupFailure(t *testing.T) {
 		"LA_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)),
 		"LA_ENGINE=cpu",
 	)
-	var log syncBuffer
+	var log syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start uvicorn: %v", err)
@@ -307,22 +307,4 @@ func countLines(text, line string) int {
 		}
 	}
 	return n
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's output goroutine and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

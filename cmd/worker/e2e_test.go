@@ -11,32 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/internal/syncbuf"
 	"github.com/locateanything/detect/jobs"
 )
-
-// lockedBuffer collects the worker's landmark lines from its goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestWorkerEndToEndOnTheCPUEngine runs the real worker wiring with the real engine (the C
 // backend on the small bundled checkpoint): a queued job and a /predict request for the
@@ -53,7 +35,7 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	cfg.InTokenLimit = 64 // small images keep the test quick
 	cfg.MaxNewTokens = 12
 	cfg.HTTP.Addr = freeAddr(t)
-	landmarks := &lockedBuffer{}
+	landmarks := &syncbuf.Buffer{}
 	cfg.Landmarks = landmarks
 
 	ctx, cancel := context.WithCancel(context.Background())

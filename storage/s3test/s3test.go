@@ -12,7 +12,6 @@
 package s3test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +28,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/locateanything/detect/internal/syncbuf"
 )
 
 // InstallCommand is the command that builds the server binary these tests run.
@@ -63,7 +64,7 @@ type process struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error // set before exited is closed
-	output *lockedBuffer
+	output *syncbuf.Buffer
 }
 
 // Start starts a server for the test and stops it when the test ends.
@@ -164,7 +165,7 @@ func (s *Server) start() error {
 	if s.proc != nil {
 		return errors.New("already running")
 	}
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd := exec.Command(s.bin, "--port", s.Endpoint, "--region", Region, "--quiet", "posix", s.dataDir)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 	cmd.Stdout = out
@@ -266,22 +267,4 @@ func randomKey(t testing.TB, n int) string {
 		t.Fatalf("s3test: random key: %v", err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// lockedBuffer collects the server's output; the process writes while tests may read.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
