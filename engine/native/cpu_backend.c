@@ -47,11 +47,11 @@ static const la_tensor *check_tensor(const la_config *c, const char *name, int n
     const la_tensor *t = find_tensor(c, name);
     char got[96], exp[96];
     if (!t) {
-        cpu_errorf(err, errlen, "tensor %s: missing from the checkpoint", name);
+        la_errorf(err, errlen, "tensor %s: missing from the checkpoint", name);
         return NULL;
     }
     if (t->dtype != LA_DTYPE_F32 && t->dtype != LA_DTYPE_F16 && t->dtype != LA_DTYPE_BF16) {
-        cpu_errorf(err, errlen, "tensor %s: unsupported dtype %d (want f32, f16 or bf16)", name,
+        la_errorf(err, errlen, "tensor %s: unsupported dtype %d (want f32, f16 or bf16)", name,
                    (int)t->dtype);
         return NULL;
     }
@@ -61,7 +61,7 @@ static const la_tensor *check_tensor(const la_config *c, const char *name, int n
     if (!same) {
         format_shape(got, sizeof got, t->ndim < 0 || t->ndim > LA_MAX_DIMS ? 0 : t->ndim, t->shape);
         format_shape(exp, sizeof exp, ndim, want);
-        cpu_errorf(err, errlen, "tensor %s: shape %s, config wants %s", name, got, exp);
+        la_errorf(err, errlen, "tensor %s: shape %s, config wants %s", name, got, exp);
         return NULL;
     }
     size_t count = 1;
@@ -69,12 +69,12 @@ static const la_tensor *check_tensor(const la_config *c, const char *name, int n
         count *= (size_t)want[i];
     size_t esize = cpu_dtype_size(t->dtype);
     if (t->nbytes != count * esize || !t->data) {
-        cpu_errorf(err, errlen, "tensor %s: %zu bytes of data, shape and dtype need %zu", name,
+        la_errorf(err, errlen, "tensor %s: %zu bytes of data, shape and dtype need %zu", name,
                    t->nbytes, count * esize);
         return NULL;
     }
     if ((uintptr_t)t->data % esize != 0) {
-        cpu_errorf(err, errlen, "tensor %s: data not aligned to its %zu-byte elements", name, esize);
+        la_errorf(err, errlen, "tensor %s: data not aligned to its %zu-byte elements", name, esize);
         return NULL;
     }
     return t;
@@ -105,7 +105,7 @@ static int load_f32(la_engine *e, const la_config *c, const char *name, int ndim
     float *p = malloc(n * sizeof *p);
     if (!p || keep_owned(e, p) != 0) {
         free(p);
-        return cpu_errorf(err, errlen, "tensor %s: out of memory for a float32 copy", name);
+        return la_errorf(err, errlen, "tensor %s: out of memory for a float32 copy", name);
     }
     cpu_to_f32(t->dtype, t->data, p, n);
     *out = p;
@@ -160,7 +160,7 @@ static int load_vision(la_engine *e, const la_config *c, char *err, size_t errle
 
     w->blocks = calloc((size_t)c->vision_layers, sizeof *w->blocks);
     if (!w->blocks)
-        return cpu_errorf(err, errlen, "out of memory for %d vision blocks", c->vision_layers);
+        return la_errorf(err, errlen, "out of memory for %d vision blocks", c->vision_layers);
     for (int i = 0; i < c->vision_layers; i++) {
         cpu_vision_block *b = &w->blocks[i];
 #define VNAME(suffix) (snprintf(name, sizeof name, "vision_model.encoder.blocks.%d.%s", i, suffix), name)
@@ -188,7 +188,7 @@ static int load_vision(la_engine *e, const la_config *c, char *err, size_t errle
     TRY(load_vec(e, c, "mlp1.0.bias", merged, &w->proj_norm_b, err, errlen));
     const la_tensor *p1 = find_tensor(c, "mlp1.1.weight");
     if (!p1 || p1->ndim != 2 || p1->shape[0] <= 0 || p1->shape[0] > (1 << 20))
-        return cpu_errorf(err, errlen, "tensor mlp1.1.weight: missing or not a [mid, %d] matrix", merged);
+        return la_errorf(err, errlen, "tensor mlp1.1.weight: missing or not a [mid, %d] matrix", merged);
     e->proj_mid = (int)p1->shape[0];
     TRY(load_linear(c, "mlp1.1.weight", e->proj_mid, merged, &w->proj1, err, errlen));
     TRY(load_vec(e, c, "mlp1.1.bias", e->proj_mid, &w->proj1_b, err, errlen));
@@ -206,7 +206,7 @@ static int load_text(la_engine *e, const la_config *c, char *err, size_t errlen)
     TRY(load_linear(c, "language_model.model.embed_tokens.weight", c->vocab, D, &w->embed, err, errlen));
     w->layers = calloc((size_t)c->layers, sizeof *w->layers);
     if (!w->layers)
-        return cpu_errorf(err, errlen, "out of memory for %d decoder layers", c->layers);
+        return la_errorf(err, errlen, "out of memory for %d decoder layers", c->layers);
     for (int i = 0; i < c->layers; i++) {
         cpu_text_layer *l = &w->layers[i];
 #define TNAME(suffix) (snprintf(name, sizeof name, "language_model.model.layers.%d.%s", i, suffix), name)
@@ -314,7 +314,7 @@ static int alloc_state(la_engine *e, char *err, size_t errlen) {
         !s->pos_cache || !s->vrope_cos || !s->vrope_sin || !s->img || !s->x || !s->xb || !s->q ||
         !s->att || !s->hb || !s->hb2 || !s->rope_cos || !s->rope_sin || !s->key_cache ||
         !s->value_cache || !s->logits || (s->wscratch_len && !s->wscratch))
-        return cpu_errorf(err, errlen,
+        return la_errorf(err, errlen,
                           "out of memory for the run state (max_seq_len %d: KV cache %zu MB, "
                           "vision buffers for %zu patches)",
                           c->max_seq_len, 2 * (size_t)c->layers * S * kvd * 4 >> 20, P);
@@ -415,28 +415,28 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
     };
     for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
         if (positive[i].value <= 0)
-            return cpu_errorf(err, errlen, "config: %s is %d, must be positive", positive[i].name,
+            return la_errorf(err, errlen, "config: %s is %d, must be positive", positive[i].name,
                               positive[i].value);
     if (c->vision_hidden % c->vision_heads != 0 || (c->vision_hidden / c->vision_heads) % 4 != 0)
-        return cpu_errorf(err, errlen,
+        return la_errorf(err, errlen,
                           "config: vision head dim %d/%d must be a whole multiple of 4 (2D RoPE)",
                           c->vision_hidden, c->vision_heads);
     if (c->head_dim % 2 != 0)
-        return cpu_errorf(err, errlen, "config: head_dim %d must be even (RoPE)", c->head_dim);
+        return la_errorf(err, errlen, "config: head_dim %d must be even (RoPE)", c->head_dim);
     if (c->heads % c->kv_heads != 0)
-        return cpu_errorf(err, errlen, "config: heads %d not a multiple of kv_heads %d", c->heads,
+        return la_errorf(err, errlen, "config: heads %d not a multiple of kv_heads %d", c->heads,
                           c->kv_heads);
     if (c->image_token_id < 0 || c->image_token_id >= c->vocab)
-        return cpu_errorf(err, errlen, "config: image_token_id %d outside the vocabulary of %d",
+        return la_errorf(err, errlen, "config: image_token_id %d outside the vocabulary of %d",
                           c->image_token_id, c->vocab);
     if (!(c->vision_norm_eps > 0) || !(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
-        return cpu_errorf(err, errlen, "config: norm eps and rope_theta must be positive");
+        return la_errorf(err, errlen, "config: norm eps and rope_theta must be positive");
     if (c->max_seq_len > (1 << 20))
-        return cpu_errorf(err, errlen, "config: max_seq_len %d is unreasonably large", c->max_seq_len);
+        return la_errorf(err, errlen, "config: max_seq_len %d is unreasonably large", c->max_seq_len);
     if (c->threads < 0)
-        return cpu_errorf(err, errlen, "config: threads %d is negative", c->threads);
+        return la_errorf(err, errlen, "config: threads %d is negative", c->threads);
     if (!c->tensors || c->n_tensors <= 0)
-        return cpu_errorf(err, errlen, "config: no tensors given");
+        return la_errorf(err, errlen, "config: no tensors given");
     return 0;
 }
 
@@ -453,7 +453,7 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
         size_t len = end ? (size_t)(end - opts) : strlen(opts);
         char line[128];
         if (len >= sizeof line)
-            return cpu_errorf(err, errlen, "options: line too long");
+            return la_errorf(err, errlen, "options: line too long");
         memcpy(line, opts, len);
         line[len] = 0;
         opts += len + (end ? 1 : 0);
@@ -461,20 +461,20 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
             continue;
         char *eq = strchr(line, '=');
         if (!eq)
-            return cpu_errorf(err, errlen, "options: %s: want key=value", line);
+            return la_errorf(err, errlen, "options: %s: want key=value", line);
         *eq = 0;
         char *rest;
         long long v = strtoll(eq + 1, &rest, 10);
         if (strcmp(line, "widen_block_bytes") == 0) {
             if (*rest != 0 || v < (long long)sizeof(float) || v > (1LL << 34))
-                return cpu_errorf(err, errlen, "options: widen_block_bytes=%s: want a byte count", eq + 1);
+                return la_errorf(err, errlen, "options: widen_block_bytes=%s: want a byte count", eq + 1);
             e->widen_block_bytes = (size_t)v;
         } else if (strcmp(line, "resident_weights") == 0) {
             if (*rest != 0 || (v != 0 && v != 1))
-                return cpu_errorf(err, errlen, "options: resident_weights=%s: want 0 or 1", eq + 1);
+                return la_errorf(err, errlen, "options: resident_weights=%s: want 0 or 1", eq + 1);
             e->resident_weights = (int)v;
         } else {
-            return cpu_errorf(err, errlen, "options: unknown key %s", line);
+            return la_errorf(err, errlen, "options: unknown key %s", line);
         }
     }
     return 0;
@@ -523,7 +523,7 @@ static int make_resident(la_engine *e, char *err, size_t errlen) {
             total = (total + huge - 1) & ~(huge - 1);
             e->resident = aligned_alloc(huge, total);
             if (!e->resident)
-                return cpu_errorf(err, errlen, "resident_weights: out of memory for %zu MB", total >> 20);
+                return la_errorf(err, errlen, "resident_weights: out of memory for %zu MB", total >> 20);
             madvise(e->resident, total, MADV_HUGEPAGE); /* advice only; 4 KB pages also work */
         }
     }
@@ -536,14 +536,14 @@ static void cpu_close(la_engine *e);
 
 static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
     if (!cfg) {
-        cpu_errorf(err, errlen, "open: no config");
+        la_errorf(err, errlen, "open: no config");
         return NULL;
     }
     if (check_config(cfg, err, errlen) != 0)
         return NULL;
     la_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        cpu_errorf(err, errlen, "open: out of memory");
+        la_errorf(err, errlen, "open: out of memory");
         return NULL;
     }
     e->cfg = *cfg;
@@ -576,26 +576,26 @@ static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
 static int cpu_vision_op(la_engine *e, const float *patches, int grid_h, int grid_w, char *err,
                          size_t errlen) {
     if (!e)
-        return cpu_errorf(err, errlen, "vision: engine is closed");
+        return la_errorf(err, errlen, "vision: engine is closed");
     return cpu_vision(e, patches, grid_h, grid_w, err, errlen);
 }
 
 static int cpu_prefill_op(la_engine *e, const int32_t *ids, int n, int32_t *first, char *err,
                           size_t errlen) {
     if (!e)
-        return cpu_errorf(err, errlen, "prefill: engine is closed");
+        return la_errorf(err, errlen, "prefill: engine is closed");
     return cpu_prefill(e, ids, n, first, err, errlen);
 }
 
 static int cpu_decode_op(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen) {
     if (!e)
-        return cpu_errorf(err, errlen, "decode: engine is closed");
+        return la_errorf(err, errlen, "decode: engine is closed");
     return cpu_decode(e, token, next, err, errlen);
 }
 
 static int cpu_reset(la_engine *e, char *err, size_t errlen) {
     if (!e)
-        return cpu_errorf(err, errlen, "reset: engine is closed");
+        return la_errorf(err, errlen, "reset: engine is closed");
     /* The cache needs no clearing: attention only ever reads positions below pos. */
     e->s.pos = 0;
     e->s.n_img = 0;

@@ -16,13 +16,7 @@
 #include <stdint.h>
 
 #include "la_backend.h"
-
-/* ---- errors ------------------------------------------------------------------------- */
-
-/* cpu_errorf writes a formatted message into err (always NUL-terminated) and returns -1,
- * so a failing path can end with `return cpu_errorf(err, errlen, "...", ...);`. */
-int cpu_errorf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#include "la_errors.h"
 
 /* ---- element conversion ------------------------------------------------------------- */
 

@@ -13,7 +13,6 @@
  * still uses AVX-512 where it exists (cgo refuses -mfma in CFLAGS anyway).
  */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "cpu_internal.h"
@@ -22,16 +21,6 @@
 #include <immintrin.h>
 #define LA_X86 1
 #endif
-
-int cpu_errorf(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* ---- element conversion ------------------------------------------------------------- */
 

@@ -51,14 +51,14 @@ int cpu_pool_init(cpu_pool *p, int nthreads, char *err, size_t errlen) {
 
     p->workers = calloc((size_t)nthreads - 1, sizeof *p->workers);
     if (!p->workers)
-        return cpu_errorf(err, errlen, "thread pool: out of memory for %d workers", nthreads - 1);
+        return la_errorf(err, errlen, "thread pool: out of memory for %d workers", nthreads - 1);
     for (int i = 0; i < nthreads - 1; i++) {
         p->workers[i].pool = p;
         p->workers[i].index = i + 1;
         int rc = pthread_create(&p->workers[i].thread, NULL, pool_worker_main, &p->workers[i]);
         if (rc != 0) {
             cpu_pool_destroy(p);
-            return cpu_errorf(err, errlen, "thread pool: starting worker %d of %d: error %d",
+            return la_errorf(err, errlen, "thread pool: starting worker %d of %d: error %d",
                               i + 1, nthreads - 1, rc);
         }
         p->started++;

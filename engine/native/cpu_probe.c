@@ -50,7 +50,7 @@ int cpu_stream(size_t bytes_per_array, int threads, int reps, double *copy_gbs, 
                char *err, size_t errlen) {
     size_t n = bytes_per_array / sizeof(float);
     if (n == 0 || reps <= 0)
-        return cpu_errorf(err, errlen, "stream: need a positive size and repetitions");
+        return la_errorf(err, errlen, "stream: need a positive size and repetitions");
     cpu_pool pool;
     if (cpu_pool_init(&pool, threads, err, errlen) != 0)
         return -1;
@@ -60,7 +60,7 @@ int cpu_stream(size_t bytes_per_array, int threads, int reps, double *copy_gbs, 
         free(t.b);
         free(t.c);
         cpu_pool_destroy(&pool);
-        return cpu_errorf(err, errlen, "stream: out of memory for 3 x %zu bytes", bytes_per_array);
+        return la_errorf(err, errlen, "stream: out of memory for 3 x %zu bytes", bytes_per_array);
     }
     cpu_pool_run(&pool, stream_slice, &t);
     double best_copy = 1e30, best_triad = 1e30;
@@ -89,7 +89,7 @@ int cpu_stream(size_t bytes_per_array, int threads, int reps, double *copy_gbs, 
 
 int cpu_sgemm_gflops(int m, int n, int k, int reps, double *gflops, char *err, size_t errlen) {
     if (m <= 0 || n <= 0 || k <= 0 || reps <= 0)
-        return cpu_errorf(err, errlen, "sgemm: need positive sizes and repetitions");
+        return la_errorf(err, errlen, "sgemm: need positive sizes and repetitions");
     float *a = malloc((size_t)m * k * sizeof(float));
     float *b = malloc((size_t)n * k * sizeof(float));
     float *c = malloc((size_t)m * n * sizeof(float));
@@ -97,7 +97,7 @@ int cpu_sgemm_gflops(int m, int n, int k, int reps, double *gflops, char *err, s
         free(a);
         free(b);
         free(c);
-        return cpu_errorf(err, errlen, "sgemm: out of memory for %dx%dx%d", m, n, k);
+        return la_errorf(err, errlen, "sgemm: out of memory for %dx%dx%d", m, n, k);
     }
     for (size_t i = 0; i < (size_t)m * k; i++)
         a[i] = (float)(i % 7) * 0.01f;
@@ -128,7 +128,7 @@ const char *cpu_kernel_isa(void) {
 int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats, const float *x,
                     float *y, int threads, int reps, double *gbps, char *err, size_t errlen) {
     if (!w || rows <= 0 || cols <= 0 || mats <= 0 || reps <= 0)
-        return cpu_errorf(err, errlen, "matvec probe: need weights and positive sizes");
+        return la_errorf(err, errlen, "matvec probe: need weights and positive sizes");
     cpu_pool pool;
     if (cpu_pool_init(&pool, threads, err, errlen) != 0)
         return -1;

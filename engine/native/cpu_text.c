@@ -112,20 +112,20 @@ int cpu_prefill(la_engine *e, const int32_t *ids, int n, int32_t *first, char *e
     const int D = c->hidden;
 
     if (!ids || !first || n <= 0)
-        return cpu_errorf(err, errlen, "prefill: empty prompt");
+        return la_errorf(err, errlen, "prefill: empty prompt");
     if (n > c->max_seq_len)
-        return cpu_errorf(err, errlen, "prefill: prompt of %d tokens is longer than max_seq_len %d",
+        return la_errorf(err, errlen, "prefill: prompt of %d tokens is longer than max_seq_len %d",
                           n, c->max_seq_len);
     int n_img = 0;
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= c->vocab)
-            return cpu_errorf(err, errlen,
+            return la_errorf(err, errlen,
                               "prefill: token id %d at position %d is outside the vocabulary 0..%d",
                               (int)ids[i], i, c->vocab - 1);
         n_img += ids[i] == c->image_token_id;
     }
     if (n_img != s->n_img)
-        return cpu_errorf(err, errlen,
+        return la_errorf(err, errlen,
                           "prefill: prompt has %d image tokens (id %d) but the last vision call kept %d embeddings",
                           n_img, c->image_token_id, s->n_img);
 
@@ -168,7 +168,7 @@ int cpu_plan_decode(la_engine *e, char *err, size_t errlen) {
     p->scores = calloc((size_t)c->heads * c->max_seq_len, sizeof(float));
     if (!p->layers || !p->x || !p->xb || !p->q || !p->k || !p->v || !p->att || !p->hb || !p->hb2 ||
         !p->scores)
-        return cpu_errorf(err, errlen, "decode plan: out of memory");
+        return la_errorf(err, errlen, "decode plan: out of memory");
 
     for (int i = 0; i < c->layers; i++) {
         const cpu_text_layer *l = &e->w.layers[i];
@@ -224,13 +224,13 @@ int cpu_decode(la_engine *e, int32_t token, int32_t *next, char *err, size_t err
     const int pos = s->pos;
 
     if (!next)
-        return cpu_errorf(err, errlen, "decode: no output pointer");
+        return la_errorf(err, errlen, "decode: no output pointer");
     if (pos == 0)
-        return cpu_errorf(err, errlen, "decode: no prefill since open or reset");
+        return la_errorf(err, errlen, "decode: no prefill since open or reset");
     if (pos >= c->max_seq_len)
-        return cpu_errorf(err, errlen, "decode: sequence is full at max_seq_len %d", c->max_seq_len);
+        return la_errorf(err, errlen, "decode: sequence is full at max_seq_len %d", c->max_seq_len);
     if (token < 0 || token >= c->vocab)
-        return cpu_errorf(err, errlen, "decode: token id %d is outside the vocabulary 0..%d",
+        return la_errorf(err, errlen, "decode: token id %d is outside the vocabulary 0..%d",
                           (int)token, c->vocab - 1);
 
     embed_row(e, token, p->x);

@@ -207,12 +207,12 @@ int cpu_vision(la_engine *e, const float *patches, int gh, int gw, char *err, si
     const int m = c->merge_kernel, C = c->vision_hidden;
 
     if (!patches)
-        return cpu_errorf(err, errlen, "vision: no patches");
+        return la_errorf(err, errlen, "vision: no patches");
     if (gh <= 0 || gw <= 0 || gh % m != 0 || gw % m != 0)
-        return cpu_errorf(err, errlen, "vision: grid %dx%d must be positive multiples of the %d-patch merge",
+        return la_errorf(err, errlen, "vision: grid %dx%d must be positive multiples of the %d-patch merge",
                           gh, gw, m);
     if ((int64_t)gh * gw > s->max_patches)
-        return cpu_errorf(err, errlen,
+        return la_errorf(err, errlen,
                           "vision: grid %dx%d gives %lld image tokens, more than max_seq_len %d",
                           gh, gw, (long long)gh * gw / (m * m), c->max_seq_len);
     const int L = gh * gw, T = L / (m * m);

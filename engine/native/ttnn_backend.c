@@ -24,12 +24,12 @@
  * la_ttnn_adapter), path / LA_TTNN_PATH (':'-separated, put first on sys.path), llm_dir /
  * LA_LLM_DIR (the extracted Qwen2 directory, engine/extract).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "la_backend.h"
+#include "la_errors.h"
 #include "ttnn_python.h"
 
 #define DEFAULT_ADAPTER "la_ttnn_adapter"
@@ -57,18 +57,6 @@ struct la_engine {
     int emb_n, emb_dim;
 };
 
-static int errorf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int errorf(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* ---- options ------------------------------------------------------------------------ */
 
@@ -221,7 +209,7 @@ static int lookup(const la_python *py, PyObject *module, const char *adapter, co
     if (!py->PyObject_HasAttrString(module, name)) {
         if (!required)
             return 0;
-        return errorf(err, errlen, "adapter module %s has no function %s() (the protocol "
+        return la_errorf(err, errlen, "adapter module %s has no function %s() (the protocol "
                       "needs open, vision, prefill, decode, reset, close)", adapter, name);
     }
     PyObject *f = py->PyObject_GetAttrString(module, name);
@@ -232,7 +220,7 @@ static int lookup(const la_python *py, PyObject *module, const char *adapter, co
     }
     if (!py->PyCallable_Check(f)) {
         py->Py_DecRef(f);
-        return errorf(err, errlen, "adapter %s.%s is not a function", adapter, name);
+        return la_errorf(err, errlen, "adapter %s.%s is not a function", adapter, name);
     }
     *out = f;
     return 0;
@@ -252,7 +240,7 @@ static int token_result(la_engine *e, PyObject *r, const char *op, int32_t *tok,
     if (v == -1 && py->PyErr_Occurred())
         return ttnn_python_error(py, op, err, errlen);
     if (v < 0 || v >= e->vocab)
-        return errorf(err, errlen, "%s: adapter returned token %ld, outside the vocabulary of %d",
+        return la_errorf(err, errlen, "%s: adapter returned token %ld, outside the vocabulary of %d",
                       op, v, e->vocab);
     *tok = (int32_t)v;
     return 0;
@@ -318,7 +306,7 @@ static la_engine *ttnn_open(const la_config *c, char *err, size_t errlen) {
     option(c->options, "path", "LA_TTNN_PATH", "", path, sizeof path);
     option(c->options, "llm_dir", "LA_LLM_DIR", "", llm_dir, sizeof llm_dir);
     if (c->vocab <= 0 || c->patch_size <= 0) {
-        errorf(err, errlen, "config: vocab %d and patch_size %d must be positive", c->vocab,
+        la_errorf(err, errlen, "config: vocab %d and patch_size %d must be positive", c->vocab,
                c->patch_size);
         return NULL;
     }
@@ -328,7 +316,7 @@ static la_engine *ttnn_open(const la_config *c, char *err, size_t errlen) {
         return NULL;
     la_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        errorf(err, errlen, "out of memory");
+        la_errorf(err, errlen, "out of memory");
         return NULL;
     }
     e->py = py;
@@ -342,7 +330,7 @@ static la_engine *ttnn_open(const la_config *c, char *err, size_t errlen) {
     if (rc == 0) {
         PyObject *open = py->PyObject_GetAttrString(e->module, "open");
         if (!open) {
-            rc = errorf(err, errlen, "adapter module %s has no function open()", adapter);
+            rc = la_errorf(err, errlen, "adapter module %s has no function open()", adapter);
             py->PyErr_Clear();
         } else {
             PyObject *args[1] = {config_dict(py, c, llm_dir)};

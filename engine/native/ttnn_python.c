@@ -4,10 +4,10 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "la_errors.h"
 #include "ttnn_python.h"
 
 /* The process-wide interpreter (see ttnn_python.h): guarded by start_mu, written once. */
@@ -15,18 +15,6 @@ static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 static la_python process_python;
 static int python_started;
 
-static int errorf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int errorf(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* One symbol to resolve: its name and where its pointer goes in la_python. */
 typedef struct {
@@ -65,7 +53,7 @@ static void *open_lib(const char *lib_name, const char **loaded, char *err, size
     if (lib_name && *lib_name) {
         void *h = dlopen(lib_name, RTLD_NOW | RTLD_GLOBAL);
         if (!h)
-            errorf(err, errlen, "loading libpython: %s (set LA_PYTHON_LIB to a libpython3.X.so "
+            la_errorf(err, errlen, "loading libpython: %s (set LA_PYTHON_LIB to a libpython3.X.so "
                    "that exists, e.g. Debian's libpython3.11 package)", dlerror());
         *loaded = lib_name;
         return h;
@@ -78,7 +66,7 @@ static void *open_lib(const char *lib_name, const char **loaded, char *err, size
             return h;
         }
     }
-    errorf(err, errlen, "loading libpython: none of libpython3.12.so.1.0, libpython3.11.so.1.0, "
+    la_errorf(err, errlen, "loading libpython: none of libpython3.12.so.1.0, libpython3.11.so.1.0, "
            "libpython3.10.so.1.0 could be loaded (install libpython3.X, e.g. Debian's "
            "libpython3.11, or point LA_PYTHON_LIB at one)");
     return NULL;
@@ -90,7 +78,7 @@ static int resolve(la_python *py, char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++) {
         void *f = dlsym(py->lib, symbols[i].name);
         if (!f)
-            return errorf(err, errlen, "%s lacks %s: not a CPython 3.10+ shared library",
+            return la_errorf(err, errlen, "%s lacks %s: not a CPython 3.10+ shared library",
                           py->soname, symbols[i].name);
         /* A data pointer to a function pointer, as POSIX dlsym requires; memcpy keeps it
          * free of aliasing casts. */
@@ -98,7 +86,7 @@ static int resolve(la_python *py, char *err, size_t errlen) {
     }
     py->none = (PyObject *)dlsym(py->lib, "_Py_NoneStruct");
     if (!py->none)
-        return errorf(err, errlen, "%s lacks _Py_NoneStruct", py->soname);
+        return la_errorf(err, errlen, "%s lacks _Py_NoneStruct", py->soname);
     return 0;
 }
 
@@ -218,7 +206,7 @@ static void last_frame(const la_python *py, PyObject *tb, char *buf, size_t len)
 
 int ttnn_python_error(const la_python *py, const char *what, char *err, size_t errlen) {
     if (!py->PyErr_Occurred())
-        return errorf(err, errlen, "%s", what);
+        return la_errorf(err, errlen, "%s", what);
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     py->PyErr_Fetch(&type, &value, &tb);
     py->PyErr_NormalizeException(&type, &value, &tb);
@@ -233,5 +221,5 @@ int ttnn_python_error(const la_python *py, const char *what, char *err, size_t e
     if (tb)
         py->Py_DecRef(tb);
     py->PyErr_Clear();
-    return errorf(err, errlen, "%s: %s: %s%s", what, name, msg, where);
+    return la_errorf(err, errlen, "%s: %s: %s%s", what, name, msg, where);
 }
