@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/internal/syncbuf"
 )
 
@@ -39,7 +39,7 @@ func TestUvicornBecomesTheWorker(t *testing.T) {
 	python := findUvicornPython(t)
 	worker := buildWorker(t)
 
-	port := freePort(t)
+	port := freeport.MustPort(t)
 	cmd := exec.Command(python, "-m", "uvicorn", "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--lifespan", "on", "la_launcher.app:app")
 	cmd.Env = append(inheritedEnv(),
@@ -47,8 +47,8 @@ func TestUvicornBecomesTheWorker(t *testing.T) {
 		"LA_WORKER_BIN="+worker,
 		"LA_WEIGHTS_DIR="+mustAbs(t, "../testdata/checkpoints/tiny-bf16"),
 		"LA_DATA_DIR="+t.TempDir(),
-		"LA_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(freePort(t)), // the embedded single-machine NATS
-		"LA_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)),
+		"LA_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(freeport.MustPort(t)), // the embedded single-machine NATS
+		"LA_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(freeport.MustPort(t)),
 		"LA_ENGINE=cpu",
 	)
 	var log syncbuf.Buffer
@@ -114,15 +114,15 @@ func TestUvicornWorkerStartupFailure(t *testing.T) {
 	}
 	python := findUvicornPython(t)
 	worker := buildWorker(t)
-	cmd := exec.Command(python, "-m", "uvicorn", "--host", "127.0.0.1", "--port="+strconv.Itoa(freePort(t)),
+	cmd := exec.Command(python, "-m", "uvicorn", "--host", "127.0.0.1", "--port="+strconv.Itoa(freeport.MustPort(t)),
 		"--lifespan", "on", "la_launcher.app:app")
 	cmd.Env = append(inheritedEnv(),
 		"PYTHONPATH="+mustAbs(t, "."),
 		"LA_WORKER_BIN="+worker,
 		"LA_WEIGHTS_DIR="+t.TempDir(), // no checkpoint in it
 		"LA_DATA_DIR="+t.TempDir(),
-		"LA_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(freePort(t)),
-		"LA_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)),
+		"LA_NATS_LISTEN=127.0.0.1:"+strconv.Itoa(freeport.MustPort(t)),
+		"LA_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(freeport.MustPort(t)),
 		"LA_ENGINE=cpu",
 	)
 	var log syncbuf.Buffer
@@ -183,16 +183,6 @@ func buildWorker(t *testing.T) string {
 		t.Fatalf("go build ./cmd/worker: %v\n%s", err, msg)
 	}
 	return out
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // inheritedEnv is the test's environment without variables that would change what is

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/internal/syncbuf"
 	"github.com/locateanything/detect/jobs"
 )
@@ -26,7 +27,7 @@ import (
 // stored and published, and the launcher's landmark must be printed once.
 func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	dataDir := t.TempDir()
-	cfg := singleMachineConfig(t, dataDir, freeAddr(t))
+	cfg := singleMachineConfig(t, dataDir, freeport.MustAddr(t))
 	weightsDir, err := filepath.Abs("../../" + randomCheckpoint)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	cfg.WeightsDir = weightsDir
 	cfg.InTokenLimit = 64 // small images keep the test quick
 	cfg.MaxNewTokens = 12
-	cfg.HTTP.Addr = freeAddr(t)
+	cfg.HTTP.Addr = freeport.MustAddr(t)
 	landmarks := &syncbuf.Buffer{}
 	cfg.Landmarks = landmarks
 

@@ -10,7 +10,6 @@ import (
 	_ "image/jpeg"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -79,17 +79,6 @@ func (b *blockingEngine) ran(query string) bool {
 		}
 	}
 	return false
-}
-
-// freeAddr is a 127.0.0.1 address that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // singleMachineConfig is the embedded default in a temp dir, read from the environment
@@ -198,7 +187,7 @@ func readResult(t *testing.T, dataDir, id string) (jobs.Result, bool) {
 
 func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	dataDir := t.TempDir()
-	addr := freeAddr(t)
+	addr := freeport.MustAddr(t)
 	cfg := singleMachineConfig(t, dataDir, addr)
 	eng := newBlockingEngine()
 	w := startWorker(t, cfg, eng)
@@ -257,7 +246,7 @@ func TestWorkerRefusesToStartWithoutEngine(t *testing.T) {
 	t.Setenv("LA_DATA_DIR", t.TempDir())
 	t.Setenv("LA_WEIGHTS_DIR", "")
 	t.Setenv("LA_MODEL_PATH", "")
-	t.Setenv("LA_NATS_LISTEN", freeAddr(t))
+	t.Setenv("LA_NATS_LISTEN", freeport.MustAddr(t))
 	t.Setenv("LA_METRICS_ADDR", "off")
 	t.Setenv("LA_HTTP_ADDR", "127.0.0.1:0")
 	t.Setenv("LA_LOG_FORMAT", "json")

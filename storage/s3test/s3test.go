@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/internal/syncbuf"
 )
 
@@ -85,7 +85,7 @@ func Start(t testing.TB) *Server {
 
 	var lastErr error
 	for range startTries {
-		addr, err := freeAddr()
+		addr, err := freeport.Addr()
 		if err != nil {
 			t.Fatalf("s3test: %v", err)
 		}
@@ -191,7 +191,7 @@ func (s *Server) start() error {
 
 // waitReady polls until the server on addr accepts this process's credentials, the process
 // exits, or startTimeout passes. An authenticated request, not just any answer, proves the
-// server is ours: between freeAddr and our bind another test's server may take the port.
+// server is ours: between freeport.Addr and our bind another test's server may take the port.
 func (s *Server) waitReady(p *process) error {
 	client, err := minio.New(s.Endpoint, &minio.Options{
 		Creds:      credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
@@ -249,16 +249,6 @@ func findBinary() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("versitygw not found ($VERSITYGW, PATH, /root/go/bin); install it with: %s", InstallCommand)
-}
-
-// freeAddr asks the kernel for a free port on 127.0.0.1.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func randomKey(t testing.TB, n int) string {

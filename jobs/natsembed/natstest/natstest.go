@@ -4,7 +4,6 @@ package natstest
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/jobs/natsembed"
 )
 
@@ -58,7 +58,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	routeAddrs := make([]string, n)
 	routes := make([]string, n)
 	for i := range n {
-		routeAddrs[i] = freeAddr(t)
+		routeAddrs[i] = freeport.MustAddr(t)
 		routes[i] = "nats-route://" + routeAddrs[i]
 	}
 	c := &Cluster{}
@@ -95,16 +95,4 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// freeAddr is a 127.0.0.1 address that was free a moment ago (route listeners must be
-// known before the servers start, to list them as each other's routes).
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
