@@ -54,19 +54,19 @@ const (
 // Config is the server's process-level configuration. ConfigFromEnv reads it from LA_HTTP_*;
 // New replaces a zero or negative field with its Default*.
 type Config struct {
-	Addr              string        `envconfig:"HTTP_ADDR"`
-	MaxBodyBytes      int64         `envconfig:"HTTP_MAX_BODY_BYTES"`
-	ReadHeaderTimeout time.Duration `envconfig:"HTTP_READ_HEADER_TIMEOUT"`
-	ReadTimeout       time.Duration `envconfig:"HTTP_READ_TIMEOUT"`
+	Addr              string        `envconfig:"LA_HTTP_ADDR"`
+	MaxBodyBytes      int64         `envconfig:"LA_HTTP_MAX_BODY_BYTES"`
+	ReadHeaderTimeout time.Duration `envconfig:"LA_HTTP_READ_HEADER_TIMEOUT"`
+	ReadTimeout       time.Duration `envconfig:"LA_HTTP_READ_TIMEOUT"`
 	// WriteTimeout bounds a whole /predict, waiting for the chip included. A request that
 	// cannot finish in time is abandoned shortly before it so the client still gets an answer.
-	WriteTimeout    time.Duration `envconfig:"HTTP_WRITE_TIMEOUT"`
-	IdleTimeout     time.Duration `envconfig:"HTTP_IDLE_TIMEOUT"`
-	ShutdownTimeout time.Duration `envconfig:"HTTP_SHUTDOWN_TIMEOUT"` // Serve's drain when its ctx ends
+	WriteTimeout    time.Duration `envconfig:"LA_HTTP_WRITE_TIMEOUT"`
+	IdleTimeout     time.Duration `envconfig:"LA_HTTP_IDLE_TIMEOUT"`
+	ShutdownTimeout time.Duration `envconfig:"LA_HTTP_SHUTDOWN_TIMEOUT"` // Serve's drain when its ctx ends
 	// MaxPending bounds the /predict requests being read, prepared, waiting for the chip or
 	// running; one more is answered 503 at once. Each waiting request holds its decoded
 	// image, so this bounds memory under a burst.
-	MaxPending int `envconfig:"HTTP_MAX_PENDING"`
+	MaxPending int `envconfig:"LA_HTTP_MAX_PENDING"`
 }
 
 // ConfigFromEnv reads LA_HTTP_ADDR, LA_HTTP_MAX_BODY_BYTES, LA_HTTP_READ_HEADER_TIMEOUT,
@@ -74,7 +74,7 @@ type Config struct {
 // (Go durations) and LA_HTTP_MAX_PENDING; unset ones take the Default* values.
 func ConfigFromEnv() (Config, error) {
 	var c Config
-	if err := envconfig.Process("LA", &c); err != nil {
+	if err := envconfig.Process("", &c); err != nil {
 		return Config{}, fmt.Errorf("http config: %w", err)
 	}
 	if err := c.validate(); err != nil {

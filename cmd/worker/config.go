@@ -21,21 +21,21 @@ import (
 // (docs/worker.md lists every one with its default).
 type Config struct {
 	// Engine: the seed server's knobs keep their names and meaning.
-	WeightsDir      string `envconfig:"WEIGHTS_DIR"` // checkpoint directory
-	ModelPath       string `envconfig:"MODEL_PATH"`  // alias of LA_WEIGHTS_DIR
-	Engine          string `envconfig:"ENGINE" default:"cpu"`
-	Threads         int    `envconfig:"THREADS"`        // 0 = one per core
-	InTokenLimit    int    `envconfig:"IN_TOKEN_LIMIT"` // 0 = min(1024, the checkpoint's)
-	CanonGrid       string `envconfig:"CANON_GRID"`     // HxW in patches; empty = derived
-	CanonAspect     string `envconfig:"CANON_ASPECT" default:"1920x1080"`
-	MaxSeqLen       int    `envconfig:"MAX_SEQ_LEN" default:"4096"`
-	MaxNewTokens    int    `envconfig:"MAX_NEW_TOKENS" default:"128"`
-	MaxNewTokensCap int    `envconfig:"MAX_NEW_TOKENS_CAP" default:"1024"`
-	Chips           int    `envconfig:"CHIPS" default:"1"` // one Runner (and engine) per chip
+	WeightsDir      string `envconfig:"LA_WEIGHTS_DIR"` // checkpoint directory
+	ModelPath       string `envconfig:"LA_MODEL_PATH"`  // alias of LA_WEIGHTS_DIR
+	Engine          string `envconfig:"LA_ENGINE" default:"cpu"`
+	Threads         int    `envconfig:"LA_THREADS"`        // 0 = one per core
+	InTokenLimit    int    `envconfig:"LA_IN_TOKEN_LIMIT"` // 0 = min(1024, the checkpoint's)
+	CanonGrid       string `envconfig:"LA_CANON_GRID"`     // HxW in patches; empty = derived
+	CanonAspect     string `envconfig:"LA_CANON_ASPECT" default:"1920x1080"`
+	MaxSeqLen       int    `envconfig:"LA_MAX_SEQ_LEN" default:"4096"`
+	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128"`
+	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024"`
+	Chips           int    `envconfig:"LA_CHIPS" default:"1"` // one Runner (and engine) per chip
 	ChipIndex       int    `ignored:"true"`                // which chip openEngine opens (0..Chips-1)
 
 	// HTTP /predict (the httpcompat server). "off" disables it.
-	HTTPAddr string            `envconfig:"HTTP_ADDR" default:":20000"`
+	HTTPAddr string            `envconfig:"LA_HTTP_ADDR" default:":20000"`
 	HTTP     httpcompat.Config `ignored:"true"` // LA_HTTP_*, read by httpcompat.ConfigFromEnv
 
 	// Landmarks receives the startup lines the tt-model launcher watches (stdout in main;
@@ -43,38 +43,38 @@ type Config struct {
 	Landmarks io.Writer `ignored:"true"`
 
 	// Local state: the embedded JetStream store and, by default, the results.
-	DataDir string `envconfig:"DATA_DIR" default:"la-data"`
+	DataDir string `envconfig:"LA_DATA_DIR" default:"la-data"`
 
 	// NATS: LA_NATS_URL (empty starts the embedded server on NATSListen), credentials, TLS.
 	NATS       natsconn.Config
-	NATSListen string `envconfig:"NATS_LISTEN" default:"127.0.0.1:4222"`
+	NATSListen string `envconfig:"LA_NATS_LISTEN" default:"127.0.0.1:4222"`
 
 	// Topology, applied idempotently at start-up.
-	Replicas        int             `envconfig:"REPLICAS" default:"1"`
-	DuplicateWindow time.Duration   `envconfig:"DUPLICATE_WINDOW" default:"2m"`
-	JobsMaxAge      time.Duration   `envconfig:"JOBS_MAX_AGE" default:"0s"`
-	ResultsMaxAge   time.Duration   `envconfig:"RESULTS_MAX_AGE" default:"168h"`
-	DLQMaxAge       time.Duration   `envconfig:"DLQ_MAX_AGE" default:"720h"`
-	StateMaxAge     time.Duration   `envconfig:"STATE_MAX_AGE" default:"168h"`
-	AckWait         time.Duration   `envconfig:"ACK_WAIT" default:"60s"`
-	MaxDeliver      int             `envconfig:"MAX_DELIVER" default:"10"`
-	BackOff         []time.Duration `envconfig:"BACKOFF" default:"60s,2m,5m"`
-	MaxAckPending   int             `envconfig:"MAX_ACK_PENDING" default:"1024"`
+	Replicas        int             `envconfig:"LA_REPLICAS" default:"1"`
+	DuplicateWindow time.Duration   `envconfig:"LA_DUPLICATE_WINDOW" default:"2m"`
+	JobsMaxAge      time.Duration   `envconfig:"LA_JOBS_MAX_AGE" default:"0s"`
+	ResultsMaxAge   time.Duration   `envconfig:"LA_RESULTS_MAX_AGE" default:"168h"`
+	DLQMaxAge       time.Duration   `envconfig:"LA_DLQ_MAX_AGE" default:"720h"`
+	StateMaxAge     time.Duration   `envconfig:"LA_STATE_MAX_AGE" default:"168h"`
+	AckWait         time.Duration   `envconfig:"LA_ACK_WAIT" default:"60s"`
+	MaxDeliver      int             `envconfig:"LA_MAX_DELIVER" default:"10"`
+	BackOff         []time.Duration `envconfig:"LA_BACKOFF" default:"60s,2m,5m"`
+	MaxAckPending   int             `envconfig:"LA_MAX_ACK_PENDING" default:"1024"`
 
 	// Runner.
-	WorkerName    string        `envconfig:"WORKER_NAME"` // default host-pid
-	ResultsURL    string        `envconfig:"RESULTS_URL"` // default output prefix; default file://<LA_DATA_DIR>/results/
-	Prefetch      int           `envconfig:"PREFETCH" default:"2"`
-	Grace         time.Duration `envconfig:"GRACE" default:"30s"`
-	PollWait      time.Duration `envconfig:"POLL_WAIT" default:"2s"`
-	RetryDelay    time.Duration `envconfig:"RETRY_DELAY" default:"5s"`
-	RetryDelayMax time.Duration `envconfig:"RETRY_DELAY_MAX" default:"5m"`
-	OpTimeout     time.Duration `envconfig:"OP_TIMEOUT" default:"30s"`
+	WorkerName    string        `envconfig:"LA_WORKER_NAME"` // default host-pid
+	ResultsURL    string        `envconfig:"LA_RESULTS_URL"` // default output prefix; default file://<LA_DATA_DIR>/results/
+	Prefetch      int           `envconfig:"LA_PREFETCH" default:"2"`
+	Grace         time.Duration `envconfig:"LA_GRACE" default:"30s"`
+	PollWait      time.Duration `envconfig:"LA_POLL_WAIT" default:"2s"`
+	RetryDelay    time.Duration `envconfig:"LA_RETRY_DELAY" default:"5s"`
+	RetryDelayMax time.Duration `envconfig:"LA_RETRY_DELAY_MAX" default:"5m"`
+	OpTimeout     time.Duration `envconfig:"LA_OP_TIMEOUT" default:"30s"`
 
 	// Observability.
-	MetricsAddr string `envconfig:"METRICS_ADDR" default:":9464"` // "" or "off" disables
-	LogFormat   string `envconfig:"LOG_FORMAT" default:"auto"`    // auto, text, json
-	LogLevel    string `envconfig:"LOG_LEVEL" default:"info"`     // debug, info, warn, error
+	MetricsAddr string `envconfig:"LA_METRICS_ADDR" default:":9464"` // "" or "off" disables
+	LogFormat   string `envconfig:"LA_LOG_FORMAT" default:"auto"`    // auto, text, json
+	LogLevel    string `envconfig:"LA_LOG_LEVEL" default:"info"`     // debug, info, warn, error
 
 	// Storage: LA_S3_* and LA_FILE_ROOTS (storage.Config carries the full names).
 	storage.Config
@@ -83,7 +83,7 @@ type Config struct {
 // loadConfig reads the environment and checks the result.
 func loadConfig() (Config, error) {
 	var c Config
-	if err := envconfig.Process("LA", &c); err != nil {
+	if err := envconfig.Process("", &c); err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
 	if err := c.finish(); err != nil {

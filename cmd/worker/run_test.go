@@ -325,3 +325,26 @@ func TestConfigReadsNATSAndStorageVariables(t *testing.T) {
 		t.Errorf("LA_BACKOFF= gave %v; want no back-off", cfg.BackOff)
 	}
 }
+
+// TestConfigIgnoresUnprefixedNames: only LA_* variables configure the worker. envconfig
+// falls back to a field's bare tag when the prefixed name is unset, so the tags carry the
+// full names; an ENGINE or HTTP_ADDR that some other tool set must change nothing.
+func TestConfigIgnoresUnprefixedNames(t *testing.T) {
+	t.Setenv("LA_DATA_DIR", t.TempDir())
+	t.Setenv("ENGINE", "ttnn")
+	t.Setenv("HTTP_ADDR", ":1")
+	t.Setenv("PREFETCH", "9")
+	t.Setenv("HTTP_MAX_PENDING", "1")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Engine != "cpu" || cfg.HTTPAddr != ":20000" || cfg.Prefetch != 2 || cfg.HTTP.MaxPending == 1 {
+		t.Fatalf("unprefixed variables were read: engine %q http %q prefetch %d max pending %d",
+			cfg.Engine, cfg.HTTPAddr, cfg.Prefetch, cfg.HTTP.MaxPending)
+	}
+	t.Setenv("LA_ENGINE", "ttnn")
+	if cfg, err = loadConfig(); err != nil || cfg.Engine != "ttnn" {
+		t.Fatalf("LA_ENGINE=ttnn gave engine %q (%v)", cfg.Engine, err)
+	}
+}
