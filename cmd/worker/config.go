@@ -32,7 +32,7 @@ type Config struct {
 	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128"`
 	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024"`
 	Chips           int    `envconfig:"LA_CHIPS" default:"1"` // one Runner (and engine) per chip
-	ChipIndex       int    `ignored:"true"`                // which chip openEngine opens (0..Chips-1)
+	ChipIndex       int    `ignored:"true"`                   // which chip openEngine opens (0..Chips-1)
 
 	// HTTP /predict (the httpcompat server). "off" disables it.
 	HTTPAddr string            `envconfig:"LA_HTTP_ADDR" default:":20000"`
