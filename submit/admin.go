@@ -44,7 +44,7 @@ type JobStatus struct {
 // Status looks job id up in the state bucket and LA_RESULTS.
 func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
 	if !jobs.ValidToken(id) {
-		return JobStatus{}, fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)
+		return JobStatus{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)}
 	}
 	s := JobStatus{ID: id}
 	var err error
@@ -124,7 +124,7 @@ type BatchStatus struct {
 // BatchStatus scans LA_JOBS and LA_RESULTS for batch.
 func (a *Admin) BatchStatus(ctx context.Context, batch string) (BatchStatus, error) {
 	if !jobs.ValidToken(batch) {
-		return BatchStatus{}, fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)
+		return BatchStatus{}, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	b := BatchStatus{Batch: batch, Results: map[jobs.Status]int{}}
 	err := a.queuedJobs(ctx, func(j *jobs.Job) error {
@@ -180,7 +180,7 @@ func (a *Admin) Cancel(ctx context.Context, id, reason string) error {
 // many were asked.
 func (a *Admin) CancelBatch(ctx context.Context, batch, reason string) (int, error) {
 	if !jobs.ValidToken(batch) {
-		return 0, fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)
+		return 0, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	n := 0
 	err := a.queuedJobs(ctx, func(j *jobs.Job) error {
@@ -307,7 +307,7 @@ func PrintDLQ(w io.Writer, entries []DLQEntry) {
 // DLQShow returns the latest dead-letter record of job id.
 func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
 	if !jobs.ValidToken(id) {
-		return DLQEntry{}, fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)
+		return DLQEntry{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)}
 	}
 	st, err := a.js.Stream(ctx, jobs.DLQStream)
 	if err != nil {

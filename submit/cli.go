@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -101,10 +102,11 @@ func fail(cio IO, err error) int {
 	case errors.As(err, &ue):
 		fmt.Fprint(cio.Stderr, "\n"+usage)
 		return ExitUsage
+	case errors.Is(err, ErrInterrupted), errors.Is(err, context.Canceled):
+		// Before InputError: Ctrl-C while the inputs are being listed arrives wrapped in one.
+		return ExitInterrupted
 	case errors.As(err, &inputErr), errors.Is(err, ErrUnknownJob):
 		return ExitUsage
-	case errors.Is(err, ErrInterrupted), errors.Is(err, context.Canceled):
-		return ExitInterrupted
 	default:
 		return ExitUnavailable
 	}
@@ -177,6 +179,12 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 	}
 	if rc.OutDir == "" {
 		return fail(cio, usagef("--out is required"))
+	}
+	if rc.Class != "" && !jobs.ValidToken(rc.Class) {
+		return fail(cio, usagef("--class %q must be 1-128 characters of [A-Za-z0-9_-]", rc.Class))
+	}
+	if rc.Defaults.Batch != "" && !jobs.ValidToken(rc.Defaults.Batch) {
+		return fail(cio, usagef("--batch %q must be 1-128 characters of [A-Za-z0-9_-]", rc.Defaults.Batch))
 	}
 	if rc.UploadPrefix != "" && !strings.HasPrefix(rc.UploadPrefix, "s3://") {
 		return fail(cio, usagef("--upload %q must be an s3:// prefix", rc.UploadPrefix))

@@ -27,6 +27,8 @@ func TestMainUsageErrors(t *testing.T) {
 		{[]string{"--out", t.TempDir(), "--task", "segment", "frames/"}, `--task "segment" is not one of detect, ground`},
 		{[]string{"--out", t.TempDir(), "--max-new-tokens", "-1", "frames/"}, "--max-new-tokens -1 is negative"},
 		{[]string{"--out", t.TempDir(), "--upload", "/tmp/x", "frames/"}, "must be an s3:// prefix"},
+		{[]string{"--out", t.TempDir(), "--class", "no spaces", "frames/"}, `--class "no spaces" must be`},
+		{[]string{"--out", t.TempDir(), "--batch", "a/b", "frames/"}, `--batch "a/b" must be`},
 		{[]string{"status"}, "give one job ID or --batch B"},
 		{[]string{"status", "a", "b"}, "give one job ID or --batch B"},
 		{[]string{"cancel", "--batch", "b", "id"}, "give one job ID or --batch B"},
@@ -89,5 +91,38 @@ func TestLoadConfigSingleMachineDefault(t *testing.T) {
 		if fmt.Sprint(cfg.Storage.FileRoots) != fmt.Sprint(c.wantRoots) {
 			t.Errorf("LA_NATS_URL=%q LA_FILE_ROOTS=%q: roots %v, want %v", c.url, c.roots, cfg.Storage.FileRoots, c.wantRoots)
 		}
+	}
+}
+
+// TestFailExitCodes: an interrupt wins over the InputError it may arrive wrapped in (Ctrl-C
+// while inputs are listed), a bad value is exit 2, anything else exit 3.
+func TestFailExitCodes(t *testing.T) {
+	cases := []struct {
+		err  error
+		want int
+	}{
+		{&InputError{Err: fmt.Errorf("list s3://b/: %w", context.Canceled)}, ExitInterrupted},
+		{fmt.Errorf("publish: %w", ErrInterrupted), ExitInterrupted},
+		{&InputError{Err: fmt.Errorf("class %q must be 1-128 characters", "a b")}, ExitUsage},
+		{fmt.Errorf("status: %w", ErrUnknownJob), ExitUsage},
+		{fmt.Errorf("connect to NATS: refused"), ExitUnavailable},
+	}
+	for _, c := range cases {
+		var stderr strings.Builder
+		if got := fail(IO{Stdout: &strings.Builder{}, Stderr: &stderr}, c.err); got != c.want {
+			t.Errorf("fail(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// TestBadBatchIsExit2: a batch the job schema cannot carry, or one that is not the output
+// directory's, is the user's mistake, also when it reaches resolveBatch directly.
+func TestBadBatchIsExit2(t *testing.T) {
+	if _, err := resolveBatch("not a batch", &outState{}, t.TempDir()); err == nil || fail(IO{Stdout: &strings.Builder{}, Stderr: &strings.Builder{}}, err) != ExitUsage {
+		t.Fatalf("bad --batch: %v, want an exit-2 error", err)
+	}
+	prior := &outState{HasHeader: true, Header: stateHeader{Batch: "b1"}}
+	if _, err := resolveBatch("b2", prior, "out"); err == nil || fail(IO{Stdout: &strings.Builder{}, Stderr: &strings.Builder{}}, err) != ExitUsage {
+		t.Fatalf("--batch of another output directory: %v, want an exit-2 error", err)
 	}
 }

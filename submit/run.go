@@ -163,7 +163,7 @@ func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
 		cfg.Class = jobs.DefaultClass
 	}
 	if !jobs.ValidToken(cfg.Class) {
-		return nil, fmt.Errorf("class %q must be 1-128 characters of [A-Za-z0-9_-]", cfg.Class)
+		return nil, &InputError{Err: fmt.Errorf("class %q must be 1-128 characters of [A-Za-z0-9_-]", cfg.Class)}
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
@@ -229,11 +229,11 @@ func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
 // else a new name. An output directory holds one batch; a different --batch is an error.
 func resolveBatch(flag string, prior *outState, dir string) (string, error) {
 	if flag != "" && !jobs.ValidToken(flag) {
-		return "", fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", flag)
+		return "", &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", flag)}
 	}
 	if prior.HasHeader {
 		if flag != "" && flag != prior.Header.Batch {
-			return "", fmt.Errorf("output directory %s belongs to batch %s, not %s: use another --out, or drop --batch to resume it", dir, prior.Header.Batch, flag)
+			return "", &InputError{Err: fmt.Errorf("output directory %s belongs to batch %s, not %s: use another --out, or drop --batch to resume it", dir, prior.Header.Batch, flag)}
 		}
 		return prior.Header.Batch, nil
 	}
