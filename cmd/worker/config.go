@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,10 @@ type Config struct {
 	// Landmarks receives the startup lines the tt-model launcher watches (stdout in main;
 	// nil discards them).
 	Landmarks io.Writer `ignored:"true"`
+
+	// Log is the chip's logger, set by runWorker for openEngine (the first-boot LLM
+	// extraction reports through it); nil discards.
+	Log *slog.Logger `ignored:"true"`
 
 	// Local state: the embedded JetStream store and, by default, the results.
 	DataDir string `envconfig:"LA_DATA_DIR" default:"la-data"`

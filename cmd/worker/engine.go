@@ -45,6 +45,7 @@ func openEngine(ctx context.Context, cfg Config) (engine.Engine, error) {
 		if err != nil {
 			return nil, err
 		}
+		eo.Logger = cfg.Log
 		res, err := extract.LLM(ctx, dir, eo)
 		if err != nil {
 			return nil, fmt.Errorf("extracting the LLM for the ttnn backend: %w", err)

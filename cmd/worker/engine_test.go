@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/extract"
+	"github.com/locateanything/detect/internal/syncbuf"
 )
 
 // TestOpenEngineTTNNMatchesCPU opens the engine the way the worker does for LA_ENGINE=ttnn,
@@ -36,6 +39,8 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 		WeightsDir: "../../" + randomCheckpoint, Threads: 2, MaxSeqLen: 512, InTokenLimit: 64,
 		CanonGrid: "native", MaxNewTokens: 16, MaxNewTokensCap: 64,
 	}
+	var logged syncbuf.Buffer
+	cfg.Log = slog.New(slog.NewTextHandler(&logged, nil))
 	img, err := os.ReadFile("testdata/dog.jpg")
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +72,9 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 	}
 	if !extract.Complete(filepath.Join(cache, extract.DirName)) {
 		t.Fatalf("LA_ENGINE=ttnn did not extract the LLM into %s", filepath.Join(cache, extract.DirName))
+	}
+	if !strings.Contains(logged.String(), "Loading weights: extracting the Qwen2.5 LLM") {
+		t.Errorf("the first-boot extraction did not report through the worker's logger:\n%s", logged.String())
 	}
 	if ttnn.PrefillTokens != 128 || cpu.PrefillTokens != cpu.PromptTokens {
 		t.Errorf("prefill_tokens: ttnn %d (want the device's padded 128), cpu %d (want the prompt's %d)",

@@ -92,6 +92,7 @@ func runWorker(ctx context.Context, cfg Config, log *slog.Logger, open engineOpe
 	for i := range cfg.Chips {
 		chipCfg := cfg
 		chipCfg.ChipIndex = i
+		chipCfg.Log = log.With("chip", i)
 		c, err := chip.Open(func() (engine.Engine, error) { return open(ctx, chipCfg) })
 		if err != nil {
 			return fmt.Errorf("open engine on chip %d: %w", i, err)
