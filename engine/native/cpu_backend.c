@@ -480,8 +480,9 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
     return 0;
 }
 
-/* make_resident copies every decoder matrix (and the LM head or tied embeddings) into one
- * anonymous, huge-page-advised allocation and points the weights at it. Decode streams
+/* make_resident copies every decoder matrix and the LM head (the tied embeddings when the
+ * checkpoint has no head) into one anonymous, huge-page-advised allocation and points the
+ * weights at it. Decode streams
  * these bytes once per token, and page-cache pages of a file mapping can stream at well
  * under half the speed of freshly allocated anonymous memory (3x here, measured in
  * docs/cpu-backend.md: scattered 4 KB pages versus contiguous, huge-page-backed ones).
@@ -502,9 +503,9 @@ static int make_resident(la_engine *e, char *err, size_t errlen) {
                 for (; n < 7; n++)
                     ms[n] = lm[n];
             } else {
-                ms[n++] = &e->w.embed;
-                if (has_head)
-                    ms[n++] = &e->w.lm_head;
+                /* The head streams whole every token; the embedding table gives one row per
+                 * token, so it stays in the mapping unless it is the (tied) head. */
+                ms[n++] = has_head ? &e->w.lm_head : &e->w.embed;
             }
             for (int j = 0; j < n; j++) {
                 size_t bytes = (size_t)ms[j]->rows * ms[j]->cols * cpu_dtype_size(ms[j]->dtype);
