@@ -140,7 +140,7 @@ func workerDrain(t *testing.T, env map[string]string) time.Duration {
 		}
 		return d
 	}
-	return get("LA_HTTP_SHUTDOWN_TIMEOUT", httpcompat.DefaultShutdownTimeout) + get("LA_GRACE", workerDefault(t, "GRACE"))
+	return get("LA_HTTP_SHUTDOWN_TIMEOUT", httpcompat.DefaultShutdownTimeout) + get("LA_GRACE", workerDefault(t, "LA_GRACE"))
 }
 
 // workerDefault reads the default of one of the worker's settings from the `default:` tag
@@ -166,11 +166,11 @@ func workerDefault(t *testing.T, envName string) time.Duration {
 		return true
 	})
 	if found == "" {
-		t.Fatalf("cmd/worker/config.go has no default for LA_%s", envName)
+		t.Fatalf("cmd/worker/config.go has no default for %s", envName)
 	}
 	d, err := time.ParseDuration(found)
 	if err != nil {
-		t.Fatalf("LA_%s default %q: %v", envName, found, err)
+		t.Fatalf("%s default %q: %v", envName, found, err)
 	}
 	return d
 }
@@ -184,8 +184,8 @@ var (
 // (envconfig tags and literals), the native backends' C, and the ttnn adapter's Python.
 var variableRoots = []string{"../cmd/worker", "../httpcompat", "../storage", "../jobs", "../engine"}
 
-// knownVariables collects every LA_* name the worker's code reads: envconfig tags (with the
-// LA_ prefix envconfig adds) and LA_* string literals in the non-test .go, .c and .py files
+// knownVariables collects every LA_* name the worker's code reads: envconfig tags (each
+// carries its full name) and LA_* string literals in the non-test .go, .c and .py files
 // under variableRoots.
 func knownVariables(t *testing.T) map[string]bool {
 	t.Helper()
@@ -207,11 +207,7 @@ func knownVariables(t *testing.T) map[string]bool {
 				return err
 			}
 			for _, m := range envconfigTagRE.FindAllSubmatch(src, -1) {
-				name := string(m[1])
-				if !strings.HasPrefix(name, "LA_") {
-					name = "LA_" + name
-				}
-				known[name] = true
+				known[string(m[1])] = true
 			}
 			for _, m := range laLiteralRE.FindAll(src, -1) {
 				known[string(m)] = true
