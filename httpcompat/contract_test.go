@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/locateanything/detect/engine"
-	"github.com/locateanything/detect/httpcompat/httpcompattest"
+	"github.com/locateanything/detect/engine/enginetest"
 )
 
 var predictKeys = []string{
@@ -135,7 +135,7 @@ func TestPredictOverlayIsADecodablePNG(t *testing.T) {
 
 func TestPredictEmptyAnswerHasEmptyLists(t *testing.T) {
 	h := newHarness(t, setup{})
-	status, body := h.predict(t, map[string]any{"image": dogB64(t), "query": httpcompattest.NothingLabel})
+	status, body := h.predict(t, map[string]any{"image": dogB64(t), "query": enginetest.NothingLabel})
 	if status != http.StatusOK {
 		t.Fatalf("status %d: %s", status, body)
 	}
@@ -241,7 +241,7 @@ func TestPredictBadRequests(t *testing.T) {
 }
 
 func TestPredictPromptTooLong(t *testing.T) {
-	h := newHarness(t, setup{configure: func(e *httpcompattest.Engine) { e.Description.MaxSeqLen = 512 }})
+	h := newHarness(t, setup{configure: func(e *enginetest.Engine) { e.Description.MaxSeqLen = 512 }})
 	status, body := h.predict(t, map[string]any{"image": dogB64(t), "query": strings.Repeat("dog ", 100)})
 	if status != http.StatusBadRequest {
 		t.Fatalf("status %d, want 400: %s", status, body)
@@ -310,7 +310,7 @@ func TestPredictBodyOverTheLimit(t *testing.T) {
 }
 
 func TestPredictEngineFailureIs500WithExceptionType(t *testing.T) {
-	h := newHarness(t, setup{configure: func(e *httpcompattest.Engine) {
+	h := newHarness(t, setup{configure: func(e *enginetest.Engine) {
 		e.Err = errors.New("device fault: DRAM read timeout")
 	}})
 	status, body := h.predict(t, map[string]any{"image": dogB64(t), "query": "dog"})
@@ -430,7 +430,7 @@ func TestInfoContract(t *testing.T) {
 }
 
 func TestInfoNativeGridAndNoQueueAreNull(t *testing.T) {
-	h := newHarness(t, setup{configure: func(e *httpcompattest.Engine) { e.Description.CanonicalGrid = [2]int{} }})
+	h := newHarness(t, setup{configure: func(e *enginetest.Engine) { e.Description.CanonicalGrid = [2]int{} }})
 	_, body := h.get(t, "/info")
 	m := object(t, body)
 	lim := m["limits"].(map[string]any)

@@ -16,12 +16,12 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
-	"github.com/locateanything/detect/httpcompat/httpcompattest"
+	"github.com/locateanything/detect/engine/enginetest"
 )
 
 // harness is a ready server on a real chip owner over the engine double, behind httptest.
 type harness struct {
-	eng  *httpcompattest.Engine
+	eng  *enginetest.Engine
 	chip *chip.Chip
 	srv  *Server
 	url  string
@@ -30,13 +30,13 @@ type harness struct {
 type setup struct {
 	cfg       Config
 	opts      Options
-	configure func(*httpcompattest.Engine)
+	configure func(*enginetest.Engine)
 	notReady  bool
 }
 
 func newHarness(t testing.TB, s setup) *harness {
 	t.Helper()
-	eng := httpcompattest.New()
+	eng := enginetest.New()
 	if s.configure != nil {
 		s.configure(eng)
 	}

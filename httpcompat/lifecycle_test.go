@@ -17,7 +17,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
-	"github.com/locateanything/detect/httpcompat/httpcompattest"
+	"github.com/locateanything/detect/engine/enginetest"
 )
 
 // runJob sends a queued job through the same chip, the way the job runner does.
@@ -75,7 +75,7 @@ func errString(err error) string {
 }
 
 func TestConcurrentClientsAreSerializedAndJobsProgress(t *testing.T) {
-	h := newHarness(t, setup{configure: func(e *httpcompattest.Engine) { e.Delay = time.Millisecond }})
+	h := newHarness(t, setup{configure: func(e *enginetest.Engine) { e.Delay = time.Millisecond }})
 	img := dogB64(t)
 	const clients, jobs = 8, 8
 	var replies []<-chan string
@@ -119,7 +119,7 @@ func TestConcurrentClientsAreSerializedAndJobsProgress(t *testing.T) {
 func TestPredictGoesAheadOfQueuedJobs(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan string, 8)
-	h := newHarness(t, setup{configure: func(e *httpcompattest.Engine) { e.Release, e.Started = release, started }})
+	h := newHarness(t, setup{configure: func(e *enginetest.Engine) { e.Release, e.Started = release, started }})
 	running := runJob(t.Context(), h, "job-running")
 	<-started
 	queued := runJob(t.Context(), h, "job-queued")
@@ -147,7 +147,7 @@ func TestClientGoneIsDroppedBeforeTheChip(t *testing.T) {
 	gone := &messageSignal{msg: "predict: client went away", seen: make(chan struct{}, 1)}
 	h := newHarness(t, setup{
 		opts:      Options{Logger: slog.New(gone)},
-		configure: func(e *httpcompattest.Engine) { e.Release, e.Started = release, started },
+		configure: func(e *enginetest.Engine) { e.Release, e.Started = release, started },
 	})
 	running := runJob(t.Context(), h, "job-running")
 	<-started
@@ -178,7 +178,7 @@ func TestPredictTimesOutWhileTheChipIsBusy(t *testing.T) {
 	started := make(chan string, 8)
 	h := newHarness(t, setup{
 		cfg:       Config{WriteTimeout: 300 * time.Millisecond},
-		configure: func(e *httpcompattest.Engine) { e.Release, e.Started = release, started },
+		configure: func(e *enginetest.Engine) { e.Release, e.Started = release, started },
 	})
 	running := runJob(t.Context(), h, "job-running")
 	<-started
@@ -197,7 +197,7 @@ func TestPredictBeyondMaxPendingIs503(t *testing.T) {
 	started := make(chan string, 8)
 	h := newHarness(t, setup{
 		cfg:       Config{MaxPending: 2},
-		configure: func(e *httpcompattest.Engine) { e.Release, e.Started = release, started },
+		configure: func(e *enginetest.Engine) { e.Release, e.Started = release, started },
 	})
 	img := dogB64(t)
 	first := asyncPredict(t.Context(), h.url, img, "first")
@@ -268,7 +268,7 @@ func TestShutdownUnderLoadAnswersEveryRequestInFlight(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			release := make(chan struct{})
 			started := make(chan string, 16)
-			h := newHarness(t, setup{configure: func(e *httpcompattest.Engine) { e.Release, e.Started = release, started }})
+			h := newHarness(t, setup{configure: func(e *enginetest.Engine) { e.Release, e.Started = release, started }})
 			serveCtx, stopServing := context.WithCancel(t.Context())
 			defer stopServing()
 			url, served := serveOnPort(t, serveCtx, h.srv)
@@ -319,7 +319,7 @@ func TestShutdownUnderLoadAnswersEveryRequestInFlight(t *testing.T) {
 func TestShutdownDeadlineCutsLongRequests(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan string, 4)
-	h := newHarness(t, setup{configure: func(e *httpcompattest.Engine) { e.Release, e.Started = release, started }})
+	h := newHarness(t, setup{configure: func(e *enginetest.Engine) { e.Release, e.Started = release, started }})
 	defer close(release)
 	url, served := serveOnPort(t, t.Context(), h.srv)
 	reply := asyncPredict(t.Context(), url, dogB64(t), "stuck")

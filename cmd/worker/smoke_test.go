@@ -15,14 +15,14 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/httpcompat"
-	"github.com/locateanything/detect/httpcompat/httpcompattest"
 )
 
 // smokeServer is the real httpcompat handler on a chip over the engine double.
 func smokeServer(t *testing.T, ready bool) (*httptest.Server, *httpcompat.Server, *chip.Chip) {
 	t.Helper()
-	eng := httpcompattest.New()
+	eng := enginetest.New()
 	c, err := chip.Open(func() (engine.Engine, error) { return eng, nil })
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestSmokeFails(t *testing.T) {
 		{"nothing listening", []string{"--url", closedPort, "--image", img, "--query", "dog", "--wait", "1ms"}, "connection refused"},
 		{"bad image", []string{"--url", ready.URL, "--image", notAnImage, "--query", "dog"}, "HTTP 400: cannot decode image"},
 		{"budget out of range", []string{"--url", ready.URL, "--image", img, "--query", "dog", "--max-new-tokens", "5000"}, "HTTP 400: max_new_tokens"},
-		{"no boxes", []string{"--url", ready.URL, "--image", img, "--query", httpcompattest.NothingLabel}, "0 boxes"},
+		{"no boxes", []string{"--url", ready.URL, "--image", img, "--query", enginetest.NothingLabel}, "0 boxes"},
 		{"incomplete answer", []string{"--url", incomplete.URL, "--image", img, "--query", "dog"}, "answer lacks width, height"},
 	}
 	for _, c := range cases {

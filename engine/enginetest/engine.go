@@ -1,8 +1,9 @@
-// Package httpcompattest provides a deterministic engine.Engine double for tests of code that
-// serves or calls the /predict contract (httpcompat itself, the `worker smoke` client): no
-// model and no device, but real image decoding, the engine's input errors, predictions that
-// follow the query, and a real PNG overlay. Do not use it in production code.
-package httpcompattest
+// Package enginetest is the engine.Engine double for every test in the repository that needs
+// an engine (the chip owner, the job runner, the /predict shim, the submit CLI, the worker):
+// no model and no device, but real image-header decoding, the engine's input errors,
+// predictions that follow the query, and a real PNG overlay. It imports only engine, so any
+// package's tests may use it. Do not use it in production code.
+package enginetest
 
 import (
 	"bytes"
