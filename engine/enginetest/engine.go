@@ -8,6 +8,7 @@ package enginetest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -16,6 +17,7 @@ import (
 	"image/draw"
 	_ "image/jpeg" // the engine accepts JPEG
 	"image/png"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +29,11 @@ import (
 // NothingLabel is a category the double never finds: a query of only this label yields
 // no detections, so tests can check the empty answer.
 const NothingLabel = "unicorn"
+
+// MaxPixels is the pixel budget Prepare enforces from the image header, the real engine's
+// default (imageproc.DefaultMaxPixels): a larger image is an InputError with
+// engine.CodeImageTooLarge.
+const MaxPixels = 40_000_000
 
 // FixedTiming is the timing every prediction reports, whatever Delay is, so responses are
 // deterministic; decode time grows with the generated tokens.
@@ -53,20 +60,39 @@ func DefaultInfo() engine.Info {
 }
 
 // Engine is the double. Set its exported fields before first use and leave them alone
-// afterwards; the methods are safe for concurrent use.
+// afterwards; the methods are safe for concurrent use. The zero hooks make Generate answer
+// at once.
+//
+// Generate takes these steps in order: OnCall; it records the call (Seen, Calls,
+// MaxConcurrent); it sends the query on Started; it waits at the Release gate unless the
+// call is one of the first Allowed; it holds the device for Delay; it fails with Err;
+// otherwise it answers and counts the answer (Answers). A ctx that ends at the gate or
+// during Delay ends the call with an error wrapping ctx.Err(), as the real engine's decode
+// loop does (Canceled counts those calls).
 type Engine struct {
 	Description engine.Info // what Info returns; New fills it with DefaultInfo
 
-	Delay   time.Duration   // how long Generate holds the "device" (ctx cuts it short)
-	Err     error           // when set, every Generate fails with it
+	// OnCall, when set, runs first in every Prepare, Generate, Overlay and Close, on the
+	// caller's goroutine, with the method's name ("Prepare", "Generate", "Overlay",
+	// "Close") and the request's query ("" for Close). A test may record the calling OS
+	// thread in it, or panic in it to stand for a bug in the engine.
+	OnCall func(method, query string)
+
 	Started chan<- string   // when set, receives each query as Generate begins (Generate blocks on a full channel)
-	Release <-chan struct{} // when set, Generate waits for it to close (or ctx) before answering
+	Release <-chan struct{} // when set, the gate: Generate waits for it to close (or ctx) before answering
+	Allowed int             // with Release set, this many Generate calls pass the gate without waiting; later ones wait
+	Delay   time.Duration   // device time of every Generate, after the gate: its decode steps (ctx cuts it short)
+	Err     error           // when set, every Generate fails with it after Delay (a device failure, not an InputError)
 
 	mu        sync.Mutex
-	seen      []string
+	seen      []string                  // queries, as Generate calls began
+	calls     map[string]int            // Generate calls begun, by query
+	answers   map[[sha256.Size]byte]int // predictions returned, by image
+	passed    int                       // calls let through the gate without waiting
+	canceled  int
 	active    int
 	maxActive int
-	closed    bool
+	closes    int
 }
 
 // New returns a double with DefaultInfo.
@@ -78,8 +104,16 @@ var _ engine.Engine = (*Engine)(nil)
 // around them (303 tokens in all for "car" with 264 image tokens, as in the reference).
 const promptOverhead = 303 - 264 - 1
 
-// Prepare decodes the image and checks the request the way the engine does.
+// Prepare decodes the image header and checks the request the way the engine does: bad
+// input is an *engine.InputError with the engine's code.
 func (e *Engine) Prepare(ctx context.Context, req engine.Request) (*engine.Prepared, error) {
+	if e.OnCall != nil {
+		e.OnCall("Prepare", req.Query)
+	}
+	return e.prepare(ctx, req)
+}
+
+func (e *Engine) prepare(ctx context.Context, req engine.Request) (*engine.Prepared, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
@@ -106,6 +140,10 @@ func (e *Engine) Prepare(ctx context.Context, req engine.Request) (*engine.Prepa
 	if err != nil {
 		return nil, engine.InputErrorf(engine.CodeBadImage, "cannot decode image: %v", err)
 	}
+	if px := int64(cfg.Width) * int64(cfg.Height); px > MaxPixels {
+		return nil, engine.InputErrorf(engine.CodeImageTooLarge,
+			"image is %dx%d (%d pixels), over the budget of %d", cfg.Width, cfg.Height, px, MaxPixels)
+	}
 	gh, gw := info.CanonicalGrid[0], info.CanonicalGrid[1]
 	if gh == 0 || gw == 0 { // native grid: multiples of 28 px
 		gh, gw = 2*((cfg.Height+27)/28), 2*((cfg.Width+27)/28)
@@ -131,14 +169,23 @@ func (e *Engine) Prepare(ctx context.Context, req engine.Request) (*engine.Prepa
 }
 
 // Generate answers with one box (or point, for TaskPoint) per </c>-separated label, at a
-// position derived from the label, after Delay and Release.
+// position derived from the label, after the steps the Engine type describes. After Close
+// it fails.
 func (e *Engine) Generate(ctx context.Context, p *engine.Prepared) (*engine.Prediction, error) {
+	query := p.Request.Query
+	if e.OnCall != nil {
+		e.OnCall("Generate", query)
+	}
 	e.mu.Lock()
-	if e.closed {
+	if e.closes > 0 {
 		e.mu.Unlock()
 		return nil, errors.New("generate: engine is closed")
 	}
-	e.seen = append(e.seen, p.Request.Query)
+	e.seen = append(e.seen, query)
+	if e.calls == nil {
+		e.calls = map[string]int{}
+	}
+	e.calls[query]++
 	e.active++
 	e.maxActive = max(e.maxActive, e.active)
 	e.mu.Unlock()
@@ -149,13 +196,13 @@ func (e *Engine) Generate(ctx context.Context, p *engine.Prepared) (*engine.Pred
 	}()
 
 	if e.Started != nil {
-		e.Started <- p.Request.Query
+		e.Started <- query
 	}
-	if e.Release != nil {
+	if e.Release != nil && !e.pass() {
 		select {
 		case <-e.Release:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("decode: %w", ctx.Err())
+			return nil, e.cancel(ctx)
 		}
 	}
 	if e.Delay > 0 {
@@ -164,11 +211,49 @@ func (e *Engine) Generate(ctx context.Context, p *engine.Prepared) (*engine.Pred
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("decode: %w", ctx.Err())
+			return nil, e.cancel(ctx)
 		}
 	}
 	if e.Err != nil {
 		return nil, e.Err
+	}
+	pred := e.answer(p)
+	e.mu.Lock()
+	if e.answers == nil {
+		e.answers = map[[sha256.Size]byte]int{}
+	}
+	e.answers[sha256.Sum256(p.Request.Image)]++
+	e.mu.Unlock()
+	return pred, nil
+}
+
+// pass reports whether a call may go through the gate without waiting: one of the first
+// Allowed.
+func (e *Engine) pass() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.passed < e.Allowed {
+		e.passed++
+		return true
+	}
+	return false
+}
+
+// cancel counts a call that ctx ended and returns its error.
+func (e *Engine) cancel(ctx context.Context) error {
+	e.mu.Lock()
+	e.canceled++
+	e.mu.Unlock()
+	return fmt.Errorf("decode: %w", ctx.Err())
+}
+
+// Answer is the prediction Generate gives for req once it answers, computed without
+// Generate: no hooks, no counting, no waiting. A test compares what reached its output
+// with it. Bad input is the InputError Prepare returns.
+func (e *Engine) Answer(req engine.Request) (*engine.Prediction, error) {
+	p, err := e.prepare(context.Background(), req)
+	if err != nil {
+		return nil, err
 	}
 	return e.answer(p), nil
 }
@@ -267,6 +352,13 @@ func nextPow2(n int) int {
 // Overlay draws every box and point in red on the original image (p.Image, or the request's
 // bytes decoded) and encodes a PNG.
 func (e *Engine) Overlay(p *engine.Prepared, pred *engine.Prediction) ([]byte, error) {
+	if e.OnCall != nil {
+		query := ""
+		if p != nil {
+			query = p.Request.Query
+		}
+		e.OnCall("Overlay", query)
+	}
 	if p == nil {
 		return nil, errors.New("overlay: nothing prepared")
 	}
@@ -312,17 +404,49 @@ func (e *Engine) Info() engine.Info { return e.Description }
 
 // Close marks the double closed; later Generate calls fail.
 func (e *Engine) Close() error {
+	if e.OnCall != nil {
+		e.OnCall("Close", "")
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.closed = true
+	e.closes++
 	return nil
 }
 
-// Seen lists the queries that reached Generate, in order.
+// Seen lists the queries of the Generate calls that began, in the order they began.
 func (e *Engine) Seen() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]string(nil), e.seen...)
+}
+
+// Calls is the number of Generate calls that began with query, however they ended.
+func (e *Engine) Calls(query string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls[query]
+}
+
+// Answers counts the predictions Generate returned, by the SHA-256 of the request's image
+// bytes; a call that failed or was canceled is not counted. The map is a copy.
+func (e *Engine) Answers() map[[sha256.Size]byte]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.answers)
+}
+
+// Canceled is the number of Generate calls that ended because their ctx ended.
+func (e *Engine) Canceled() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.canceled
+}
+
+// Closed is the number of times Close was called.
+func (e *Engine) Closed() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closes
 }
 
 // MaxConcurrent is the largest number of Generate calls that ever ran at once.
