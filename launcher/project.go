@@ -17,7 +17,8 @@ const (
 	// Hardware and MeshDevice: one p150a card, mesh 1x1.
 	Hardware   = "p150a"
 	MeshDevice = "P150"
-	// MeshShapeEnv is the variable the ttnn backend reads the mesh shape from (the seed's).
+	// MeshShapeEnv is the variable the ttnn backend reads the mesh shape from, as the upstream
+	// server does (docs/background.md, "Knobs").
 	MeshShapeEnv = "TT_MESH_SHAPE"
 	// AdapterModule is the ttnn backend's adapter (engine/ttnn), shipped beside the launcher.
 	AdapterModule = "la_ttnn_adapter"

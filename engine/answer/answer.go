@@ -1,5 +1,5 @@
 // Package answer turns LocateAnything's generated text into detections and points
-// (LOCATE_ANYTHING.md section 7):
+// (docs/background.md, "Answer grammar"):
 //
 //	<ref>person</ref><box><12><40><300><990></box><box>...</box><ref>bus</ref><box>None</box><|im_end|>
 //

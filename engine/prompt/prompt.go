@@ -22,10 +22,10 @@ const (
 // AllTextInstruction is the text task's instruction when the query is empty.
 const AllTextInstruction = "Detect all the text in box format."
 
-// Instruction returns the user instruction for task and query (LOCATE_ANYTHING.md
-// section 5). The query is used as given: for TaskDetect it is the category list
-// already joined by "</c>". An empty task means TaskDetect. An unknown task or an empty
-// query (allowed only for TaskText) is an *engine.InputError.
+// Instruction returns the user instruction for task and query (docs/background.md, "Tasks
+// and query templates"). The query is used as given: for TaskDetect it is the category
+// list already joined by "</c>". An empty task means TaskDetect. An unknown task or an
+// empty query (allowed only for TaskText) is an *engine.InputError.
 func Instruction(task engine.Task, query string) (string, error) {
 	if task == "" {
 		task = engine.TaskDetect

@@ -24,7 +24,7 @@ func testTokenizer(t testing.TB) *tokenizer.Tokenizer {
 	return tok
 }
 
-// The worked example of LOCATE_ANYTHING.md section 4: query "car" on a 1920x1080 image at
+// The worked example of docs/background.md, "Preprocessing": query "car" on a 1920x1080 image at
 // in_token_limit 1024 gives 264 image tokens and a 303-token prompt.
 func TestWorkedExample(t *testing.T) {
 	tok := testTokenizer(t)

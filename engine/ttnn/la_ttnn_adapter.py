@@ -5,7 +5,7 @@ VALIDATED ONLY ON HARDWARE. Nothing below the "device" line runs in this project
 there is no chip there. CI proves the bridge and the protocol with la_ttnn_standin (same
 protocol, numpy) and tests this module's pure parts (settings, knobs, the protocol
 surface) in test_la_ttnn_adapter.py. The device calls follow the recipe the Tenstorrent
-port validated (seed SERVING.md): a 1x1 mesh opened with a 50 MB trace region and one
+port validated (docs/background.md): a 1x1 mesh opened with a 50 MB trace region and one
 command queue, tt_transformers' Qwen2 (ModelArgs with HF_MODEL = the extracted LLM dir,
 precision preset LA_PREC, BFP8 weights, paged KV 32 x 1024 blocks), prefill of host-merged
 embeddings padded by the qwen25_vl helper, greedy decode through the stock Generator with
@@ -286,8 +286,8 @@ class Engine:
             return None
 
     def _warm_up(self):
-        """Compile every program and capture the decode trace before ready (the seed's
-        'Warmup run i/n'); a failure here fails open(), there is no fallback."""
+        """Compile every program and capture the decode trace before ready (the upstream
+        server's 'Warmup run i/n'); a failure here fails open(), there is no fallback."""
         s, torch = self.s, self.x.torch
         n = self.s.image_tokens()
         patches = torch.zeros(s.grid[0] * s.grid[1] * 3 * 14 * 14, dtype=torch.float32).numpy().tobytes()
@@ -376,7 +376,8 @@ class Engine:
         return self.last_logits.to(self.x.torch.float32).numpy().astype("<f4").tobytes()
 
     def close(self):
-        """Drop every device tensor, then close the mesh (the seed's lifespan shutdown)."""
+        """Drop every device tensor, then close the mesh (as the upstream server's lifespan
+        shutdown does)."""
         import gc
 
         for attr in ("generator", "vis", "kv_cache", "page_table", "model", "args", "embed", "image", "last_logits"):

@@ -1,6 +1,7 @@
 """The checkpoint's configuration, read from and written to the real file layout:
 config.json (top-level token ids, nested text_config and vision_config) and
-preprocessor_config.json. Field meanings: /work/shared/reference/LOCATE_ANYTHING.md 3a."""
+preprocessor_config.json. Field meanings: docs/background.md ("Checkpoint") and
+docs/checkpoint.md."""
 
 import dataclasses
 import json

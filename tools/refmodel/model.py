@@ -1,9 +1,9 @@
 """PyTorch reference of LocateAnything-3B's forward pass, in float32.
 
-Written from /work/shared/reference/LOCATE_ANYTHING.md sections 2-4. Module attribute
-names follow the checkpoint, so state_dict() keys are exactly the safetensors tensor
-names (vision_model.*, mlp1.*, language_model.*). Plain nn.Modules, batch-first where a
-batch makes sense, so the same code can train a tiny model later.
+Written from the model facts in docs/background.md ("Checkpoint", "Architecture"). Module
+attribute names follow the checkpoint, so state_dict() keys are exactly the safetensors
+tensor names (vision_model.*, mlp1.*, language_model.*). Plain nn.Modules, batch-first
+where a batch makes sense, so the same code can train a tiny model later.
 
     model = load_checkpoint(ckpt_dir)                      # LocateAnything, eval mode
     emb = model.encode_image(patches, grid_h, grid_w)      # [N, text hidden]

@@ -1,4 +1,4 @@
-"""Reference image preprocessing with PIL (LOCATE_ANYTHING.md section 4).
+"""Reference image preprocessing with PIL (docs/background.md, "Preprocessing").
 
     patches, grid_h, grid_w = preprocess(Image.open(path), in_token_limit=1024)
 

@@ -1,6 +1,6 @@
 """Prompt ids without a tokenizer.
 
-The chat prompt (LOCATE_ANYTHING.md section 5) is
+The chat prompt (docs/background.md, "Chat prompt") is
 
     <|im_start|>system\\nYou are a helpful assistant.\\n<|im_end|>\\n<|im_start|>user\\n<image 1><img>
     {<IMG_CONTEXT> x N}</img>{QUERY}<|im_end|>\\n<|im_start|>assistant\\n

@@ -277,7 +277,7 @@ class DecoderTest(unittest.TestCase):
 
 class PreprocessTest(unittest.TestCase):
     def test_worked_example(self):
-        # LOCATE_ANYTHING.md section 4: 1920x1080 at 1024 -> 616x336, grid 24x44.
+        # docs/background.md, "Preprocessing": 1920x1080 at 1024 -> 616x336, grid 24x44.
         self.assertEqual(canonical_size(1920, 1080, 1024), (598, 336, 616, 336))
         patches, gh, gw, size = preprocess(Image.new("RGB", (1920, 1080), (255, 0, 128)), 1024)
         self.assertEqual((gh, gw, size, tuple(patches.shape)), (24, 44, (616, 336), (1056, 3, 14, 14)))

@@ -20,7 +20,7 @@ import unicodedata
 
 import regex
 
-# Qwen2's split pattern (LOCATE_ANYTHING.md section 6).
+# Qwen2's split pattern (docs/background.md, "Tokens"; docs/tokenizer.md).
 PRETOKENIZE = regex.compile(
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )

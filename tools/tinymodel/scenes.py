@@ -31,7 +31,7 @@ MAX_OBJECTS = 4
 # Object size as a fraction of the shorter image side.
 MIN_SIZE, MAX_SIZE = 0.16, 0.45
 
-TEMPLATES = {  # engine/prompt's instructions (LOCATE_ANYTHING.md section 5)
+TEMPLATES = {  # engine/prompt's instructions (docs/background.md, "Tasks and query templates")
     "detect": "Locate all the instances that matches the following description: {}.",
     "ground": "Locate all the instances that match the following description: {}.",
     "ground_one": "Locate a single instance that matches the following description: {}.",
@@ -313,7 +313,7 @@ def instruction(task, query):
 
 
 def chat_prompt(instruction_text, n_image_tokens):
-    """The chat string engine/prompt builds (LOCATE_ANYTHING.md section 5)."""
+    """The chat string engine/prompt builds (docs/background.md, "Chat prompt")."""
     return ("<|im_start|>system\nYou are a helpful assistant.\n<|im_end|>\n"
             "<|im_start|>user\n<image 1><img>" + "<IMG_CONTEXT>" * n_image_tokens + "</img>"
             + instruction_text + "<|im_end|>\n<|im_start|>assistant\n")

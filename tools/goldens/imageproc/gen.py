@@ -37,7 +37,7 @@ MERGE = 2
 
 
 def rescale(img, limit):
-    """The HF processor's rescale as documented in reference LOCATE_ANYTHING.md section 4."""
+    """The HF processor's rescale as docs/background.md ("Preprocessing") describes it."""
     w, h = img.size
     if (w // PATCH) * (h // PATCH) > limit:
         s = math.sqrt(limit / ((w // PATCH) * (h // PATCH)))
