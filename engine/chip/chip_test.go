@@ -8,90 +8,39 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 )
 
-// recorder is an engine double for one unit's edge cases: it records which queries reached
-// Generate, in order, and on which OS thread every device-side call ran. A query listed in
-// hold blocks Generate until the test closes release, so the test can line work up behind it.
-type recorder struct {
-	started chan string   // receives each query as Generate begins
-	release chan struct{} // closed by free: held queries finish
-	freed   sync.Once
-	hold    map[string]bool
-
-	mu     sync.Mutex
-	order  []string
-	tids   []int // thread of open, every Generate, and Close
-	closed int
+// held is the engine double with every Generate held at its gate until free is called, so
+// a test can line work up behind the call on the device; started receives each query as
+// Generate begins.
+type held struct {
+	*enginetest.Engine
+	started <-chan string
+	free    func() // lets every held call finish; safe to call more than once
 }
 
-func newRecorder(hold ...string) *recorder {
-	r := &recorder{started: make(chan string, 64), release: make(chan struct{}), hold: map[string]bool{}}
-	for _, q := range hold {
-		r.hold[q] = true
-	}
-	return r
+func newHeld() *held {
+	started := make(chan string, 64)
+	release := make(chan struct{})
+	eng := enginetest.New()
+	eng.Started, eng.Release = started, release
+	var once sync.Once
+	return &held{Engine: eng, started: started, free: func() { once.Do(func() { close(release) }) }}
 }
 
-// free lets every held query finish; safe to call more than once.
-func (r *recorder) free() { r.freed.Do(func() { close(r.release) }) }
-
-func (r *recorder) noteThread() {
-	r.mu.Lock()
-	r.tids = append(r.tids, syscall.Gettid())
-	r.mu.Unlock()
-}
-
-func (r *recorder) Prepare(_ context.Context, req engine.Request) (*engine.Prepared, error) {
-	return &engine.Prepared{Request: req}, nil
-}
-
-func (r *recorder) Generate(ctx context.Context, p *engine.Prepared) (*engine.Prediction, error) {
-	r.noteThread()
-	r.mu.Lock()
-	r.order = append(r.order, p.Request.Query)
-	r.mu.Unlock()
-	r.started <- p.Request.Query
-	if r.hold[p.Request.Query] {
-		select {
-		case <-r.release:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("decode step: %w", ctx.Err())
-		}
-	}
-	return &engine.Prediction{Query: p.Request.Query}, nil
-}
-
-func (r *recorder) Overlay(*engine.Prepared, *engine.Prediction) ([]byte, error) { return nil, nil }
-func (r *recorder) Info() engine.Info                                            { return engine.Info{Model: "recorder"} }
-
-func (r *recorder) Close() error {
-	r.noteThread()
-	r.mu.Lock()
-	r.closed++
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *recorder) seen() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.order...)
-}
-
-func openChip(t *testing.T, r *recorder) *Chip {
+func openChip(t *testing.T, h *held) *Chip {
 	t.Helper()
-	c, err := Open(func() (engine.Engine, error) {
-		r.noteThread()
-		return r, nil
-	})
+	c, err := Open(func() (engine.Engine, error) { return h.Engine, nil })
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() {
-		r.free() // a test that failed while holding the chip must not hang Close
+		h.free() // a test that failed while holding the chip must not hang Close
 		_ = c.Close()
 	})
 	return c
@@ -114,16 +63,14 @@ func submit(ctx context.Context, c *Chip, prio Priority, query string) <-chan er
 	return out
 }
 
-// waitQueued blocks until n requests wait for the chip: a synchronisation point, not a timer.
+// waitQueued waits until n requests wait for the chip: a synchronisation point, not a timer.
 func waitQueued(t *testing.T, c *Chip, n int) {
 	t.Helper()
-	for c.Waiting() < n {
-		runtime.Gosched()
-	}
+	testwait.Until(t, time.Minute, fmt.Sprintf("%d requests to wait for the chip", n), func() bool { return c.Waiting() >= n })
 }
 
 func TestInteractiveGoesBeforeBatch(t *testing.T) {
-	rec := newRecorder("blocker")
+	rec := newHeld()
 	c := openChip(t, rec)
 	ctx := context.Background()
 
@@ -146,13 +93,13 @@ func TestInteractiveGoesBeforeBatch(t *testing.T) {
 		}
 	}
 	want := []string{"blocker", "sync-1", "sync-2", "batch-1", "batch-2"}
-	if got := rec.seen(); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := rec.Seen(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("device order %v, want %v", got, want)
 	}
 }
 
 func TestUnknownPriorityCountsAsBatch(t *testing.T) {
-	rec := newRecorder("blocker")
+	rec := newHeld()
 	c := openChip(t, rec)
 	ctx := context.Background()
 	outs := []<-chan error{submit(ctx, c, Batch, "blocker")}
@@ -167,13 +114,13 @@ func TestUnknownPriorityCountsAsBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := fmt.Sprint(rec.seen()), fmt.Sprint([]string{"blocker", "sync", "odd"}); got != want {
+	if got, want := fmt.Sprint(rec.Seen()), fmt.Sprint([]string{"blocker", "sync", "odd"}); got != want {
 		t.Fatalf("device order %v, want %v", got, want)
 	}
 }
 
 func TestCancelledBeforeStartNeverReachesEngine(t *testing.T) {
-	rec := newRecorder("blocker")
+	rec := newHeld()
 	c := openChip(t, rec)
 	bg := context.Background()
 
@@ -208,7 +155,7 @@ func TestCancelledBeforeStartNeverReachesEngine(t *testing.T) {
 	if err := <-submit(bg, c, Batch, "after"); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := fmt.Sprint(rec.seen()), fmt.Sprint([]string{"blocker", "after"}); got != want {
+	if got, want := fmt.Sprint(rec.Seen()), fmt.Sprint([]string{"blocker", "after"}); got != want {
 		t.Fatalf("engine saw %v, want %v", got, want)
 	}
 	if n := c.Waiting(); n != 0 {
@@ -217,7 +164,7 @@ func TestCancelledBeforeStartNeverReachesEngine(t *testing.T) {
 }
 
 func TestCancelWhileRunningReachesEngine(t *testing.T) {
-	rec := newRecorder("long")
+	rec := newHeld()
 	c := openChip(t, rec)
 	ctx, cancel := context.WithCancel(context.Background())
 	out := submit(ctx, c, Interactive, "long")
@@ -226,11 +173,13 @@ func TestCancelWhileRunningReachesEngine(t *testing.T) {
 	if err := <-out; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
+	// The caller may return before the engine does; the engine must see the cancellation.
+	testwait.Until(t, time.Minute, "the engine to end the canceled call", func() bool { return rec.Canceled() == 1 })
 }
 
 func TestCloseFailsWaitersWithErrClosed(t *testing.T) {
-	rec := newRecorder("blocker")
-	c, err := Open(func() (engine.Engine, error) { return rec, nil })
+	rec := newHeld()
+	c, err := Open(func() (engine.Engine, error) { return rec.Engine, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,13 +197,10 @@ func TestCloseFailsWaitersWithErrClosed(t *testing.T) {
 	// Close marks the chip closing before it waits for the owner; a new request sees it at once.
 	probe, stop := context.WithCancel(bg)
 	stop()
-	for {
+	testwait.Until(t, time.Minute, "Close to refuse new work", func() bool {
 		_, err := c.Generate(probe, Batch, prepared("probe"))
-		if errors.Is(err, ErrClosed) {
-			break
-		}
-		runtime.Gosched()
-	}
+		return errors.Is(err, ErrClosed)
+	})
 
 	rec.free() // the work in flight finishes...
 	if err := <-blocker; err != nil {
@@ -268,7 +214,7 @@ func TestCloseFailsWaitersWithErrClosed(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if got := rec.seen(); len(got) != 1 {
+	if got := rec.Seen(); len(got) != 1 {
 		t.Fatalf("engine saw %v, want only the blocker", got)
 	}
 	if _, err := c.Generate(bg, Interactive, prepared("late")); !errors.Is(err, ErrClosed) {
@@ -277,16 +223,28 @@ func TestCloseFailsWaitersWithErrClosed(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if rec.closed != 1 {
-		t.Fatalf("engine closed %d times, want 1", rec.closed)
+	if n := rec.Closed(); n != 1 {
+		t.Fatalf("engine closed %d times, want 1", n)
 	}
 }
 
 func TestEveryDeviceCallRunsOnOneThread(t *testing.T) {
-	rec := newRecorder()
+	var mu sync.Mutex
+	var tids []int // thread of open, every Generate, and Close
+	noteThread := func() {
+		mu.Lock()
+		tids = append(tids, syscall.Gettid())
+		mu.Unlock()
+	}
+	eng := enginetest.New()
+	eng.OnCall = func(method, _ string) {
+		if method == "Generate" || method == "Close" {
+			noteThread()
+		}
+	}
 	c, err := Open(func() (engine.Engine, error) {
-		rec.noteThread()
-		return rec, nil
+		noteThread()
+		return eng, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -305,12 +263,12 @@ func TestEveryDeviceCallRunsOnOneThread(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.tids) != 32+2 {
-		t.Fatalf("%d device calls recorded, want 34 (open, 32 Generate, Close)", len(rec.tids))
+	if len(tids) != 32+2 {
+		t.Fatalf("%d device calls recorded, want 34 (open, 32 Generate, Close)", len(tids))
 	}
-	for i, tid := range rec.tids {
-		if tid != rec.tids[0] {
-			t.Fatalf("call %d ran on thread %d, open ran on %d", i, tid, rec.tids[0])
+	for i, tid := range tids {
+		if tid != tids[0] {
+			t.Fatalf("call %d ran on thread %d, open ran on %d", i, tid, tids[0])
 		}
 	}
 }
@@ -326,8 +284,8 @@ func TestOpenErrorIsReturned(t *testing.T) {
 // TestCloseUnderLoad checks that no caller hangs or loses its answer when Close races with
 // a stream of requests: each gets its prediction or ErrClosed.
 func TestCloseUnderLoad(t *testing.T) {
-	rec := newRecorder()
-	c, err := Open(func() (engine.Engine, error) { return rec, nil })
+	eng := enginetest.New()
+	c, err := Open(func() (engine.Engine, error) { return eng, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +318,7 @@ func TestCloseUnderLoad(t *testing.T) {
 	if answered+refused != 64 {
 		t.Fatalf("%d answered + %d refused != 64", answered, refused)
 	}
-	if got := len(rec.seen()); got != answered {
+	if got := len(eng.Seen()); got != answered {
 		t.Fatalf("engine ran %d, callers got %d answers", got, answered)
 	}
 }
