@@ -5,18 +5,20 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 )
 
 // harness is a ready server on a real chip owner over the engine double, behind httptest.
@@ -193,12 +195,10 @@ func list(t *testing.T, what string, v any, n int, elem func(any) bool) []any {
 	return l
 }
 
-// waitQueued blocks until n requests wait for the chip: a synchronisation point, not a timer.
+// waitQueued waits until n requests wait for the chip: a synchronisation point, not a timer.
 func waitQueued(t *testing.T, c *chip.Chip, n int) {
 	t.Helper()
-	for c.Waiting() < n {
-		runtime.Gosched()
-	}
+	testwait.Until(t, time.Minute, fmt.Sprintf("%d requests to wait for the chip", n), func() bool { return c.Waiting() >= n })
 }
 
 // messageSignal is a slog handler that reports each record whose message is msg.

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 )
 
 // runJob sends a queued job through the same chip, the way the job runner does.
@@ -214,9 +214,8 @@ func TestPredictBeyondMaxPendingIs503(t *testing.T) {
 			t.Fatalf("a request within the bound got %q", got)
 		}
 	}
-	for h.srv.pending.Load() != 0 { // the handlers return just after their answers are written
-		runtime.Gosched()
-	}
+	// The handlers return just after their answers are written.
+	testwait.Until(t, time.Minute, "the answered handlers to return", func() bool { return h.srv.pending.Load() == 0 })
 	if status, body := h.predict(t, map[string]any{"image": img, "query": "later"}); status != http.StatusOK {
 		t.Fatalf("after the burst: %d %s", status, body)
 	}
