@@ -1,11 +1,19 @@
-// Package native binds the C backends behind engine/native/la_backend.h to Go. The CPU
-// backend (cpu_*.c in this directory) is compiled in; Open("cpu", ...) loads a checkpoint
-// into it and returns an engine.Backend.
+// Package native binds the C backends behind engine/native/la_backend.h to Go. Two are
+// compiled in, both implementing the same ops table:
+//
+//   - "cpu" (cpu_*.c): the model in C on the host, reading the checkpoint's mapped tensors
+//     (docs/cpu-backend.md);
+//   - "ttnn" (ttnn_*.c): a bridge that loads libpython at run time and drives a Python
+//     adapter module step by step (engine/ttnn: TT-NN on a Blackhole chip, or the numpy
+//     stand-in the tests use; docs/ttnn-backend.md).
+//
+// Open loads a checkpoint into one of them and returns a *Backend, an engine.Backend.
 //
 // Threading: every method of a Backend must be called from one goroutine locked to one OS
 // thread (runtime.LockOSThread), one call at a time. engine/chip guarantees this in the
-// service; tests lock their goroutine themselves. The C side keeps its own worker threads
-// (sized by Options.Threads) and OpenBLAS keeps its own (OPENBLAS_NUM_THREADS).
+// service; tests lock their goroutine themselves. The cpu backend keeps its own worker
+// threads (sized by Options.Threads) and OpenBLAS keeps its own (OPENBLAS_NUM_THREADS); the
+// ttnn bridge takes Python's GIL for each call and gives it back before returning.
 package native
 
 /*
@@ -90,7 +98,7 @@ var _ engine.Backend = (*Backend)(nil)
 // ErrClosed is returned by every call on a closed Backend.
 var ErrClosed = errors.New("native backend is closed")
 
-// Open loads model into the named backend ("cpu").
+// Open loads the checkpoint m into the named backend, "cpu" or "ttnn".
 func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 	if m == nil || m.Config == nil {
 		return nil, errors.New("native: open: no checkpoint")
@@ -234,7 +242,7 @@ func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
 	return cfg, free, nil
 }
 
-// Name is the backend's short name ("cpu").
+// Name is the backend's short name ("cpu" or "ttnn").
 func (b *Backend) Name() string { return b.name }
 
 // MaxSeqLen is the KV-cache length the backend was opened with.
@@ -242,7 +250,8 @@ func (b *Backend) MaxSeqLen() int { return b.maxSeqLen }
 
 // PrefillLength is the length a prompt of n tokens runs at: n on the CPU backend; on the
 // ttnn backend tt_transformers pads the prompt to the next power of two, at least 128 (512
-// for the seed's 303-token demo prompt), which /predict reports as prefill_tokens.
+// for the 303-token demo prompt; docs/background.md, "Caveats the adapter inherits"), which
+// /predict reports as prefill_tokens.
 func (b *Backend) PrefillLength(n int) int {
 	if b.name != "ttnn" {
 		return n
@@ -323,7 +332,8 @@ func (b *Backend) Reset() error {
 }
 
 // Logits returns a copy of the last prefill or decode step's logits (vocab floats), or
-// nil before the first step.
+// nil before the first step and on a backend that does not keep them (a ttnn adapter's
+// logits function is optional).
 func (b *Backend) Logits() []float32 {
 	if b.eng == nil {
 		return nil
@@ -336,7 +346,8 @@ func (b *Backend) Logits() []float32 {
 	return append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(p)), int(n))...)
 }
 
-// ImageEmbeddings returns a copy of the kept image embeddings, n rows of dim floats.
+// ImageEmbeddings returns a copy of the kept image embeddings, n rows of dim floats, or
+// nil when the backend does not expose them (optional for a ttnn adapter).
 func (b *Backend) ImageEmbeddings() (data []float32, n, dim int) {
 	if b.eng == nil {
 		return nil, 0, 0
