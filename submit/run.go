@@ -110,11 +110,11 @@ var ErrInterrupted = errors.New("interrupted before every result arrived")
 // summary is valid in every case. A rerun with the same inputs and output directory
 // publishes nothing that an earlier run published or finished.
 func Run(ctx context.Context, cfg RunConfig, env Env) (Summary, error) {
-	r, err := newRun(ctx, cfg, env)
+	r, err := newBatchRun(ctx, cfg, env)
 	if err != nil {
 		return Summary{}, err
 	}
-	return r.run(ctx)
+	return r.execute(ctx)
 }
 
 // planned is a job made from an item, with what the state bucket knew about it.
@@ -132,8 +132,8 @@ type published struct {
 	err error
 }
 
-// run is the state of one Run. Its maps belong to the loop goroutine alone.
-type run struct {
+// batchRun is the state of one Run. Its maps belong to the loop goroutine alone.
+type batchRun struct {
 	cfg   RunConfig
 	env   Env
 	log   *slog.Logger
@@ -152,7 +152,9 @@ type run struct {
 	replayed map[string]time.Time
 }
 
-func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
+// newBatchRun checks cfg and fills in its defaults, opens the output directory (resuming the
+// batch it belongs to), lists the inputs and opens the state bucket. Nothing is published.
+func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error) {
 	if cfg.OutDir == "" {
 		return nil, errors.New("an output directory is required (--out)")
 	}
@@ -187,7 +189,7 @@ func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &run{cfg: cfg, env: env, log: log, start: time.Now(),
+	r := &batchRun{cfg: cfg, env: env, log: log, start: time.Now(),
 		expected: map[string]string{}, done: map[string]bool{},
 		early: map[string]jobs.Result{}, replayed: map[string]time.Time{}}
 
@@ -196,7 +198,7 @@ func newRun(ctx context.Context, cfg RunConfig, env Env) (*run, error) {
 		return nil, err
 	}
 	r.out, r.prior = out, prior
-	fail := func(err error) (*run, error) { out.close(); return nil, err }
+	fail := func(err error) (*batchRun, error) { out.close(); return nil, err }
 
 	batch, err := resolveBatch(cfg.Defaults.Batch, prior, cfg.OutDir)
 	if err != nil {
@@ -247,7 +249,10 @@ func resolveBatch(flag string, prior *outState, dir string) (string, error) {
 	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:]), nil
 }
 
-func (r *run) run(parent context.Context) (sum Summary, err error) {
+// execute plans, publishes and collects until every job of the set has a result, a fatal
+// error occurs or parent ends; it closes the output directory and returns the summary in
+// every case.
+func (r *batchRun) execute(parent context.Context) (sum Summary, err error) {
 	defer func() {
 		if cerr := r.out.close(); err == nil && cerr != nil {
 			err = cerr
@@ -363,7 +368,7 @@ func (r *run) run(parent context.Context) (sum Summary, err error) {
 const publishDrain = 5 * time.Second
 
 // published records a job JetStream acknowledged.
-func (r *run) published(p published) error {
+func (r *batchRun) published(p published) error {
 	if p.err != nil {
 		return p.err
 	}
@@ -374,7 +379,7 @@ func (r *run) published(p published) error {
 // drainPublishes waits, up to publishDrain, for the inFlight publishes to be acknowledged
 // and records them. Those still unacknowledged then are not recorded; a rerun finds them
 // in the state bucket or JetStream's duplicate window drops their second publish.
-func (r *run) drainPublishes(pubDone <-chan published, inFlight int) error {
+func (r *batchRun) drainPublishes(pubDone <-chan published, inFlight int) error {
 	t := time.NewTimer(publishDrain)
 	defer t.Stop()
 	var errs []error
@@ -393,12 +398,12 @@ func (r *run) drainPublishes(pubDone <-chan published, inFlight int) error {
 
 // pending counts the jobs of the set known so far that have no result yet: Succeeded and
 // Failed count exactly the jobs of the set with a row.
-func (r *run) pending() int {
+func (r *batchRun) pending() int {
 	return len(r.expected) - r.sum.Succeeded - r.sum.Failed
 }
 
 // admit takes a planned job into the set and reports whether it must be published.
-func (r *run) admit(ctx context.Context, p planned) (publish bool, err error) {
+func (r *batchRun) admit(ctx context.Context, p planned) (publish bool, err error) {
 	id := p.job.ID
 	if _, dup := r.expected[id]; dup {
 		r.sum.Total-- // the same image and settings again: one job
@@ -435,12 +440,12 @@ func replayedSince(row Row, p planned) bool {
 
 // acceptable reports whether res may be a job's row: any result, except for a replayed job
 // only one that finished after the row it replaces.
-func (r *run) acceptable(res jobs.Result) bool {
+func (r *batchRun) acceptable(res jobs.Result) bool {
 	after, ok := r.replayed[res.ID]
 	return !ok || res.FinishedAt.After(after)
 }
 
-func (r *run) count(s jobs.Status) {
+func (r *batchRun) count(s jobs.Status) {
 	if s == jobs.StatusSucceeded {
 		r.sum.Succeeded++
 	} else {
@@ -449,7 +454,7 @@ func (r *run) count(s jobs.Status) {
 }
 
 // receive handles one result from the stream.
-func (r *run) receive(ctx context.Context, res jobs.Result, planning bool) error {
+func (r *batchRun) receive(ctx context.Context, res jobs.Result, planning bool) error {
 	if r.done[res.ID] || !r.acceptable(res) {
 		return nil // written before, a second delivery, or the result a replay replaces
 	}
@@ -463,7 +468,7 @@ func (r *run) receive(ctx context.Context, res jobs.Result, planning bool) error
 }
 
 // deliver writes the row of a job of the set and fetches its overlay.
-func (r *run) deliver(ctx context.Context, res jobs.Result) error {
+func (r *batchRun) deliver(ctx context.Context, res jobs.Result) error {
 	r.done[res.ID] = true
 	r.sum.Collected++
 	r.count(res.Status)
@@ -479,7 +484,7 @@ func (r *run) deliver(ctx context.Context, res jobs.Result) error {
 
 // ensureOverlay downloads the overlay of a result into OUT/overlays when --overlay asked
 // for it and it is not there yet. A failure is a warning: the row has the overlay's URL.
-func (r *run) ensureOverlay(ctx context.Context, res jobs.Result) {
+func (r *batchRun) ensureOverlay(ctx context.Context, res jobs.Result) {
 	if !r.cfg.Defaults.Overlay || res.OverlayURL == nil || *res.OverlayURL == "" {
 		return
 	}
@@ -494,7 +499,7 @@ func (r *run) ensureOverlay(ctx context.Context, res jobs.Result) {
 
 // downloadOverlay copies the overlay at url to path, through a temporary file so that a
 // crash never leaves half a PNG under the final name.
-func (r *run) downloadOverlay(ctx context.Context, path, url string) error {
+func (r *batchRun) downloadOverlay(ctx context.Context, path, url string) error {
 	if r.env.Store == nil {
 		return fmt.Errorf("overlay %s: storage is not configured (LA_S3_* or LA_FILE_ROOTS)", url)
 	}
@@ -517,7 +522,7 @@ func (r *run) downloadOverlay(ctx context.Context, path, url string) error {
 // maxOverlayBytes bounds an overlay download; an overlay is a PNG of the input image.
 const maxOverlayBytes = 256 << 20
 
-func (r *run) snapshot(planning bool) progressSnapshot {
+func (r *batchRun) snapshot(planning bool) progressSnapshot {
 	return progressSnapshot{
 		Total: r.sum.Total, Done: r.sum.Succeeded + r.sum.Failed, Failed: r.sum.Failed,
 		Published: r.sum.Submitted, Collected: r.sum.Collected,
@@ -530,7 +535,7 @@ func (r *run) snapshot(planning bool) progressSnapshot {
 // finished nor recorded as published locally is looked up in the state bucket, so a job
 // another run (or a crashed one) published is not published again; so is a job whose row
 // says it failed, to learn whether it was replayed since.
-func (r *run) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan planned {
+func (r *batchRun) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan planned {
 	pl := &planner{defaults: r.cfg.Defaults, store: r.env.Store, uploadPrefix: r.cfg.UploadPrefix,
 		maxBytes: r.cfg.MaxImageBytes, record: r.out.recordFile}
 	if !r.cfg.Rehash {
@@ -587,7 +592,7 @@ func (r *run) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan plan
 // startPublishers runs cfg.MaxInFlight publishers: at most that many jobs are published
 // and not yet acknowledged at any time. Each acknowledged job is marked queued in the state
 // bucket unless a worker has already written its state.
-func (r *run) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <-chan *jobs.Job, done chan<- published) {
+func (r *batchRun) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <-chan *jobs.Job, done chan<- published) {
 	pub := &publisher{js: r.env.JS, class: r.cfg.Class, backoff: r.cfg.Backoff,
 		warn: func(id string, attempt int, wait time.Duration, err error) {
 			r.log.Warn("publish failed, retrying", "id", id, "attempt", attempt, "wait", wait, "err", err)
@@ -623,7 +628,7 @@ func (r *run) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <-chan
 
 // markQueued creates the job's state entry as queued; an existing entry (a worker was
 // faster) is left alone.
-func (r *run) markQueued(ctx context.Context, id string) error {
+func (r *batchRun) markQueued(ctx context.Context, id string) error {
 	b, err := json.Marshal(jobs.State{Status: jobs.StatusQueued, UpdatedAt: time.Now().UTC()})
 	if err != nil {
 		return fmt.Errorf("encode state of job %s: %w", id, err)
