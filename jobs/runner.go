@@ -43,6 +43,10 @@ type RunnerConfig struct {
 	OpTimeout     time.Duration // limit of one storage or NATS call; default 30 s
 	Logger        *slog.Logger  // default slog.Default()
 	Metrics       *Metrics      // nil records nothing
+
+	// Now is the clock job deadlines are checked against; nil means time.Now. A test moves
+	// it forward to let a deadline pass without waiting for it.
+	Now func() time.Time
 }
 
 func (c RunnerConfig) withDefaults(ackWait time.Duration) RunnerConfig {
@@ -285,6 +289,14 @@ type attemptInfo struct {
 	timing  JobTiming
 }
 
+// now is the time job deadlines are checked against.
+func (r *Runner) now() time.Time {
+	if r.cfg.Now != nil {
+		return r.cfg.Now()
+	}
+	return time.Now()
+}
+
 // process runs the job in msg and decides how the message is settled.
 func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 	a := attemptInfo{start: time.Now(), attempt: 1, orig: original{data: msg.Data(), subject: msg.Subject()}}
@@ -316,7 +328,7 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 	if decodeErr != nil {
 		return r.fail(ctx, log, job, a, CodeInvalidJob, decodeErr)
 	}
-	if job.Deadline != nil && a.start.After(*job.Deadline) {
+	if job.Deadline != nil && r.now().After(*job.Deadline) {
 		return r.expired(ctx, log, job, a)
 	}
 
@@ -389,7 +401,7 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 		return nil, nil, classifyEngine("prepare", err)
 	}
 	a.timing.Preprocess = prep.PreprocessMS
-	if job.Deadline != nil && time.Now().After(*job.Deadline) {
+	if job.Deadline != nil && r.now().After(*job.Deadline) {
 		return nil, nil, errExpired // it waited too long for a free slot or the fetch
 	}
 	pred, err := r.chip.Generate(ctx, chip.Batch, prep)
