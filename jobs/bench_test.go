@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
 	"github.com/locateanything/detect/storage"
 )
@@ -17,7 +19,8 @@ import (
 // BenchmarkRunnerOverhead measures what the job path costs around the engine: pull,
 // state reads and writes, image fetch, result store and publish, ack, with local files for
 // storage and an embedded NATS server. engine=0ms is the bare overhead; with engine=10ms
-// (1 ms steps) prefetch=2 should hide most of it behind the device time. One op is one job.
+// (the double's Delay) prefetch=2 should hide most of it behind the device time. One op is
+// one job.
 func BenchmarkRunnerOverhead(b *testing.B) {
 	for _, tc := range []struct{ prefetch, engineMS int }{{1, 0}, {2, 0}, {1, 10}, {2, 10}} {
 		prefetch := tc.prefetch
@@ -53,17 +56,16 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 
 			b.ResetTimer()
 			start := time.Now()
-			r := startRunner(b, topo, store, newFakeEngine(tc.engineMS), cfg)
-			for {
+			eng := enginetest.New()
+			eng.Delay = time.Duration(tc.engineMS) * time.Millisecond
+			r := startRunner(b, topo, store, eng, cfg)
+			testwait.Until(b, 10*time.Minute, "every job's result", func() bool {
 				info, err := topo.Results.Info(b.Context())
 				if err != nil {
 					b.Fatal(err)
 				}
-				if info.State.Msgs >= uint64(b.N) {
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return info.State.Msgs >= uint64(b.N)
+			})
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
 			r.stop(b)

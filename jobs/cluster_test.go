@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
 )
 
@@ -18,7 +19,7 @@ func TestReplicatedTopologySurvivesANodeLoss(t *testing.T) {
 		t.Fatalf("LA_JOBS has %d replicas, want 3", got)
 	}
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+	startRunner(t, e.topo, e.store, enginetest.New(), e.runnerConfig("w1"))
 
 	e.publishJob(t, Job{ID: "before", Image: img, Query: "dog"})
 	if res := e.publishedResult(t, DefaultBatch, "before"); res.Status != StatusSucceeded {

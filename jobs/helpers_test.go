@@ -6,12 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"hash/crc32"
-	"image"
-	"image/color"
-	_ "image/jpeg"
-	"image/png"
 	"log/slog"
 	"os"
 	"sync"
@@ -24,107 +19,23 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs/natsembed"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
 	"github.com/locateanything/detect/storage"
 	"github.com/locateanything/detect/storage/s3test"
 )
 
-// maxPixels is the double's pixel limit, like a real engine's header check.
-const maxPixels = 100_000_000
-
-// fakeEngine is a test double for engine.Engine: Prepare reads only the image header,
-// Generate returns one box covering the whole image, labelled with the query, after a
-// configurable number of 1 ms "decode steps" (checking ctx between steps). Queries named
-// "block" run until their ctx ends or release is closed; "device-busy" always fails
-// with an error that is not an InputError; "panic" panics in Prepare.
-type fakeEngine struct {
-	steps   int
-	started chan string // receives the query of each Generate that starts (if not nil)
-	release chan struct{}
-
-	mu    sync.Mutex
-	calls map[string]int // Generate calls by query
-}
-
-func newFakeEngine(steps int) *fakeEngine {
-	return &fakeEngine{steps: steps, release: make(chan struct{}), calls: map[string]int{}}
-}
-
-func (f *fakeEngine) Prepare(ctx context.Context, req engine.Request) (*engine.Prepared, error) {
-	if req.Query == "panic" {
-		panic("decoder bug")
-	}
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(req.Image))
-	if err != nil {
-		return nil, engine.InputErrorf(engine.CodeBadImage, "image cannot be decoded: %v", err)
-	}
-	if int64(cfg.Width)*int64(cfg.Height) > maxPixels {
-		return nil, engine.InputErrorf(engine.CodeImageTooLarge, "image is %dx%d, over %d pixels", cfg.Width, cfg.Height, maxPixels)
-	}
-	return &engine.Prepared{Request: req, Width: cfg.Width, Height: cfg.Height, PreprocessMS: 0.5}, nil
-}
-
-func (f *fakeEngine) Generate(ctx context.Context, p *engine.Prepared) (*engine.Prediction, error) {
-	f.mu.Lock()
-	f.calls[p.Request.Query]++
-	f.mu.Unlock()
-	if f.started != nil {
-		f.started <- p.Request.Query
-	}
-	if p.Request.Query == "device-busy" {
-		return nil, errors.New("device busy") // not an InputError: worth retrying
-	}
-	if p.Request.Query == "block" {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("decode: %w", ctx.Err())
-		case <-f.release:
-		}
-	}
-	for range f.steps {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("decode: %w", err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	w, h := float64(p.Width), float64(p.Height)
-	return &engine.Prediction{
-		Query: p.Request.Query, Width: p.Width, Height: p.Height,
-		Detections: []engine.Detection{{Label: p.Request.Query, Box: [4]float64{0, 0, w, h}, BoxNorm: [4]int{0, 0, 1000, 1000}}},
-		Points:     []engine.Point{},
-		RawText:    "<ref>" + p.Request.Query + "</ref><box><0><0><1000><1000></box>",
-		TimingMS:   engine.Timing{Vision: 1, Prefill: 1, Decode: float64(f.steps), Total: 2 + float64(f.steps)},
-	}, nil
-}
-
-func (f *fakeEngine) Overlay(p *engine.Prepared, pred *engine.Prediction) ([]byte, error) {
-	img := image.NewGray(image.Rect(0, 0, 4, 4))
-	img.Set(1, 1, color.White)
-	var b bytes.Buffer
-	if err := png.Encode(&b, img); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
-func (f *fakeEngine) Info() engine.Info { return engine.Info{Model: "fake", Backend: "test"} }
-func (f *fakeEngine) Close() error      { return nil }
-
-func (f *fakeEngine) Calls(query string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[query]
-}
-
-func (f *fakeEngine) Total() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, c := range f.calls {
-		n += c
-	}
-	return n
+// heldEngine is the engine double with a gate: each Generate sends its query on started
+// (buffered for n) and then waits until the test closes release or the job's ctx ends. The
+// tests name the job that waits there "block".
+func heldEngine(n int) (eng *enginetest.Engine, started <-chan string, release chan struct{}) {
+	ch := make(chan string, n)
+	release = make(chan struct{})
+	eng = enginetest.New()
+	eng.Started, eng.Release = ch, release
+	return eng, ch, release
 }
 
 // testEnv is one NATS server with the topology and one S3 server with two buckets:
@@ -289,24 +200,11 @@ func (e *testEnv) publishJob(t *testing.T, j Job) {
 	e.publish(t, b, j.ID)
 }
 
-// eventually polls cond every 20 ms until it is true or the wait (generous, not a timing
-// assertion) runs out.
-func eventually(t *testing.T, wait time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", wait, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // publishedResult waits for the result of id on la.results.<batch>.<id>.
 func (e *testEnv) publishedResult(t *testing.T, batch, id string) Result {
 	t.Helper()
 	var raw *jetstream.RawStreamMsg
-	eventually(t, 60*time.Second, "the result of "+id, func() bool {
+	testwait.Until(t, 60*time.Second, "the result of "+id, func() bool {
 		m, err := e.topo.Results.GetLastMsgForSubject(t.Context(), ResultSubject(batch, id))
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			t.Fatalf("read result of %s: %v", id, err)

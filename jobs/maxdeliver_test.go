@@ -9,13 +9,16 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
 )
 
 func TestMaxDeliveriesEndsInDLQWithFailedResult(t *testing.T) {
 	e := newTestEnv(t, TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 3})
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(0)
+	eng := enginetest.New()
+	eng.Err = errors.New("device busy") // not an InputError: worth retrying
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 
 	w, err := NewMaxDeliveriesWatcher(natstest.Connect(t, e.nats), e.topo, e.store,
@@ -48,7 +51,7 @@ func TestMaxDeliveriesEndsInDLQWithFailedResult(t *testing.T) {
 	if e.storedResult(t, defaultOutput, "never-works").Status != StatusFailed {
 		t.Error("failed result not stored")
 	}
-	eventually(t, 30*time.Second, "the job to leave LA_JOBS", func() bool {
+	testwait.Until(t, 30*time.Second, "the job to leave LA_JOBS", func() bool {
 		_, err := e.topo.Jobs.GetMsg(t.Context(), rec.StreamSeq)
 		return errors.Is(err, jetstream.ErrMsgNotFound)
 	})

@@ -3,7 +3,9 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -21,7 +25,11 @@ func testTopology() TopologyConfig {
 func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(3)
+	eng := enginetest.New()
+	want, err := eng.Answer(engine.Request{Image: readTestdata(t, "dog.jpg"), Query: "dog</c>bicycle"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := e.runnerConfig("w1")
 	cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	startRunner(t, e.topo, e.store, eng, cfg)
@@ -32,8 +40,8 @@ func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 	if res.Status != StatusSucceeded || res.Error != nil {
 		t.Fatalf("status %s, error %+v; want succeeded", res.Status, res.Error)
 	}
-	if res.Width != 768 || res.Height != 576 || len(res.Detections) != 1 || res.Detections[0].Box != [4]float64{0, 0, 768, 576} {
-		t.Errorf("prediction not carried over: %dx%d %+v", res.Width, res.Height, res.Detections)
+	if res.Width != 768 || res.Height != 576 || len(res.Detections) != 2 || !reflect.DeepEqual(res.Detections, want.Detections) {
+		t.Errorf("prediction not carried over: %dx%d %+v, want 768x576 %+v", res.Width, res.Height, res.Detections, want.Detections)
 	}
 	if res.Attempt != 1 || res.Worker != "w1" || res.Batch != "b1" || res.Task != engine.TaskDetect || res.Image != img {
 		t.Errorf("job fields: attempt %d worker %q batch %q task %q image %q", res.Attempt, res.Worker, res.Batch, res.Task, res.Image)
@@ -41,8 +49,8 @@ func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 	if string(res.Metadata) != `{"camera":"04"}` {
 		t.Errorf("metadata %s, want it echoed", res.Metadata)
 	}
-	if res.TimingMS.Decode != 3 || res.TimingMS.Fetch <= 0 || res.TimingMS.Total < res.TimingMS.Fetch {
-		t.Errorf("timings %+v", res.TimingMS)
+	if res.TimingMS.Decode != want.TimingMS.Decode || res.TimingMS.Fetch <= 0 || res.TimingMS.Total < res.TimingMS.Fetch {
+		t.Errorf("timings %+v, want the engine's decode time %v", res.TimingMS, want.TimingMS.Decode)
 	}
 	wantOverlay := OverlayURL(defaultOutput, "job-1")
 	if res.OverlayURL == nil || *res.OverlayURL != wantOverlay {
@@ -55,7 +63,7 @@ func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 	if stored.ID != "job-1" || stored.Status != StatusSucceeded || stored.RawText != res.RawText {
 		t.Errorf("stored result %+v differs from the published one", stored)
 	}
-	eventually(t, 30*time.Second, "the job to be acked", func() bool { return e.queueDrained(t) })
+	testwait.Until(t, 30*time.Second, "the job to be acked", func() bool { return e.queueDrained(t) })
 	st, ok, err := e.topo.State.Get(t.Context(), "job-1")
 	if err != nil || !ok || st.Status != StatusSucceeded || st.Worker != "w1" || st.Attempt != 1 {
 		t.Errorf("state %+v ok=%v err=%v; want succeeded by w1", st, ok, err)
@@ -75,7 +83,7 @@ func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 func TestUnusableOutputFailsWithoutRetry(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+	startRunner(t, e.topo, e.store, enginetest.New(), e.runnerConfig("w1"))
 
 	e.publishJob(t, Job{ID: "bad-output", Image: img, Query: "dog", Output: "ftp://elsewhere/out/"})
 	res := e.publishedResult(t, DefaultBatch, "bad-output")
@@ -89,14 +97,14 @@ func TestUnusableOutputFailsWithoutRetry(t *testing.T) {
 
 func TestReplayedJobRunsAgainWithinTheDuplicateWindow(t *testing.T) {
 	e := newTestEnv(t, testTopology())
-	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+	startRunner(t, e.topo, e.store, enginetest.New(), e.runnerConfig("w1"))
 
 	j := Job{ID: "late-image", Image: "s3://images/late.jpg", Query: "dog"}
 	e.publishJob(t, j)
 	if res := e.publishedResult(t, DefaultBatch, j.ID); res.Status != StatusFailed || res.Error.Code != CodeNotFound {
 		t.Fatalf("first run: %s %+v; want not_found", res.Status, res.Error)
 	}
-	eventually(t, 30*time.Second, "the failure to be recorded", func() bool {
+	testwait.Until(t, 30*time.Second, "the failure to be recorded", func() bool {
 		st, _, _ := e.topo.State.Get(t.Context(), j.ID)
 		return st.Status == StatusFailed
 	})
@@ -108,7 +116,7 @@ func TestReplayedJobRunsAgainWithinTheDuplicateWindow(t *testing.T) {
 	}
 	b, _ := json.Marshal(j)
 	e.publish(t, b, j.ID+"-replay-1")
-	eventually(t, 60*time.Second, "the replayed job's result", func() bool {
+	testwait.Until(t, 60*time.Second, "the replayed job's result", func() bool {
 		res := e.publishedResult(t, DefaultBatch, j.ID)
 		return res.Status == StatusSucceeded
 	})
@@ -120,7 +128,7 @@ func TestReplayedJobRunsAgainWithinTheDuplicateWindow(t *testing.T) {
 func TestResultGoesToJobOutput(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+	startRunner(t, e.topo, e.store, enginetest.New(), e.runnerConfig("w1"))
 
 	e.publishJob(t, Job{ID: "own-output", Image: img, Query: "dog", Output: "s3://results/custom"})
 	e.publishedResult(t, DefaultBatch, "own-output")
@@ -135,7 +143,7 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 	empty := e.putImage(t, "empty.jpg", nil)
 	corrupt := e.putImage(t, "corrupt.jpg", []byte("this is not an image at all, just text"))
 	huge := e.putImage(t, "huge.png", pngHeader(100000, 100000))
-	eng := newFakeEngine(0)
+	eng := enginetest.New()
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 
 	job := func(id, image string) []byte {
@@ -185,7 +193,7 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 30*time.Second, "every poison job to be terminated", func() bool { return e.queueDrained(t) })
+	testwait.Until(t, 30*time.Second, "every poison job to be terminated", func() bool { return e.queueDrained(t) })
 	info, err := e.topo.Consumer.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +209,13 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 func TestEnginePanicFailsTheJobNotTheWorker(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	startRunner(t, e.topo, e.store, newFakeEngine(0), e.runnerConfig("w1"))
+	eng := enginetest.New()
+	eng.OnCall = func(method, query string) {
+		if method == "Prepare" && query == "panic" {
+			panic("decoder bug")
+		}
+	}
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 
 	e.publishJob(t, Job{ID: "crafted", Image: img, Query: "panic"})
 	e.publishJob(t, Job{ID: "next", Image: img, Query: "dog"})
@@ -219,19 +233,19 @@ func TestEnginePanicFailsTheJobNotTheWorker(t *testing.T) {
 func TestSameJobIDRunsOnce(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(0)
+	eng := enginetest.New()
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 
 	j := Job{ID: "twice", Image: img, Query: "twice"}
 	e.publishJob(t, j) // Nats-Msg-Id = id: JetStream drops the second within the window
 	e.publishJob(t, j)
 	e.publishedResult(t, DefaultBatch, "twice")
-	eventually(t, 30*time.Second, "the job to be acked", func() bool { return e.queueDrained(t) })
+	testwait.Until(t, 30*time.Second, "the job to be acked", func() bool { return e.queueDrained(t) })
 
 	// Past the dedupe window (here: another message id), the terminal state stops it.
 	b, _ := json.Marshal(j)
 	e.publish(t, b, "twice-again")
-	eventually(t, 30*time.Second, "the repeat to be acked", func() bool { return e.queueDrained(t) })
+	testwait.Until(t, 30*time.Second, "the repeat to be acked", func() bool { return e.queueDrained(t) })
 	if n := eng.Calls("twice"); n != 1 {
 		t.Errorf("job ran %d times; want 1", n)
 	}
@@ -247,8 +261,7 @@ func TestSameJobIDRunsOnce(t *testing.T) {
 func TestCancelBeforeStartAndWhileRunning(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(0)
-	eng.started = make(chan string, 4)
+	eng, started, _ := heldEngine(4) // never released: the running job ends only by its cancel
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 
 	if err := e.topo.State.RequestCancel(t.Context(), "early", "test"); err != nil {
@@ -263,7 +276,7 @@ func TestCancelBeforeStartAndWhileRunning(t *testing.T) {
 	}
 
 	e.publishJob(t, Job{ID: "running", Image: img, Query: "block"})
-	if q := <-eng.started; q != "block" {
+	if q := <-started; q != "block" {
 		t.Fatalf("started %q", q)
 	}
 	if err := e.topo.State.RequestCancel(t.Context(), "running", "test"); err != nil {
@@ -272,7 +285,7 @@ func TestCancelBeforeStartAndWhileRunning(t *testing.T) {
 	if res := e.publishedResult(t, DefaultBatch, "running"); res.Status != StatusCanceled {
 		t.Errorf("running: status %s error %+v; want canceled", res.Status, res.Error)
 	}
-	eventually(t, 30*time.Second, "the cancelled jobs to be acked", func() bool { return e.queueDrained(t) })
+	testwait.Until(t, 30*time.Second, "the cancelled jobs to be acked", func() bool { return e.queueDrained(t) })
 	if e.dlqRecord(t, "running") != nil || e.dlqRecord(t, "early") != nil {
 		t.Error("a cancelled job was dead-lettered")
 	}
@@ -281,7 +294,7 @@ func TestCancelBeforeStartAndWhileRunning(t *testing.T) {
 func TestExpiredDeadlineIsNotRun(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(0)
+	eng := enginetest.New()
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 
 	past := time.Now().Add(-time.Minute)
@@ -302,18 +315,19 @@ func TestExpiredDeadlineIsNotRun(t *testing.T) {
 func TestDeadlinePassingInTheQueueExpiresTheJob(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(0)
-	eng.started = make(chan string, 2)
+	eng, started, release := heldEngine(2)
+	var ahead atomic.Int64 // how far the runner's clock is ahead of the wall clock
 	cfg := e.runnerConfig("w1")
 	cfg.Prefetch = 1
+	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
 	startRunner(t, e.topo, e.store, eng, cfg)
 
 	e.publishJob(t, Job{ID: "ahead", Image: img, Query: "block"})
-	<-eng.started
-	deadline := time.Now().Add(200 * time.Millisecond)
+	<-started
+	deadline := cfg.Now().Add(time.Minute)
 	e.publishJob(t, Job{ID: "behind", Image: img, Query: "behind", Deadline: &deadline})
-	time.Sleep(time.Until(deadline) + 50*time.Millisecond) // the deadline passes while "ahead" runs
-	close(eng.release)
+	ahead.Store(int64(2 * time.Minute)) // the deadline passes while "ahead" runs
+	close(release)
 	if res := e.publishedResult(t, DefaultBatch, "behind"); res.Status != StatusExpired {
 		t.Errorf("status %s error %+v; want expired", res.Status, res.Error)
 	}
@@ -325,22 +339,21 @@ func TestDeadlinePassingInTheQueueExpiresTheJob(t *testing.T) {
 func TestHeartbeatsKeepLongAndWaitingJobsFromRedelivery(t *testing.T) {
 	e := newTestEnv(t, TopologyConfig{AckWait: 2 * time.Second, MaxDeliver: 5})
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(0)
-	eng.started = make(chan string, 4)
+	eng, started, release := heldEngine(4)
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1")) // prefetch 2
 
 	e.publishJob(t, Job{ID: "long", Image: img, Query: "block"})
-	<-eng.started
+	<-started
 	e.publishJob(t, Job{ID: "waiting", Image: img, Query: "waiting"}) // held, queued for the chip
-	eventually(t, 30*time.Second, "both jobs to be held", func() bool {
+	testwait.Until(t, 30*time.Second, "both jobs to be held", func() bool {
 		info, err := e.topo.Consumer.Info(t.Context())
 		return err == nil && info.NumAckPending == 2
 	})
 	// A second worker pulling meanwhile would receive any job whose ack wait ran out.
-	other := newFakeEngine(0)
+	other := enginetest.New()
 	startRunner(t, e.topo, e.store, other, e.runnerConfig("w2"))
-	time.Sleep(5 * time.Second) // 2.5 ack waits
-	close(eng.release)
+	time.Sleep(5 * time.Second) // 2.5 ack waits: no event to poll for, the point is that none comes
+	close(release)
 
 	for _, id := range []string{"long", "waiting"} {
 		if res := e.publishedResult(t, DefaultBatch, id); res.Status != StatusSucceeded || res.Attempt != 1 {
@@ -351,9 +364,9 @@ func TestHeartbeatsKeepLongAndWaitingJobsFromRedelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.NumRedelivered != 0 || eng.Calls("block") != 1 || other.Total() != 0 {
+	if info.NumRedelivered != 0 || eng.Calls("block") != 1 || len(other.Seen()) != 0 {
 		t.Errorf("%d redelivered, long job ran %d times, %d jobs went to the other worker; want 0, 1, 0",
-			info.NumRedelivered, eng.Calls("block"), other.Total())
+			info.NumRedelivered, eng.Calls("block"), len(other.Seen()))
 	}
 }
 
@@ -364,19 +377,17 @@ func TestKilledRunnerJobComesBackAndCompletes(t *testing.T) {
 	// Runner A works over a connection of its own, which dies mid-job like its process.
 	nsA := e.nats
 	_, topoA := connectTopology(t, nsA, testTopology())
-	engA := newFakeEngine(0)
-	engA.started = make(chan string, 1)
+	engA, startedA, _ := heldEngine(1) // never released: A is killed mid-job
 	cfgA := e.runnerConfig("A")
 	cfgA.Grace = 100 * time.Millisecond
 	a := startRunner(t, topoA, e.store, engA, cfgA)
 
 	e.publishJob(t, Job{ID: "survivor", Image: img, Query: "block"})
-	<-engA.started
+	<-startedA
 	topoA.JS.Conn().Close() // the "kill": no heartbeat, no ack, no nak reaches the server
 	a.stop(t)               // its blocked job is cut off; nothing it does reaches NATS
 
-	engB := newFakeEngine(0)
-	close(engB.release) // B runs "block" jobs straight through
+	engB := enginetest.New() // no gate: B runs the "block" job straight through
 	startRunner(t, e.topo, e.store, engB, e.runnerConfig("B"))
 	res := e.publishedResult(t, DefaultBatch, "survivor")
 	if res.Status != StatusSucceeded || res.Worker != "B" || res.Attempt != 2 {
@@ -390,8 +401,9 @@ func TestKilledRunnerJobComesBackAndCompletes(t *testing.T) {
 func TestS3OutageLosesNothing(t *testing.T) {
 	e := newTestEnv(t, TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 100})
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(20)
-	eng.started = make(chan string, 100)
+	started := make(chan string, 100)
+	eng := enginetest.New()
+	eng.Started, eng.Delay = started, 20*time.Millisecond // a job takes a while on the device
 	cfg := e.runnerConfig("w1")
 	cfg.OpTimeout = 2 * time.Second // cut minio-go's own retries short, so the Runner sees the outage
 	cfg.Metrics = NewMetrics(prometheus.NewRegistry())
@@ -401,9 +413,9 @@ func TestS3OutageLosesNothing(t *testing.T) {
 	for i := range n {
 		e.publishJob(t, Job{ID: fmt.Sprintf("s3-%02d", i), Image: img, Query: fmt.Sprintf("q%02d", i)})
 	}
-	<-eng.started
+	<-started
 	e.s3.Stop()
-	eventually(t, 60*time.Second, "a job to meet the outage", func() bool {
+	testwait.Until(t, 60*time.Second, "a job to meet the outage", func() bool {
 		return counterValue(t, cfg.Metrics.Retries) > 0
 	})
 	e.s3.Restart()
@@ -432,7 +444,7 @@ func TestThousandJobsTwoRunnersOneResultEach(t *testing.T) {
 	}
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	engs := []*fakeEngine{newFakeEngine(0), newFakeEngine(0)}
+	engs := []*enginetest.Engine{enginetest.New(), enginetest.New()}
 	_, topoB := connectTopology(t, e.nats, testTopology())
 	startRunner(t, e.topo, e.store, engs[0], e.runnerConfig("A"))
 	startRunner(t, topoB, e.store, engs[1], e.runnerConfig("B"))
@@ -449,7 +461,7 @@ func TestThousandJobsTwoRunnersOneResultEach(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("publishing 1,000 jobs did not complete")
 	}
-	eventually(t, 5*time.Minute, "1,000 results", func() bool {
+	testwait.Until(t, 5*time.Minute, "1,000 results", func() bool {
 		info, err := e.topo.Results.Info(t.Context())
 		return err == nil && info.State.Msgs >= n
 	})
@@ -466,10 +478,10 @@ func TestThousandJobsTwoRunnersOneResultEach(t *testing.T) {
 			t.Errorf("job %s ran %d times", q, c)
 		}
 	}
-	if engs[0].Total() == 0 || engs[1].Total() == 0 {
-		t.Errorf("work split %d/%d; want both runners working", engs[0].Total(), engs[1].Total())
+	if a, b := len(engs[0].Seen()), len(engs[1].Seen()); a == 0 || b == 0 {
+		t.Errorf("work split %d/%d; want both runners working", a, b)
 	}
-	eventually(t, 30*time.Second, "every job acked", func() bool { return e.queueDrained(t) })
+	testwait.Until(t, 30*time.Second, "every job acked", func() bool { return e.queueDrained(t) })
 }
 
 func counterValue(t *testing.T, c prometheus.Counter) float64 {

@@ -3,21 +3,23 @@ package jobs
 import (
 	"testing"
 	"time"
+
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 )
 
 func TestShutdownFinishesHeldJobsAndStopsPulling(t *testing.T) {
 	e := newTestEnv(t, testTopology())
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(0)
-	eng.started = make(chan string, 4)
+	eng, started, release := heldEngine(4)
 	cfg := e.runnerConfig("w1")
 	cfg.Prefetch = 2
 	r := startRunner(t, e.topo, e.store, eng, cfg)
 
 	e.publishJob(t, Job{ID: "in-flight", Image: img, Query: "block"})
-	<-eng.started
+	<-started
 	e.publishJob(t, Job{ID: "prefetched", Image: img, Query: "prefetched"})
-	eventually(t, 30*time.Second, "the second job to be held", func() bool {
+	testwait.Until(t, 30*time.Second, "the second job to be held", func() bool {
 		info, err := e.topo.Consumer.Info(t.Context())
 		return err == nil && info.NumAckPending == 2
 	})
@@ -29,7 +31,7 @@ func TestShutdownFinishesHeldJobsAndStopsPulling(t *testing.T) {
 		t.Fatalf("Run returned (%v) while a job was still running", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(eng.release)
+	close(release)
 	if err := <-r.done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -56,22 +58,20 @@ func TestShutdownGivesBackWhatCannotFinish(t *testing.T) {
 	// A long AckWait: the job can only come back this soon through the nak.
 	e := newTestEnv(t, TopologyConfig{AckWait: 5 * time.Minute, MaxDeliver: 5})
 	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
-	eng := newFakeEngine(0)
-	eng.started = make(chan string, 1)
+	eng, started, _ := heldEngine(1) // never released: the grace period cuts the job off
 	cfg := e.runnerConfig("A")
 	cfg.Grace = 200 * time.Millisecond
 	a := startRunner(t, e.topo, e.store, eng, cfg)
 
 	e.publishJob(t, Job{ID: "too-long", Image: img, Query: "block"})
-	<-eng.started
+	<-started
 	a.stop(t) // returns once the grace period cut the job off
 	st, _, err := e.topo.State.Get(t.Context(), "too-long")
 	if err != nil || st.Status != StatusRunning {
 		t.Errorf("state after the cut-off: %+v (%v); want running, not terminal", st, err)
 	}
 
-	engB := newFakeEngine(0)
-	close(engB.release)
+	engB := enginetest.New() // no gate: B runs the job straight through
 	startRunner(t, e.topo, e.store, engB, e.runnerConfig("B"))
 	res := e.publishedResult(t, DefaultBatch, "too-long")
 	if res.Status != StatusSucceeded || res.Worker != "B" || res.Attempt != 2 {
