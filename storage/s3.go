@@ -6,16 +6,19 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
 
 // s3Store serves s3:// URLs through minio-go, which also does the retrying.
 type s3Store struct {
 	client *minio.Client
+	core   minio.Core // the same client: one GET that returns the body with its headers
 }
 
 // newS3Store builds the client from cfg. It makes no request, so a service that is down
@@ -57,7 +60,7 @@ func newS3Store(cfg Config) (*s3Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("S3 client for %s: %w", endpoint, err)
 	}
-	return &s3Store{client: client}, nil
+	return &s3Store{client: client, core: minio.Core{Client: client}}, nil
 }
 
 // splitEndpoint takes an optional http:// or https:// off the endpoint; the scheme, when
@@ -107,7 +110,29 @@ func certPool(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// checkNames refuses, as a bad URL, a bucket or key that minio-go would refuse before
+// sending anything, with an error that does not say what kind it is. ParseURL applies the
+// same rules; this keeps the two from drifting apart unnoticed.
+func checkNames(loc Location, prefix bool) error {
+	if err := s3utils.CheckValidBucketName(loc.Bucket); err != nil {
+		return &URLError{URL: loc.String(), Part: "bucket", Reason: err.Error()}
+	}
+	check := s3utils.CheckValidObjectName
+	if prefix {
+		check = s3utils.CheckValidObjectNamePrefix
+	}
+	if err := check(loc.Key); err != nil {
+		return &URLError{URL: loc.String(), Part: "key", Reason: err.Error()}
+	}
+	return nil
+}
+
+// stat is a HEAD. Its error answers carry no body, so a 403 cannot tell a refused object
+// from wrong credentials: it counts as access denied.
 func (s *s3Store) stat(ctx context.Context, loc Location) (Object, error) {
+	if err := checkNames(loc, false); err != nil {
+		return Object{}, err
+	}
 	info, err := s.client.StatObject(ctx, loc.Bucket, loc.Key, minio.StatObjectOptions{})
 	if err != nil {
 		return Object{}, classifyS3(err)
@@ -115,22 +140,23 @@ func (s *s3Store) stat(ctx context.Context, loc Location) (Object, error) {
 	return Object{URL: loc.String(), Size: info.Size, ContentType: info.ContentType}, nil
 }
 
-// get checks the size with a HEAD first, so an oversized object is refused before any of
-// it is transferred, then reads at most maxBytes+1 bytes so an object that grew in between
-// (or a server that misreports its size) is refused too.
+// get sends one GET and refuses an object whose Content-Length is over the limit before
+// reading its body, then reads at most maxBytes+1 bytes, so an object sent without a
+// length, or longer than announced, is refused too. (A GET rather than a HEAD first: an
+// error answer to a GET has a body whose code tells wrong credentials, which are worth
+// retrying once fixed, from an object this caller may not read.)
 func (s *s3Store) get(ctx context.Context, loc Location, maxBytes int64) ([]byte, error) {
-	obj, err := s.stat(ctx, loc)
-	if err != nil {
+	if err := checkNames(loc, false); err != nil {
 		return nil, err
 	}
-	if obj.Size > maxBytes {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, obj.Size, maxBytes)
-	}
-	body, err := s.client.GetObject(ctx, loc.Bucket, loc.Key, minio.GetObjectOptions{})
+	body, info, _, err := s.core.GetObject(ctx, loc.Bucket, loc.Key, minio.GetObjectOptions{})
 	if err != nil {
 		return nil, classifyS3(err)
 	}
 	defer body.Close()
+	if info.Size > maxBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, info.Size, maxBytes)
+	}
 	data, err := readLimited(body, maxBytes)
 	if err != nil && !errors.Is(err, ErrTooLarge) {
 		return nil, classifyS3(err)
@@ -139,6 +165,9 @@ func (s *s3Store) get(ctx context.Context, loc Location, maxBytes int64) ([]byte
 }
 
 func (s *s3Store) put(ctx context.Context, loc Location, data []byte, contentType string) error {
+	if err := checkNames(loc, false); err != nil {
+		return err
+	}
 	_, err := s.client.PutObject(ctx, loc.Bucket, loc.Key, bytes.NewReader(data), int64(len(data)),
 		minio.PutObjectOptions{ContentType: contentType})
 	if err != nil {
@@ -150,6 +179,9 @@ func (s *s3Store) put(ctx context.Context, loc Location, data []byte, contentTyp
 // list walks the keys under the prefix in the order S3 returns them, which is key order.
 // Folder markers (keys ending in "/") are not objects and are skipped.
 func (s *s3Store) list(ctx context.Context, loc Location, fn func(Object) bool) error {
+	if err := checkNames(loc, true); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx) // stops minio-go's paging when fn says enough
 	defer cancel()
 	opts := minio.ListObjectsOptions{Prefix: loc.Key, Recursive: true}
@@ -172,15 +204,63 @@ func (s *s3Store) list(ctx context.Context, loc Location, fn func(Object) bool) 
 	return nil
 }
 
-// classifyS3 maps the S3 error codes that mean "not there" to ErrNotFound, keeping the
-// service's message; everything else is returned as is, which callers treat as transient.
+// classifyS3 wraps an answer of the S3 service that no retry changes in its sentinel (see
+// s3Sentinel) and names the service's code in every answer's message. Errors that are
+// not answers (connection refused, timeouts, a cancelled context) pass through as they
+// are: transient.
 func classifyS3(err error) error {
 	var resp minio.ErrorResponse
-	if errors.As(err, &resp) {
-		switch resp.Code {
-		case "NoSuchKey", "NoSuchBucket":
-			return fmt.Errorf("%w: %s: %s", ErrNotFound, resp.Code, resp.Message)
-		}
+	if !errors.As(err, &resp) {
+		return err
 	}
-	return err
+	code := resp.Code // "SlowDown"; "503 Service Unavailable" for an answer without a body
+	if sentinel := s3Sentinel(resp); sentinel != nil {
+		return fmt.Errorf("%w (%s): %w", sentinel, code, err)
+	}
+	if code == "" || code == resp.Message {
+		return err
+	}
+	return fmt.Errorf("%s: %w", code, err)
+}
+
+// s3Sentinel classifies an S3 error answer: the sentinel of a permanent failure, or nil
+// for one worth retrying. Codes that concern the worker rather than the object (its
+// credentials, region, endpoint or clock) are retried: once the worker is fixed the same
+// job works. The status decides for codes not named here: 404 not found, 403 access
+// denied, other 4xx refused, except 408, 409, 429 and 499; 5xx and the rest are retried.
+func s3Sentinel(resp minio.ErrorResponse) error {
+	switch resp.Code {
+	case "NoSuchKey", "NoSuchBucket", "NoSuchVersion":
+		return ErrNotFound
+	case "EntityTooLarge":
+		return ErrTooLarge
+	case "InvalidBucketName", "KeyTooLongError", "InvalidObjectName", "XMinioInvalidObjectName":
+		return ErrBadURL
+	case "AccessDenied", "AllAccessDisabled", "AccountProblem":
+		return ErrAccessDenied
+	case "ExistingObjectIsDirectory", "ObjectParentIsFile", "DirectoryObjectContainsData":
+		// Services that keep objects as files (versitygw's posix backend): a key that
+		// collides with a folder, or runs through an object. 409, but no retry helps.
+		return ErrRefused
+	case "XAdminUserNotFound": // versitygw's answer to an unknown access key (AWS: InvalidAccessKeyId)
+		return nil
+	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "ExpiredTokenException",
+		"InvalidToken", "TokenRefreshRequired", "RequestTimeTooSkewed", "AuthorizationHeaderMalformed",
+		"PermanentRedirect", "TemporaryRedirect", "Redirect", "InvalidRegion",
+		"RequestTimeout", "SlowDown", "SlowDownRead", "SlowDownWrite", "Throttling", "ThrottlingException",
+		"RequestLimitExceeded", "RequestThrottled", "InternalError", "ServiceUnavailable",
+		"OperationAborted", "Conflict", "BadDigest", "IncompleteBody", "XAmzContentSHA256Mismatch":
+		return nil
+	}
+	switch s := resp.StatusCode; {
+	case s == http.StatusNotFound:
+		return ErrNotFound
+	case s == http.StatusForbidden:
+		return ErrAccessDenied
+	case s == http.StatusRequestTimeout, s == http.StatusConflict, s == http.StatusTooManyRequests, s == 499:
+		return nil
+	case s >= 400 && s < 500:
+		return ErrRefused
+	}
+	return nil
 }

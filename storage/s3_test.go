@@ -138,8 +138,8 @@ func TestS3OverLimitByStat(t *testing.T) {
 }
 
 // TestS3OverLimitWhileReading puts a proxy in front of the real server that reports a
-// 10-byte size for every HEAD, as an object replaced between the size check and the read
-// would: the read itself must still refuse it.
+// 10-byte size for every HEAD and sends GET bodies without a length (chunked), as a
+// server that misreports sizes would: the read itself must still refuse the object.
 func TestS3OverLimitWhileReading(t *testing.T) {
 	srv, direct := openS3(t)
 	ctx := context.Background()
@@ -153,9 +153,13 @@ func TestS3OverLimitWhileReading(t *testing.T) {
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.ModifyResponse = func(resp *http.Response) error {
-		if resp.Request.Method == http.MethodHead {
+		switch resp.Request.Method {
+		case http.MethodHead:
 			resp.Header.Set("Content-Length", "10")
 			resp.ContentLength = 10
+		case http.MethodGet:
+			resp.Header.Del("Content-Length")
+			resp.ContentLength = -1
 		}
 		return nil
 	}

@@ -47,8 +47,14 @@ func (e *URLError) Error() string {
 // Unwrap makes errors.Is(err, ErrBadURL) true.
 func (e *URLError) Unwrap() error { return ErrBadURL }
 
-// maxKeyBytes is S3's limit on the length of an object key.
-const maxKeyBytes = 1024
+// Length limits: S3's on an object key, and Linux's on a path (PATH_MAX, less the NUL) and
+// on one name in it (NAME_MAX). A longer path could never be opened, so it is a bad URL
+// rather than a failure to retry.
+const (
+	maxKeyBytes  = 1024
+	maxPathBytes = 4095
+	maxNameBytes = 255
+)
 
 // ParseURL parses the URL of one object: s3://bucket/key or file:///absolute/path.
 func ParseURL(raw string) (Location, error) {
@@ -106,6 +112,9 @@ func parseS3(raw, rest string, prefix bool, bad func(string, string, ...any) (Lo
 		if strings.HasSuffix(key, "/") {
 			return bad("key", "%q ends in \"/\", which names a folder, not an object", key)
 		}
+		if strings.TrimSpace(key) == "" {
+			return bad("key", "%q is only white space, which the S3 client refuses", key)
+		}
 	}
 	return Location{Scheme: SchemeS3, Bucket: bucket, Key: key}, nil
 }
@@ -126,7 +135,27 @@ func checkBucketName(name string) string {
 	if strings.Contains(name, "..") {
 		return "must not contain \"..\""
 	}
+	if strings.Contains(name, ".-") || strings.Contains(name, "-.") {
+		return "must not contain \".-\" or \"-.\""
+	}
+	if looksLikeIPv4(name) {
+		return "must not be formatted as an IP address"
+	}
 	return ""
+}
+
+// looksLikeIPv4 reports whether name is four dot-separated groups of digits (192.168.5.4).
+func looksLikeIPv4(name string) bool {
+	groups := strings.Split(name, ".")
+	if len(groups) != 4 {
+		return false
+	}
+	for _, g := range groups {
+		if g == "" || len(g) > 3 || strings.Trim(g, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func isAlnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
@@ -148,6 +177,14 @@ func parseFile(rest string, prefix bool, bad func(string, string, ...any) (Locat
 	}
 	if path.Clean(body) != body {
 		return bad("path", "%q is not clean (no \"//\", \"/./\" or trailing \"/\"; clean form %q)", p, path.Clean(body))
+	}
+	if len(p) > maxPathBytes {
+		return bad("path", "%d bytes long, over the limit of %d", len(p), maxPathBytes)
+	}
+	for _, elem := range strings.Split(body, "/") {
+		if len(elem) > maxNameBytes {
+			return bad("path", "has a %d-byte name, over the limit of %d", len(elem), maxNameBytes)
+		}
 	}
 	if !prefix && p == "/" {
 		return bad("path", "\"/\" is a folder, not a file")

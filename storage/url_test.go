@@ -19,6 +19,8 @@ func TestParseURL(t *testing.T) {
 		{"s3://abc/x%20y", storage.Location{Scheme: "s3", Bucket: "abc", Key: "x%20y"}}, // no unescaping
 		{"file:///data/frames/a.jpg", storage.Location{Scheme: "file", Path: "/data/frames/a.jpg"}},
 		{"file:///data/with space.jpg", storage.Location{Scheme: "file", Path: "/data/with space.jpg"}},
+		{"s3://192.168.5.4x/a.jpg", storage.Location{Scheme: "s3", Bucket: "192.168.5.4x", Key: "a.jpg"}},
+		{"s3://frames/ a", storage.Location{Scheme: "s3", Bucket: "frames", Key: " a"}},
 	}
 	for _, c := range ok {
 		got, err := storage.ParseURL(c.raw)
@@ -47,6 +49,11 @@ func TestParseURL(t *testing.T) {
 		{"s3://-frames/a.jpg", "bucket"},
 		{"s3://frames./a.jpg", "bucket"},
 		{"s3://fr..ames/a.jpg", "bucket"},
+		{"s3://192.168.5.4/a.jpg", "bucket"}, // S3 and minio-go refuse IP-address names
+		{"s3://fr.-ames/a.jpg", "bucket"},
+		{"s3://fr-.ames/a.jpg", "bucket"},
+		{"s3://frames/ ", "key"},  // white space alone, which minio-go refuses
+		{"s3://frames/\t", "key"}, // likewise
 		{"s3://frames", "key"},
 		{"s3://frames/", "key"},
 		{"s3://frames/dir/", "key"},
@@ -59,6 +66,8 @@ func TestParseURL(t *testing.T) {
 		{"file:///data/./a.jpg", "path"},
 		{"file:///data/dir/", "path"},
 		{"file:///", "path"},
+		{"file:///data/" + strings.Repeat("d/", 2100) + "a.jpg", "path"}, // over PATH_MAX
+		{"file:///data/" + strings.Repeat("n", 256) + ".jpg", "path"},    // a name over NAME_MAX
 	}
 	for _, c := range bad {
 		_, err := storage.ParseURL(c.raw)
