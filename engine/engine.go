@@ -32,6 +32,10 @@ func (t Task) Valid() bool {
 	return false
 }
 
+// MaxQueryChars is the longest query, in characters, that the contract accepts (the
+// upstream server's limit; /predict and jobs alike).
+const MaxQueryChars = 1000
+
 // Request is one image and one query.
 type Request struct {
 	Image        []byte // encoded PNG, JPEG, GIF or WebP

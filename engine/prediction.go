@@ -1,28 +1,24 @@
 package engine
 
-// Prediction is the body of a /predict response (seed SERVING.md section 3). The same type
-// is embedded in a job's result, so both paths carry exactly the same fields.
+// Prediction is the model's answer to one request, with what the run measured. It is a
+// plain value: the /predict contract (httpcompat) and the job results (jobs) each own the
+// JSON they write from it. Detection, Point and Timing carry the JSON both contracts share.
 type Prediction struct {
-	Query              string      `json:"query"`
-	Width              int         `json:"width"`
-	Height             int         `json:"height"`
-	CanonicalSize      [2]int      `json:"canonical_size"` // [W, H] of what the model saw
-	GridHW             [2]int      `json:"grid_hw"`        // [h, w] in 14-px patches
-	NumImageTokens     int         `json:"num_image_tokens"`
-	PromptTokens       int         `json:"prompt_tokens"`
-	PrefillTokens      int         `json:"prefill_tokens"` // padded prefill length
-	RawText            string      `json:"raw_text"`
-	Detections         []Detection `json:"detections"`
-	Points             []Point     `json:"points"`
-	NumGeneratedTokens int         `json:"num_generated_tokens"`
-	StoppedOnEOS       bool        `json:"stopped_on_eos"`
-	DecodeMode         string      `json:"decode_mode"` // ar_greedy_trace | ar_greedy
-	TimingMS           Timing      `json:"timing_ms"`
-	OverlayPNGBase64   *string     `json:"overlay_png_b64"` // null unless requested
-
-	// Tokens are the generated ids (EOS included when it was generated). They are not part
-	// of the /predict contract; `worker detect` prints them.
-	Tokens []int32 `json:"-"`
+	Query              string
+	Width, Height      int       // original image size
+	CanonicalSize      [2]int    // [W, H] of what the model saw
+	GridHW             [2]int    // [h, w] in 14-px patches
+	NumImageTokens     int       //
+	PromptTokens       int       //
+	PrefillTokens      int       // padded prefill length
+	RawText            string    // the generated text
+	Detections         []Detection
+	Points             []Point
+	NumGeneratedTokens int
+	StoppedOnEOS       bool
+	DecodeMode         string // ar_greedy_trace | ar_greedy
+	TimingMS           Timing
+	Tokens             []int32 // the generated ids (EOS included when it was generated)
 }
 
 // Detection is one box, in original-image pixels and in the model's 0..1000 space.

@@ -15,11 +15,9 @@ import (
 	"github.com/locateanything/detect/engine/chip"
 )
 
-// Fallbacks for an engine that leaves its limits at zero (the seed's values).
-const (
-	fallbackMaxNewTokensCap = 1024
-	fallbackMaxQueryChars   = 1000
-)
+// fallbackMaxNewTokensCap is the cap for an engine that leaves it at zero (the upstream
+// server's value).
+const fallbackMaxNewTokensCap = 1024
 
 // limits are what /predict checks before the engine sees a request.
 type limits struct{ maxNewTokens, maxQueryChars int }
@@ -30,7 +28,7 @@ func limitsFor(in engine.Info) limits {
 		l.maxNewTokens = fallbackMaxNewTokensCap
 	}
 	if l.maxQueryChars <= 0 {
-		l.maxQueryChars = fallbackMaxQueryChars
+		l.maxQueryChars = engine.MaxQueryChars
 	}
 	return l
 }
@@ -90,7 +88,7 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	pred.OverlayPNGBase64 = nil
+	var overlay *string
 	if wantOverlay {
 		png, err := eng.Overlay(prep, pred)
 		if err != nil {
@@ -98,9 +96,9 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		b64 := base64.StdEncoding.EncodeToString(png)
-		pred.OverlayPNGBase64 = &b64
+		overlay = &b64
 	}
-	s.writeJSON(w, http.StatusOK, newPredictResponse(pred))
+	s.writeJSON(w, http.StatusOK, NewPredictResponse(pred, overlay))
 	s.log.Info("predict", "status", http.StatusOK, "query", pred.Query, "boxes", len(pred.Detections),
 		"points", len(pred.Points), "tokens", pred.NumGeneratedTokens, "eos", pred.StoppedOnEOS,
 		"device_ms", pred.TimingMS.Total, "ms", time.Since(start).Milliseconds())

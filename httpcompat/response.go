@@ -2,10 +2,10 @@ package httpcompat
 
 import "github.com/locateanything/detect/engine"
 
-// predictResponse is engine.Prediction as the Python server writes it: the same keys in the
-// same order, floats always written as floats, lists never null. TestResponseKeysMatchPrediction
-// keeps the two in step.
-type predictResponse struct {
+// PredictResponse is the /predict answer as the upstream Python server writes it: its keys
+// in its order, floats always written as floats, lists never null
+// (TestResponseKeysMatchPrediction holds it to the contract).
+type PredictResponse struct {
 	Query              string      `json:"query"`
 	Width              int         `json:"width"`
 	Height             int         `json:"height"`
@@ -44,8 +44,9 @@ type timing struct {
 	DecodeTokS pyFloat `json:"decode_tok_s"`
 }
 
-func newPredictResponse(p *engine.Prediction) predictResponse {
-	r := predictResponse{
+// NewPredictResponse writes p; overlay is the base64 PNG when one was asked for, else nil.
+func NewPredictResponse(p *engine.Prediction, overlay *string) PredictResponse {
+	r := PredictResponse{
 		Query:              p.Query,
 		Width:              p.Width,
 		Height:             p.Height,
@@ -67,7 +68,7 @@ func newPredictResponse(p *engine.Prediction) predictResponse {
 			Total:      pyFloat(p.TimingMS.Total),
 			DecodeTokS: pyFloat(p.TimingMS.DecodeTokS),
 		},
-		OverlayPNGBase64: p.OverlayPNGBase64,
+		OverlayPNGBase64: overlay,
 	}
 	for _, d := range p.Detections {
 		r.Detections = append(r.Detections, detection{

@@ -351,7 +351,7 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 		return r.retry(ctx, log, a, err)
 	}
 
-	res, prep, err := r.run(jobCtx, job, &a)
+	res, prep, pred, err := r.run(jobCtx, job, &a)
 	if err != nil {
 		return r.stopped(ctx, jobCtx, log, job, a, err)
 	}
@@ -359,7 +359,7 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 		t := time.Now()
 		var png []byte
 		err := r.noPanic("draw overlay", func() (err error) {
-			png, err = r.chip.Engine().Overlay(prep, &res.Prediction)
+			png, err = r.chip.Engine().Overlay(prep, pred)
 			return err
 		})
 		if err != nil {
@@ -376,16 +376,16 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 }
 
 // run fetches the image, prepares it and runs it on the chip.
-func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *engine.Prepared, error) {
+func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *engine.Prepared, *engine.Prediction, error) {
 	t := time.Now()
 	octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	img, err := r.store.Get(octx, job.Image, r.cfg.MaxImageBytes)
 	cancel()
 	if err != nil {
-		return nil, nil, classifyFetch(job.Image, err)
+		return nil, nil, nil, classifyFetch(job.Image, err)
 	}
 	if len(img) == 0 {
-		return nil, nil, &jobError{code: CodeEmptyImage, err: fmt.Errorf("image %s is empty (0 bytes)", job.Image)}
+		return nil, nil, nil, &jobError{code: CodeEmptyImage, err: fmt.Errorf("image %s is empty (0 bytes)", job.Image)}
 	}
 	a.timing.Fetch = ms(time.Since(t))
 
@@ -398,25 +398,25 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 		return err
 	})
 	if err != nil {
-		return nil, nil, classifyEngine("prepare", err)
+		return nil, nil, nil, classifyEngine("prepare", err)
 	}
 	a.timing.Preprocess = prep.PreprocessMS
 	if job.Deadline != nil && r.now().After(*job.Deadline) {
-		return nil, nil, errExpired // it waited too long for a free slot or the fetch
+		return nil, nil, nil, errExpired // it waited too long for a free slot or the fetch
 	}
 	pred, err := r.chip.Generate(ctx, chip.Batch, prep)
 	if err != nil {
-		return nil, nil, classifyEngine("generate", err)
+		return nil, nil, nil, classifyEngine("generate", err)
 	}
 	a.timing.Vision = pred.TimingMS.Vision
 	a.timing.Prefill = pred.TimingMS.Prefill
 	a.timing.Decode = pred.TimingMS.Decode
 	a.timing.DecodeTokS = pred.TimingMS.DecodeTokS
 	res := newResult(job, a.attempt)
-	res.Prediction = *pred
-	res.OverlayPNGBase64 = nil // the overlay travels as a stored file, not inline
+	res.Answer = answerOf(pred)
+	res.Model = eng.Info().Model
 	res.Status = StatusSucceeded
-	return res, prep, nil
+	return res, prep, pred, nil
 }
 
 // noPanic runs host-side engine work on bytes from the outside world. A panic there (a
@@ -568,7 +568,7 @@ func (r *Runner) retry(ctx context.Context, log *slog.Logger, a attemptInfo, err
 // newResult is a result with the job's own fields filled in.
 func newResult(job *Job, attempt int) *Result {
 	return &Result{
-		Prediction: emptyPrediction(job.Query),
+		Answer:     emptyAnswer(job.Query),
 		ID:         job.ID,
 		Attempt:    attempt,
 		Metadata:   job.Metadata,
@@ -576,10 +576,6 @@ func newResult(job *Job, attempt int) *Result {
 		Image:      job.Image,
 		Task:       job.Task,
 	}
-}
-
-func emptyPrediction(query string) engine.Prediction {
-	return engine.Prediction{Query: query, Detections: []engine.Detection{}, Points: []engine.Point{}}
 }
 
 // fallbackJob makes a job that failed to decode addressable: its id if valid, else the

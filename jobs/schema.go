@@ -29,7 +29,7 @@ const (
 	StateBucket   = "LA_JOB_STATE"
 	ConsumerName  = "la-workers"
 
-	MaxQueryChars = 1000
+	MaxQueryChars = engine.MaxQueryChars
 )
 
 // JobSubject is the subject a job of the given class is published to.
@@ -102,16 +102,58 @@ type JobTiming struct {
 	DecodeTokS float64 `json:"decode_tok_s"`
 }
 
-// Result is what a worker publishes and stores for a job. It carries every field of the
-// /predict response (the embedded engine.Prediction; zero values when the job did not run)
-// plus the job's own fields. TimingMS shadows the prediction's timing with the job stages.
+// Answer is the model's answer as a result carries it: the fields of the /predict
+// response with the same keys and meaning, less the inline overlay (a job's overlay is a
+// stored file, Result.OverlayURL) and the timing (Result.TimingMS has the job's stages).
+type Answer struct {
+	Query              string             `json:"query"`
+	Width              int                `json:"width"`
+	Height             int                `json:"height"`
+	CanonicalSize      [2]int             `json:"canonical_size"`
+	GridHW             [2]int             `json:"grid_hw"`
+	NumImageTokens     int                `json:"num_image_tokens"`
+	PromptTokens       int                `json:"prompt_tokens"`
+	PrefillTokens      int                `json:"prefill_tokens"`
+	RawText            string             `json:"raw_text"`
+	Detections         []engine.Detection `json:"detections"`
+	Points             []engine.Point     `json:"points"`
+	NumGeneratedTokens int                `json:"num_generated_tokens"`
+	StoppedOnEOS       bool               `json:"stopped_on_eos"`
+	DecodeMode         string             `json:"decode_mode"`
+}
+
+// answerOf is p as a result carries it.
+func answerOf(p *engine.Prediction) Answer {
+	a := Answer{
+		Query: p.Query, Width: p.Width, Height: p.Height, CanonicalSize: p.CanonicalSize, GridHW: p.GridHW,
+		NumImageTokens: p.NumImageTokens, PromptTokens: p.PromptTokens, PrefillTokens: p.PrefillTokens,
+		RawText: p.RawText, Detections: p.Detections, Points: p.Points,
+		NumGeneratedTokens: p.NumGeneratedTokens, StoppedOnEOS: p.StoppedOnEOS, DecodeMode: p.DecodeMode,
+	}
+	if a.Detections == nil {
+		a.Detections = []engine.Detection{}
+	}
+	if a.Points == nil {
+		a.Points = []engine.Point{}
+	}
+	return a
+}
+
+// emptyAnswer is the answer of a job that did not run: lists empty, never null.
+func emptyAnswer(query string) Answer {
+	return Answer{Query: query, Detections: []engine.Detection{}, Points: []engine.Point{}}
+}
+
+// Result is what a worker publishes and stores for a job: the model's answer (zero values
+// when the job did not run) and the job's own fields.
 type Result struct {
-	engine.Prediction
+	Answer
 	ID         string          `json:"id"`
 	Status     Status          `json:"status"`
 	Error      *ErrorInfo      `json:"error,omitempty"`
 	Attempt    int             `json:"attempt"`
 	Worker     string          `json:"worker"`
+	Model      string          `json:"model,omitempty"` // the checkpoint that answered (engine.Info.Model)
 	OverlayURL *string         `json:"overlay"`
 	Metadata   json.RawMessage `json:"metadata,omitempty"`
 	Batch      string          `json:"batch"`

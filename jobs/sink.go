@@ -115,7 +115,7 @@ func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original
 			return err
 		}
 		// The output prefix is unusable: report that instead, without storing.
-		res.Prediction = emptyPrediction(res.Query)
+		res.Answer = emptyAnswer(res.Query)
 		res.Status = StatusFailed
 		res.Error = &ErrorInfo{Code: CodeBadURL, Message: "field output: " + err.Error()}
 		res.OverlayURL = nil

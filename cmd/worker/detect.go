@@ -11,11 +11,12 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/httpcompat"
 )
 
 // detectOutput is the /predict-shaped answer of `worker detect`, with the generated ids.
 type detectOutput struct {
-	*engine.Prediction
+	httpcompat.PredictResponse
 	Tokens []int32 `json:"tokens"`
 }
 
@@ -39,11 +40,10 @@ func runDetect(args []string, stdout io.Writer) error {
 	if *imagePath == "" || *query == "" && *task != string(engine.TaskText) {
 		return fmt.Errorf("detect needs --image and --query")
 	}
-	choice, err := defaultWeightsDir(*weights)
+	choice, err := chooseWeights(context.Background(), *weights)
 	if err != nil {
 		return err
 	}
-	dir := choice.Dir
 	data, err := os.ReadFile(*imagePath)
 	if err != nil {
 		return fmt.Errorf("reading the image: %w", err)
@@ -53,7 +53,8 @@ func runDetect(args []string, stdout io.Writer) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	p, err := pipeline.Open(pipeline.OpenOptions{
-		WeightsDir:      dir,
+		WeightsDir:      choice.Dir,
+		ModelName:       choice.Model,
 		Backend:         "cpu",
 		Threads:         *threads,
 		MaxSeqLen:       4096,
@@ -88,5 +89,5 @@ func runDetect(args []string, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // raw_text is full of <ref> and <box>: print them as the model wrote them
-	return enc.Encode(detectOutput{Prediction: pred, Tokens: pred.Tokens})
+	return enc.Encode(detectOutput{PredictResponse: httpcompat.NewPredictResponse(pred, nil), Tokens: pred.Tokens})
 }

@@ -13,7 +13,7 @@ func TestDetectPrintsThePredictShapeWithTokens(t *testing.T) {
 	overlay := filepath.Join(t.TempDir(), "out.png")
 	var out bytes.Buffer
 	err := runDetect([]string{
-		"--weights", "../../" + randomCheckpoint, "--image", "testdata/dog.jpg", "--query", "dog</c>bicycle",
+		"--weights", "../../testdata/checkpoints/tiny-bf16", "--image", "../../testdata/images/dog.jpg", "--query", "dog</c>bicycle",
 		"--max-new-tokens", "6", "--in-token-limit", "64", "--overlay", overlay,
 	}, &out)
 	if err != nil {
@@ -46,10 +46,10 @@ func TestDetectPrintsThePredictShapeWithTokens(t *testing.T) {
 }
 
 func TestDetectRefusesMissingArguments(t *testing.T) {
-	if err := runDetect([]string{"--image", "testdata/dog.jpg"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--query") {
+	if err := runDetect([]string{"--image", "../../testdata/images/dog.jpg"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--query") {
 		t.Errorf("got %v, want an error naming --query", err)
 	}
-	err := runDetect([]string{"--weights", "../../" + randomCheckpoint, "--image", "testdata/absent.jpg", "--query", "x"}, &bytes.Buffer{})
+	err := runDetect([]string{"--weights", "../../testdata/checkpoints/tiny-bf16", "--image", "../../testdata/images/absent.jpg", "--query", "x"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "absent.jpg") {
 		t.Errorf("got %v, want an error naming the missing image", err)
 	}

@@ -58,7 +58,7 @@ var smokePassLineRE = regexp.MustCompile(`^PASS 2 boxes labels=\["dog","bicycle"
 func TestSmokePassesAndSavesTheOverlay(t *testing.T) {
 	ts, _, _ := smokeServer(t, true)
 	save := filepath.Join(t.TempDir(), "overlay.png")
-	line, err := runSmokeLine(t, "--url", ts.URL+"/", "--image", "testdata/dog.jpg", "--query", "dog</c>bicycle", "--save", save)
+	line, err := runSmokeLine(t, "--url", ts.URL+"/", "--image", "../../testdata/images/dog.jpg", "--query", "dog</c>bicycle", "--save", save)
 	if err != nil || !smokePassLineRE.MatchString(line) {
 		t.Fatalf("line %q, err %v; want %s", line, err, smokePassLineRE)
 	}
@@ -92,7 +92,7 @@ func TestSmokeWaitsForReadiness(t *testing.T) {
 
 	done := make(chan string, 1)
 	go func() {
-		line, _ := runSmokeLine(t, "--url", counting.URL, "--image", "testdata/dog.jpg", "--query", "dog</c>bicycle")
+		line, _ := runSmokeLine(t, "--url", counting.URL, "--image", "../../testdata/images/dog.jpg", "--query", "dog</c>bicycle")
 		done <- line
 	}()
 	<-polled // it asked while the server was starting...
@@ -131,7 +131,7 @@ func TestSmokeFails(t *testing.T) {
 	}))
 	defer incomplete.Close()
 
-	img := "testdata/dog.jpg"
+	img := "../../testdata/images/dog.jpg"
 	cases := []struct {
 		name string
 		args []string
@@ -140,7 +140,7 @@ func TestSmokeFails(t *testing.T) {
 		{"no image flag", []string{"--url", ready.URL, "--query", "dog"}, "--image is required"},
 		{"no query flag", []string{"--url", ready.URL, "--image", img}, "--query is required"},
 		{"unknown flag", []string{"--colour", "red"}, "flags:"},
-		{"missing image file", []string{"--url", ready.URL, "--image", "testdata/none.jpg", "--query", "dog"}, "read image"},
+		{"missing image file", []string{"--url", ready.URL, "--image", "../../testdata/images/none.jpg", "--query", "dog"}, "read image"},
 		{"server never ready", []string{"--url", starting.URL, "--image", img, "--query", "dog", "--wait", "300ms"}, `not ready after 300ms: last /health: status "starting"`},
 		{"nothing listening", []string{"--url", closedPort, "--image", img, "--query", "dog", "--wait", "1ms"}, "connection refused"},
 		{"bad image", []string{"--url", ready.URL, "--image", notAnImage, "--query", "dog"}, "HTTP 400: cannot decode image"},
@@ -173,7 +173,7 @@ func TestSmokeHelpIsNotAFailure(t *testing.T) {
 
 func TestSmokeHonoursTheBudget(t *testing.T) {
 	ts, _, _ := smokeServer(t, true)
-	line, err := runSmokeLine(t, "--url", ts.URL, "--image", "testdata/dog.jpg", "--query", "dog", "--max-new-tokens", "9")
+	line, err := runSmokeLine(t, "--url", ts.URL, "--image", "../../testdata/images/dog.jpg", "--query", "dog", "--max-new-tokens", "9")
 	if err != nil || !strings.Contains(line, "tokens=9 eos=false") {
 		t.Fatalf("line %q err %v; want the budget of 9 hit before EOS", line, err)
 	}

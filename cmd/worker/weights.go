@@ -3,60 +3,24 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
-	"github.com/locateanything/detect/engine/weights"
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/provision"
 )
 
-// bundledModel is the small trained checkpoint shipped in the repository (docs/tiny-model.md),
-// used when no weights are configured and no LocateAnything-3B snapshot is in the Hugging
-// Face cache, so that the worker finds real things (coloured shapes) on a fresh machine.
-const bundledModel = "models/tiny-shapes"
-
-// weightsChoice is the checkpoint directory the worker runs and where it came from.
-type weightsChoice struct {
-	Dir string
-	// Pinned: the directory is the pinned LocateAnything-3B snapshot, or was named by
-	// LA_WEIGHTS_DIR (taken to be a copy of it, as in the seed), so /info may name the
-	// repository and revision. False for the bundled model, which is neither.
-	Pinned bool
-}
-
-// defaultWeightsDir picks the checkpoint directory: dir when given, else the pinned
-// LocateAnything-3B snapshot from the Hugging Face cache (or the Hub, with LA_DOWNLOAD=1),
-// else the bundled model found next to the working directory or the executable.
-func defaultWeightsDir(dir string) (weightsChoice, error) {
-	if dir != "" {
-		return weightsChoice{Dir: dir, Pinned: true}, nil
+// chooseWeights picks the checkpoint for a tool (detect, bench): the --weights flag when
+// given, else what the worker would run by the same rules (provision.Choose) with the
+// weights part of the environment.
+func chooseWeights(ctx context.Context, flagDir string) (provision.Choice, error) {
+	var w config.Weights
+	if err := envconfig.Process("", &w); err != nil {
+		return provision.Choice{}, fmt.Errorf("configuration: %w", err)
 	}
-	opts := weights.OptionsFromEnv(os.Getenv)
-	resolved, err := weights.Resolve(context.Background(), opts)
-	if err == nil {
-		return weightsChoice{Dir: resolved, Pinned: true}, nil
+	dir := w.Directory()
+	if flagDir != "" {
+		dir = flagDir
 	}
-	if bundled, ok := findBundledModel(); ok {
-		return weightsChoice{Dir: bundled}, nil
-	}
-	return weightsChoice{}, fmt.Errorf("no weights: %w (and no bundled model at %s)", err, bundledModel)
-}
-
-// findBundledModel looks for the bundled model under the working directory and under the
-// executable's parent directories (bin/worker in a checkout).
-func findBundledModel() (string, bool) {
-	candidates := []string{bundledModel}
-	if exe, err := os.Executable(); err == nil {
-		dir := filepath.Dir(exe)
-		candidates = append(candidates, filepath.Join(dir, bundledModel), filepath.Join(dir, "..", bundledModel))
-	}
-	for _, c := range candidates {
-		if _, err := os.Stat(filepath.Join(c, "config.json")); err == nil {
-			abs, err := filepath.Abs(c)
-			if err != nil {
-				return c, true
-			}
-			return abs, true
-		}
-	}
-	return "", false
+	return provision.Choose(ctx, provision.Request{Dir: dir, Hub: w.Hub(), Bundled: provision.FindBundled})
 }

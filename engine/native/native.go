@@ -62,14 +62,10 @@ import (
 	"github.com/locateanything/detect/engine/checkpoint"
 )
 
-// DefaultMaxSeqLen is the KV-cache length used when Options.MaxSeqLen is 0. A 24x44 grid
-// (264 image tokens) with a query and a 1024-token answer fits.
-const DefaultMaxSeqLen = 2048
-
 // Options are the run-time choices of a native backend.
 type Options struct {
-	// MaxSeqLen is the longest prompt plus generated tokens (the KV-cache length);
-	// 0 means DefaultMaxSeqLen. Images are limited to MaxSeqLen image tokens.
+	// MaxSeqLen is the longest prompt plus generated tokens (the KV-cache length); the
+	// worker's LA_MAX_SEQ_LEN. Images are limited to MaxSeqLen image tokens.
 	MaxSeqLen int
 	// Threads is the number of threads of the backend's own pool (decode matrix-vector
 	// products, softmax, weight widening); 0 means one per online CPU.
@@ -116,12 +112,9 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 		return nil, fmt.Errorf("native: open %s: backend built for ABI %d, this binding speaks %d",
 			backend, int(ops.abi_version), C.LA_ABI_VERSION)
 	}
-	if o.MaxSeqLen < 0 || o.Threads < 0 {
-		return nil, fmt.Errorf("native: open %s: MaxSeqLen %d and Threads %d must not be negative",
+	if o.MaxSeqLen < 1 || o.Threads < 0 {
+		return nil, fmt.Errorf("native: open %s: MaxSeqLen %d must be positive and Threads %d not negative",
 			backend, o.MaxSeqLen, o.Threads)
-	}
-	if o.MaxSeqLen == 0 {
-		o.MaxSeqLen = DefaultMaxSeqLen
 	}
 	if o.Threads == 0 {
 		o.Threads = runtime.NumCPU() // the CPUs this process may run on

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"cmp"
 	"fmt"
+	"path/filepath"
 	"runtime"
 
 	"github.com/locateanything/detect/engine"
@@ -20,6 +21,7 @@ const ServedInTokenLimit = 1024
 // OpenOptions are the knobs of a native engine, as the worker reads them from LA_* variables.
 type OpenOptions struct {
 	WeightsDir      string // a checkpoint directory (already resolved)
+	ModelName       string // for /info and results: what the checkpoint is ("LocateAnything-3B", "tiny-shapes")
 	WeightsRepo     string // for /info: where the weights came from
 	WeightsRevision string
 	Backend         string // "cpu" (LA_ENGINE)
@@ -39,7 +41,9 @@ type OpenOptions struct {
 	DecodeMode string
 
 	// BackendOptions are passed to the backend as its option lines (the ttnn backend's
-	// adapter, path, python_lib and llm_dir, say).
+	// adapter, path, python_lib and llm_dir, say). For ttnn Open adds canon_grid: the grid
+	// the host side resizes images for, "HxW" or "native", so the adapter, which builds its
+	// vision graph for one grid, can never disagree with it.
 	BackendOptions map[string]string
 }
 
@@ -95,8 +99,15 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
+	backendOptions := map[string]string{}
+	for k, v := range o.BackendOptions {
+		backendOptions[k] = v
+	}
+	if o.Backend == "ttnn" { // the chip builds its vision graph for one grid
+		backendOptions["canon_grid"] = formatGrid(pre.CanonGrid)
+	}
 	backend, err := native.Open(o.Backend, model, native.Options{
-		MaxSeqLen: o.MaxSeqLen, Threads: threads, BackendOptions: o.BackendOptions,
+		MaxSeqLen: o.MaxSeqLen, Threads: threads, BackendOptions: backendOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening the %s backend: %w", o.Backend, err)
@@ -108,7 +119,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 		MaxNewTokensCap: o.MaxNewTokensCap,
 		EOS:             int32(cfg.Text.EOSTokenID),
 		Info: engine.Info{
-			Model:           "LocateAnything-3B",
+			Model:           cmp.Or(o.ModelName, filepath.Base(o.WeightsDir)),
 			Device:          device(o.Backend, threads),
 			DecodeMode:      cmp.Or(o.DecodeMode, "ar_greedy_trace"),
 			Precision:       cmp.Or(o.Precision, precision(model)),
@@ -122,6 +133,14 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// formatGrid writes a canonical grid as LA_CANON_GRID reads it.
+func formatGrid(g [2]int) string {
+	if g == [2]int{} {
+		return "native"
+	}
+	return fmt.Sprintf("%dx%d", g[0], g[1])
 }
 
 // device describes where a backend runs, for /health and /info.

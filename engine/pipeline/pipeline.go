@@ -23,7 +23,6 @@ type Config struct {
 	MaxSeqLen       int               // prompt + generated tokens must fit
 	MaxNewTokens    int               // default budget (LA_MAX_NEW_TOKENS)
 	MaxNewTokensCap int               // hard cap (LA_MAX_NEW_TOKENS_CAP)
-	MaxQueryChars   int               // 1000 in the seed
 	EOS             int32             // <|im_end|>
 	Info            engine.Info       // what Info() reports; limits are filled in by New
 }
@@ -53,16 +52,13 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 		return nil, fmt.Errorf("max sequence length %d leaves no room for a prompt and %d new tokens",
 			cfg.MaxSeqLen, cfg.MaxNewTokens)
 	}
-	if cfg.MaxQueryChars <= 0 {
-		cfg.MaxQueryChars = 1000
-	}
 	cfg.Info.Backend = b.Name()
 	cfg.Info.CanonicalGrid = cfg.Preprocess.CanonGrid
 	cfg.Info.InTokenLimit = cfg.Preprocess.InTokenLimit
 	cfg.Info.MaxSeqLen = cfg.MaxSeqLen
 	cfg.Info.MaxNewTokens = cfg.MaxNewTokens
 	cfg.Info.MaxNewTokensCap = cfg.MaxNewTokensCap
-	cfg.Info.MaxQueryChars = cfg.MaxQueryChars
+	cfg.Info.MaxQueryChars = engine.MaxQueryChars
 	return &Pipeline{backend: b, tok: tok, cfg: cfg, closers: closers, png: overlay.NewEncoder()}, nil
 }
 
@@ -78,10 +74,10 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 	if !req.Task.Valid() {
 		return nil, engine.InputErrorf(engine.CodeBadTask, "task %q is not one of %v", req.Task, engine.Tasks)
 	}
-	if n := utf8.RuneCountInString(req.Query); n > p.cfg.MaxQueryChars {
-		return nil, engine.InputErrorf(engine.CodeBadQuery, "query is %d characters, the limit is %d", n, p.cfg.MaxQueryChars)
+	if n := utf8.RuneCountInString(req.Query); n > engine.MaxQueryChars {
+		return nil, engine.InputErrorf(engine.CodeBadQuery, "query is %d characters, the limit is %d", n, engine.MaxQueryChars)
 	} else if n == 0 && !(req.Task == engine.TaskText) {
-		return nil, engine.InputErrorf(engine.CodeBadQuery, "query is empty: give 1-%d characters", p.cfg.MaxQueryChars)
+		return nil, engine.InputErrorf(engine.CodeBadQuery, "query is empty: give 1-%d characters", engine.MaxQueryChars)
 	}
 	budget := req.MaxNewTokens
 	if budget == 0 {

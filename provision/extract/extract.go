@@ -72,21 +72,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// OptionsFromEnv reads TT_DIT_CACHE_DIR, LA_LLM_DIR and LA_FORCE_EXTRACT through getenv
-// (os.Getenv in the worker).
-func OptionsFromEnv(getenv func(string) string) (Options, error) {
-	o := Options{CacheDir: getenv("TT_DIT_CACHE_DIR"), Dir: getenv("LA_LLM_DIR")}
-	switch v := getenv("LA_FORCE_EXTRACT"); v {
-	case "", "0", "false":
-	case "1", "true":
-		o.Force = true
-	default:
-		return Options{}, fmt.Errorf("LA_FORCE_EXTRACT=%q: want 1 or 0", v)
-	}
+// Check reports options that name no directory to extract into.
+func (o Options) Check() error {
 	if o.CacheDir == "" && o.Dir == "" {
-		return Options{}, errors.New("neither TT_DIT_CACHE_DIR nor LA_LLM_DIR is set: the extracted LLM needs a writable directory")
+		return errors.New("neither TT_DIT_CACHE_DIR nor LA_LLM_DIR is set: the extracted LLM needs a writable directory")
 	}
-	return o, nil
+	return nil
 }
 
 // Target is the directory the extraction writes.
@@ -122,8 +113,8 @@ func LLM(ctx context.Context, snapshotDir string, o Options) (Result, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if o.CacheDir == "" && o.Dir == "" {
-		return Result{}, errors.New("extract: no target directory (set TT_DIT_CACHE_DIR or LA_LLM_DIR)")
+	if err := o.Check(); err != nil {
+		return Result{}, fmt.Errorf("extract: %w", err)
 	}
 	dir := o.Target()
 	if !o.Force && Complete(dir) {

@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/locateanything/detect/engine"
-	"github.com/locateanything/detect/engine/extract"
 	"github.com/locateanything/detect/internal/syncbuf"
+	"github.com/locateanything/detect/provision/extract"
 )
 
 // TestOpenEngineTTNNMatchesCPU opens the engine the way the worker does for LA_ENGINE=ttnn,
@@ -22,38 +22,31 @@ import (
 func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	adapters, err := filepath.Abs("../../engine/ttnn")
+	adapters, err := filepath.Abs("../engine/ttnn")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cache := t.TempDir()
-	t.Setenv("LA_TTNN_ADAPTER", "la_ttnn_standin")
-	t.Setenv("LA_TTNN_PATH", adapters)
-	t.Setenv("TT_DIT_CACHE_DIR", cache)
-	t.Setenv("LA_LLM_DIR", "")
-	t.Setenv("LA_FORCE_EXTRACT", "")
-	t.Setenv("LA_PREC", "bfp8attn")
-	t.Setenv("LA_TRACE", "0")
-
-	cfg := Config{
-		WeightsDir: "../../" + randomCheckpoint, Threads: 2, MaxSeqLen: 512, InTokenLimit: 64,
-		CanonGrid: "native", MaxNewTokens: 16, MaxNewTokensCap: 64,
-	}
+	cfg := testEngineConfig(t)
+	cfg.TTNN.Adapter, cfg.TTNN.Path, cfg.TTNN.CacheDir = "la_ttnn_standin", adapters, cache
+	cfg.TTNN.Precision, cfg.TTNN.Trace = "performance", false
+	cfg.Weights.Dir = randomCheckpoint
+	cfg.Threads, cfg.InTokenLimit, cfg.CanonGrid, cfg.MaxNewTokens = 2, 64, "8x10", 16
 	var logged syncbuf.Buffer
-	cfg.Log = slog.New(slog.NewTextHandler(&logged, nil))
-	img, err := os.ReadFile("testdata/dog.jpg")
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	img, err := os.ReadFile(testImages + "/dog.jpg")
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := func(backend string) *engine.Prediction {
-		cfg.Engine = backend
-		eng, err := openEngine(context.Background(), cfg)
+		cfg.Engine.Backend = backend
+		eng, err := OpenEngine(context.Background(), cfg, 0, log)
 		if err != nil {
 			t.Fatalf("open %s: %v", backend, err)
 		}
 		defer eng.Close()
 		info := eng.Info()
-		if want := map[string][2]string{"cpu": {"bf16 weights, f32 compute", "ar_greedy_trace"}, "ttnn": {"bfp8attn", "ar_greedy"}}[backend]; [2]string{info.Precision, info.DecodeMode} != want {
+		if want := map[string][2]string{"cpu": {"bf16 weights, f32 compute", "ar_greedy_trace"}, "ttnn": {"performance", "ar_greedy"}}[backend]; [2]string{info.Precision, info.DecodeMode} != want {
 			t.Errorf("%s reports precision %q decode mode %q, want %q (LA_PREC, LA_TRACE)", backend, info.Precision, info.DecodeMode, want)
 		}
 		prep, err := eng.Prepare(context.Background(), engine.Request{Image: img, Query: "dog</c>bicycle"})
@@ -83,7 +76,9 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 }
 
 func TestOpenEngineRefusesUnknownBackend(t *testing.T) {
-	_, err := openEngine(context.Background(), Config{WeightsDir: "../../" + randomCheckpoint, Engine: "gpu", MaxNewTokens: 8, MaxNewTokensCap: 8})
+	cfg := testEngineConfig(t)
+	cfg.Weights.Dir, cfg.Engine.Backend = randomCheckpoint, "gpu"
+	_, err := OpenEngine(context.Background(), cfg, 0, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("LA_ENGINE=gpu opened")
 	}

@@ -20,50 +20,33 @@ import (
 	"strings"
 )
 
-// The checkpoint the service is validated against.
-const (
-	DefaultRepo     = "nvidia/LocateAnything-3B"
-	DefaultRevision = "c32291ca5e996f5a7a485845b4f57a233936bba0"
-	DefaultEndpoint = "https://huggingface.co"
-)
+// Repo is the Hub repository of the checkpoint the service is validated against; the
+// revision is a setting (TT_WEIGHTS_REVISION, its default pinned in package config).
+const Repo = "nvidia/LocateAnything-3B"
 
-// Options says where to look. Resolve reads no environment itself: OptionsFromEnv builds
-// Options from a lookup function such as os.Getenv.
+// ErrNotCached is wrapped by Resolve's error when the snapshot is simply not in the cache
+// (nothing of it there) and no download was asked for; a snapshot that is there but
+// incomplete is a different error.
+var ErrNotCached = errors.New("not in the Hugging Face cache")
+
+// Options says where to look. Resolve reads no environment itself.
 type Options struct {
-	Dir      string // LA_WEIGHTS_DIR (or LA_MODEL_PATH): use this directory, skip the cache
-	Repo     string // Hub repository; DefaultRepo when empty
-	Revision string // TT_WEIGHTS_REVISION: a commit hash or a branch name; DefaultRevision when empty
+	Dir      string // use this directory, skip the cache
+	Repo     string // Hub repository; Repo when empty (tests point it elsewhere)
+	Revision string // a commit hash or a branch name; required
 
 	HubCache string // HF_HUB_CACHE
 	HFHome   string // HF_HOME; the cache is HFHome/hub when HubCache is empty
 	Home     string // the user's home; the cache is Home/.cache/huggingface/hub after those
 
-	Download bool         // LA_DOWNLOAD=1: fetch a missing snapshot from the Hub
-	Endpoint string       // HF_ENDPOINT; DefaultEndpoint when empty
+	Download bool         // fetch a missing snapshot from the Hub
+	Endpoint string       // the Hub's base URL; required when Download is set
 	Token    string       // HF_TOKEN; sent only to the Hub endpoint, never logged
 	Client   *http.Client // nil: a client without an overall timeout (the files are large)
 
 	// Progress, when set, is told about each file being downloaded: at its start, every
 	// percent or so, and at its end (done == total). total is -1 when unknown.
 	Progress func(file string, done, total int64)
-}
-
-// OptionsFromEnv reads the variables the seed server reads, through getenv.
-func OptionsFromEnv(getenv func(string) string) Options {
-	dir := getenv("LA_WEIGHTS_DIR")
-	if dir == "" {
-		dir = getenv("LA_MODEL_PATH")
-	}
-	return Options{
-		Dir:      dir,
-		Revision: getenv("TT_WEIGHTS_REVISION"),
-		HubCache: getenv("HF_HUB_CACHE"),
-		HFHome:   getenv("HF_HOME"),
-		Home:     getenv("HOME"),
-		Download: getenv("LA_DOWNLOAD") == "1",
-		Endpoint: getenv("HF_ENDPOINT"),
-		Token:    getenv("HF_TOKEN"),
-	}
 }
 
 // String describes the options with the token redacted.
@@ -95,18 +78,14 @@ func redact(s string) string {
 	return "[redacted]"
 }
 
-func (o Options) repo() string     { return orDefault(o.Repo, DefaultRepo) }
-func (o Options) revision() string { return orDefault(o.Revision, DefaultRevision) }
-func (o Options) endpoint() string {
-	return strings.TrimSuffix(orDefault(o.Endpoint, DefaultEndpoint), "/")
-}
-
-func orDefault(s, fallback string) string {
-	if s == "" {
-		return fallback
+func (o Options) repo() string {
+	if o.Repo == "" {
+		return Repo
 	}
-	return s
+	return o.Repo
 }
+func (o Options) revision() string { return o.Revision }
+func (o Options) endpoint() string { return strings.TrimSuffix(o.Endpoint, "/") }
 
 // cacheDir is the Hugging Face hub cache the options point at, "" when none can be named.
 func (o Options) cacheDir() string {
@@ -139,11 +118,17 @@ func Resolve(ctx context.Context, opts Options) (string, error) {
 		}
 		return opts.Dir, nil
 	}
+	if opts.revision() == "" {
+		return "", errors.New("weights: no revision given (TT_WEIGHTS_REVISION)")
+	}
+	if opts.Download && opts.endpoint() == "" {
+		return "", errors.New("weights: LA_DOWNLOAD needs a Hub endpoint (HF_ENDPOINT)")
+	}
 	if strings.ContainsAny(opts.revision(), `/\`) || strings.Contains(opts.revision(), "..") {
 		return "", fmt.Errorf("weights: TT_WEIGHTS_REVISION %q: want a commit hash or a branch name", opts.revision())
 	}
 	if opts.cacheDir() == "" {
-		return "", fmt.Errorf("weights: no Hugging Face cache to look in: set LA_WEIGHTS_DIR to the checkpoint directory, or HF_HUB_CACHE, HF_HOME or HOME")
+		return "", fmt.Errorf("weights: no Hugging Face cache to look in: set LA_WEIGHTS_DIR to the checkpoint directory, or HF_HUB_CACHE, HF_HOME or HOME (%w)", ErrNotCached)
 	}
 
 	snapshot, why := opts.cachedSnapshot()
@@ -151,7 +136,10 @@ func Resolve(ctx context.Context, opts Options) (string, error) {
 		return snapshot, nil
 	}
 	if !opts.Download {
-		return "", fmt.Errorf("weights: %s@%s is not in the Hugging Face cache %s (%v); "+
+		if _, err := os.Stat(opts.repoDir()); errors.Is(err, os.ErrNotExist) {
+			why = fmt.Errorf("%w: %w", ErrNotCached, why)
+		}
+		return "", fmt.Errorf("weights: %s@%s is not in the Hugging Face cache %s (%w); "+
 			"set LA_WEIGHTS_DIR to a directory holding the checkpoint, point HF_HUB_CACHE or HF_HOME at a cache that has "+
 			"this revision, or set LA_DOWNLOAD=1 to download it (about 7.7 GB) from %s",
 			opts.repo(), opts.revision(), opts.cacheDir(), why, opts.endpoint())

@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"bytes"
@@ -28,20 +28,20 @@ import (
 func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	dataDir := t.TempDir()
 	cfg := singleMachineConfig(t, dataDir, freeport.MustAddr(t))
-	weightsDir, err := filepath.Abs("../../" + randomCheckpoint)
+	weightsDir, err := filepath.Abs(randomCheckpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.WeightsDir = weightsDir
+	cfg.Weights.Dir = weightsDir
 	cfg.InTokenLimit = 64 // small images keep the test quick
 	cfg.MaxNewTokens = 12
 	cfg.HTTP.Addr = freeport.MustAddr(t)
 	landmarks := &syncbuf.Buffer{}
-	cfg.Landmarks = landmarks
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runWorker(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), openEngine) }()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { done <- Run(ctx, cfg, Options{Log: log, Landmarks: landmarks, Open: OpenEngine}) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -56,12 +56,12 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	}
 
 	// The queued path.
-	js := publisher(t, cfg.NATSListen)
+	js := publisher(t, cfg.Embedded.Listen)
 	results, err := js.OrderedConsumer(t.Context(), jobs.ResultsStream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := filepath.Abs("testdata/dog.jpg")
+	img, err := filepath.Abs(testImages + "/dog.jpg")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +85,19 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 		t.Fatalf("status published %s stored %s (error %+v)", published.Status, stored.Status, stored.Error)
 	}
 	if stored.NumGeneratedTokens < 1 || stored.NumGeneratedTokens > 12 || stored.Width != 768 || stored.Height != 576 {
-		t.Fatalf("stored result does not describe the run: %+v", stored.Prediction)
+		t.Fatalf("stored result does not describe the run: %+v", stored.Answer)
 	}
 	if stored.OverlayURL == nil {
 		t.Fatal("overlay requested but no overlay URL in the result")
+	}
+	// A result names the checkpoint that answered and carries no field of the /predict
+	// contract that only /predict fills.
+	rawResult, err := os.ReadFile(filepath.Join(dataDir, "results", "e2e-dog.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Model != "tiny-bf16" || bytes.Contains(rawResult, []byte("overlay_png_b64")) {
+		t.Fatalf("stored result names model %q (want tiny-bf16) or carries overlay_png_b64:\n%s", stored.Model, rawResult)
 	}
 	png, err := os.ReadFile(strings.TrimPrefix(*stored.OverlayURL, "file://"))
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {

@@ -324,7 +324,7 @@ func TestExtractWaitsForAnotherExtraction(t *testing.T) {
 
 func TestExtractErrors(t *testing.T) {
 	ctx := context.Background()
-	if _, err := LLM(ctx, t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "no target directory") {
+	if _, err := LLM(ctx, t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "neither TT_DIT_CACHE_DIR nor LA_LLM_DIR") {
 		t.Errorf("no target: %v", err)
 	}
 	if _, err := LLM(ctx, filepath.Join(t.TempDir(), "absent"), Options{CacheDir: t.TempDir()}); err == nil ||
@@ -348,26 +348,3 @@ func TestExtractErrors(t *testing.T) {
 	}
 }
 
-func TestOptionsFromEnv(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		m := map[string]string{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return func(k string) string { return m[k] }
-	}
-	o, err := OptionsFromEnv(env("TT_DIT_CACHE_DIR", "/cache/weights", "LA_FORCE_EXTRACT", "1"))
-	if err != nil || o.Target() != "/cache/weights/la-qwen2_5-3b" || !o.Force {
-		t.Errorf("cache dir: %+v %v", o, err)
-	}
-	o, err = OptionsFromEnv(env("TT_DIT_CACHE_DIR", "/cache/weights", "LA_LLM_DIR", "/llm"))
-	if err != nil || o.Target() != "/llm" || o.Force {
-		t.Errorf("LA_LLM_DIR: %+v %v", o, err)
-	}
-	if _, err := OptionsFromEnv(env()); err == nil {
-		t.Error("no directory at all: no error")
-	}
-	if _, err := OptionsFromEnv(env("LA_LLM_DIR", "/llm", "LA_FORCE_EXTRACT", "yes")); err == nil {
-		t.Error("LA_FORCE_EXTRACT=yes: no error")
-	}
-}

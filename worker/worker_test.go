@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/jobs"
@@ -81,11 +82,18 @@ func (b *blockingEngine) ran(query string) bool {
 	return false
 }
 
-// singleMachineConfig is the embedded default in a temp dir, read from the environment
-// the way main reads it.
-func singleMachineConfig(t *testing.T, dataDir, natsAddr string) Config {
+// testImages holds the photographs the tests send (dog.jpg).
+const testImages = "../testdata/images"
+
+// randomCheckpoint is the small random-weight checkpoint with PyTorch goldens that the
+// engine's parity tests use: the tests here need a model that runs, not one that finds.
+const randomCheckpoint = "../testdata/checkpoints/tiny-bf16"
+
+// singleMachineConfig is the embedded default in a temp dir, read from the environment the
+// way cmd/worker reads it.
+func singleMachineConfig(t *testing.T, dataDir, natsAddr string) config.Worker {
 	t.Helper()
-	images, err := filepath.Abs("testdata")
+	images, err := filepath.Abs(testImages)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,11 +104,33 @@ func singleMachineConfig(t *testing.T, dataDir, natsAddr string) Config {
 	} {
 		t.Setenv(k, v)
 	}
-	cfg, err := loadConfig()
-	if err != nil {
+	var cfg config.Worker
+	if err := envconfig.Process("", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// defaultConfig is the configuration with every default and nothing from the environment
+// but what the test set.
+func defaultConfig(t *testing.T) config.Worker {
+	t.Helper()
+	var cfg config.Worker
+	if err := envconfig.Process("", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Finish(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// fixedEngine opens eng for every chip.
+func fixedEngine(eng engine.Engine) EngineOpener {
+	return func(context.Context, config.Worker, int, *slog.Logger) (engine.Engine, error) { return eng, nil }
 }
 
 // workerRun is runWorker on its own goroutine; wait returns its result (once, cached).
@@ -116,13 +146,13 @@ func (w *workerRun) wait() error {
 	return w.err
 }
 
-func startWorker(t *testing.T, cfg Config, eng engine.Engine) *workerRun {
+func startWorker(t *testing.T, cfg config.Worker, eng engine.Engine) *workerRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &workerRun{cancel: cancel, done: make(chan error, 1)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	go func() {
-		w.done <- runWorker(ctx, cfg, log, func(context.Context, Config) (engine.Engine, error) { return eng, nil })
+		w.done <- Run(ctx, cfg, Options{Log: log, Open: fixedEngine(eng)})
 	}()
 	t.Cleanup(func() { cancel(); _ = w.wait() })
 	return w
@@ -162,7 +192,7 @@ func publisher(t *testing.T, addr string) jetstream.JetStream {
 
 func publishJob(t *testing.T, js jetstream.JetStream, id, query string) {
 	t.Helper()
-	img, _ := filepath.Abs("testdata/dog.jpg")
+	img, _ := filepath.Abs(testImages + "/dog.jpg")
 	b, _ := json.Marshal(jobs.Job{ID: id, Image: "file://" + img, Query: query})
 	if _, err := js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), b, jetstream.WithMsgID(id)); err != nil {
 		t.Fatal(err)
@@ -242,109 +272,3 @@ func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	}
 }
 
-func TestWorkerRefusesToStartWithoutEngine(t *testing.T) {
-	t.Setenv("LA_DATA_DIR", t.TempDir())
-	t.Setenv("LA_WEIGHTS_DIR", "")
-	t.Setenv("LA_MODEL_PATH", "")
-	t.Setenv("LA_NATS_LISTEN", freeport.MustAddr(t))
-	t.Setenv("LA_METRICS_ADDR", "off")
-	t.Setenv("LA_HTTP_ADDR", "127.0.0.1:0")
-	t.Setenv("LA_LOG_FORMAT", "json")
-	t.Setenv("HF_HUB_CACHE", t.TempDir()) // no snapshot there, and no bundled model beside the test binary
-	var stdout, stderr bytes.Buffer
-	code := realMain(nil, &stdout, &stderr)
-	if code != 1 || !strings.Contains(stderr.String(), "LA_WEIGHTS_DIR") {
-		t.Errorf("exit %d, stderr %q; want 1 and a message naming LA_WEIGHTS_DIR", code, stderr.String())
-	}
-	if got := strings.Count(stdout.String(), "Application startup failed"); got != 1 || strings.Contains(stdout.String(), "startup complete") {
-		t.Errorf("stdout %q: want the launcher's failure landmark exactly once and no ready line", stdout.String())
-	}
-}
-
-func TestConfigErrorsNameTheVariable(t *testing.T) {
-	for _, c := range []struct{ key, value, want string }{
-		{"LA_CHIPS", "0", "LA_CHIPS"},
-		{"LA_LOG_FORMAT", "xml", "LA_LOG_FORMAT"},
-		{"LA_LOG_LEVEL", "loud", "LA_LOG_LEVEL"},
-		{"LA_MAX_NEW_TOKENS", "2000", "LA_MAX_NEW_TOKENS"},
-		{"LA_WORKER_NAME", "a.b", "LA_WORKER_NAME"},
-		{"LA_ACK_WAIT", "soon", "ACK_WAIT"},
-		{"LA_MAX_DELIVER", "2", "back-off"},
-	} {
-		t.Run(c.key, func(t *testing.T) {
-			t.Setenv("LA_DATA_DIR", t.TempDir())
-			t.Setenv(c.key, c.value)
-			_, err := loadConfig()
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("%s=%s: error %v; want one naming %s", c.key, c.value, err, c.want)
-			}
-		})
-	}
-}
-
-func TestConfigSingleMachineDefaults(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv("LA_DATA_DIR", dir)
-	cfg, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.NATS.URL != "" || cfg.NATSListen != "127.0.0.1:4222" || cfg.Engine != "cpu" || cfg.MaxSeqLen != 4096 ||
-		cfg.MaxNewTokens != 128 || cfg.MaxNewTokensCap != 1024 || cfg.HTTPAddr != ":20000" || cfg.Prefetch != 2 {
-		t.Errorf("defaults: %+v", cfg)
-	}
-	if want := "file://" + filepath.Join(dir, "results") + "/"; cfg.ResultsURL != want {
-		t.Errorf("results %q, want %q", cfg.ResultsURL, want)
-	}
-	if len(cfg.FileRoots) != 1 || cfg.FileRoots[0] != "/" {
-		t.Errorf("file roots %v, want / (embedded NATS on loopback: any local file)", cfg.FileRoots)
-	}
-	if got, want := cfg.topology(), jobs.DefaultTopologyConfig(); !reflect.DeepEqual(got, want) {
-		t.Errorf("worker topology defaults %+v differ from jobs.DefaultTopologyConfig %+v", got, want)
-	}
-}
-
-func TestConfigReadsNATSAndStorageVariables(t *testing.T) {
-	t.Setenv("LA_DATA_DIR", t.TempDir())
-	t.Setenv("LA_NATS_URL", "nats://n1:4222,nats://n2:4222")
-	t.Setenv("LA_NATS_TIMEOUT", "3s")
-	t.Setenv("LA_S3_ENDPOINT", "minio:9000")
-	t.Setenv("LA_RESULTS_URL", "s3://results/")
-	t.Setenv("LA_BACKOFF", "")
-	cfg, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.NATS.URL != "nats://n1:4222,nats://n2:4222" || cfg.NATS.Timeout != 3*time.Second {
-		t.Errorf("NATS config %+v", cfg.NATS)
-	}
-	if cfg.Endpoint != "minio:9000" || cfg.ResultsURL != "s3://results/" || len(cfg.FileRoots) != 0 {
-		t.Errorf("storage: endpoint %q results %q roots %v", cfg.Endpoint, cfg.ResultsURL, cfg.FileRoots)
-	}
-	if len(cfg.BackOff) != 0 {
-		t.Errorf("LA_BACKOFF= gave %v; want no back-off", cfg.BackOff)
-	}
-}
-
-// TestConfigIgnoresUnprefixedNames: only LA_* variables configure the worker. envconfig
-// falls back to a field's bare tag when the prefixed name is unset, so the tags carry the
-// full names; an ENGINE or HTTP_ADDR that some other tool set must change nothing.
-func TestConfigIgnoresUnprefixedNames(t *testing.T) {
-	t.Setenv("LA_DATA_DIR", t.TempDir())
-	t.Setenv("ENGINE", "ttnn")
-	t.Setenv("HTTP_ADDR", ":1")
-	t.Setenv("PREFETCH", "9")
-	t.Setenv("HTTP_MAX_PENDING", "1")
-	cfg, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Engine != "cpu" || cfg.HTTPAddr != ":20000" || cfg.Prefetch != 2 || cfg.HTTP.MaxPending == 1 {
-		t.Fatalf("unprefixed variables were read: engine %q http %q prefetch %d max pending %d",
-			cfg.Engine, cfg.HTTPAddr, cfg.Prefetch, cfg.HTTP.MaxPending)
-	}
-	t.Setenv("LA_ENGINE", "ttnn")
-	if cfg, err = loadConfig(); err != nil || cfg.Engine != "ttnn" {
-		t.Fatalf("LA_ENGINE=ttnn gave engine %q (%v)", cfg.Engine, err)
-	}
-}

@@ -3,7 +3,7 @@ package weights_test
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/locateanything/detect/engine/weights"
+	"github.com/locateanything/detect/provision/weights"
 )
 
 const (
@@ -49,28 +49,6 @@ func writeFile(t *testing.T, p, content string) {
 	}
 }
 
-func TestOptionsFromEnv(t *testing.T) {
-	env := map[string]string{
-		"LA_MODEL_PATH": "/models/la", "TT_WEIGHTS_REVISION": "main", "HF_HUB_CACHE": "/hub",
-		"HF_HOME": "/hf", "HOME": "/home/u", "LA_DOWNLOAD": "1", "HF_ENDPOINT": "https://mirror", "HF_TOKEN": "hf_secret",
-	}
-	got := weights.OptionsFromEnv(func(k string) string { return env[k] })
-	want := weights.Options{Dir: "/models/la", Revision: "main", HubCache: "/hub", HFHome: "/hf", Home: "/home/u",
-		Download: true, Endpoint: "https://mirror", Token: "hf_secret"}
-	if got.String() != want.String() || got.Token != want.Token {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-	env["LA_WEIGHTS_DIR"] = "/weights"
-	if got := weights.OptionsFromEnv(func(k string) string { return env[k] }); got.Dir != "/weights" {
-		t.Errorf("LA_WEIGHTS_DIR must win over LA_MODEL_PATH, got %q", got.Dir)
-	}
-	for _, shown := range []string{fmt.Sprint(got), fmt.Sprintf("%+v", got), fmt.Sprintf("%#v", got)} {
-		if strings.Contains(shown, "hf_secret") {
-			t.Errorf("the token is shown: %s", shown)
-		}
-	}
-}
-
 func TestResolveExplicitDir(t *testing.T) {
 	dir := t.TempDir()
 	got, err := weights.Resolve(context.Background(), weights.Options{Dir: dir, HubCache: t.TempDir()})
@@ -93,9 +71,9 @@ func TestResolveCacheOrder(t *testing.T) {
 		opts weights.Options
 		want string
 	}{
-		{weights.Options{HubCache: hubCache, HFHome: hfHome, Home: home}, inHubCache},
-		{weights.Options{HFHome: hfHome, Home: home}, inHFHome},
-		{weights.Options{Home: home}, inHome},
+		{weights.Options{Revision: commit, HubCache: hubCache, HFHome: hfHome, Home: home}, inHubCache},
+		{weights.Options{Revision: commit, HFHome: hfHome, Home: home}, inHFHome},
+		{weights.Options{Revision: commit, Home: home}, inHome},
 	}
 	for _, c := range cases {
 		got, err := weights.Resolve(context.Background(), c.opts)
@@ -122,7 +100,7 @@ func TestResolveNotFoundSaysWhatToSet(t *testing.T) {
 	dir := writeSnapshot(t, partial)
 	os.Remove(filepath.Join(dir, "model-00002-of-00002.safetensors"))
 	for _, cache := range []string{empty, partial} {
-		_, err := weights.Resolve(context.Background(), weights.Options{HubCache: cache})
+		_, err := weights.Resolve(context.Background(), weights.Options{Revision: commit, HubCache: cache})
 		if err == nil {
 			t.Fatalf("Resolve in %s succeeded", cache)
 		}
@@ -130,6 +108,11 @@ func TestResolveNotFoundSaysWhatToSet(t *testing.T) {
 			if !strings.Contains(err.Error(), hint) {
 				t.Errorf("error %q does not mention %s", err, hint)
 			}
+		}
+		// Only a cache with nothing of the repository in it is "not cached"; an incomplete
+		// snapshot is broken, and the worker must not fall back past it.
+		if got, want := errors.Is(err, weights.ErrNotCached), cache == empty; got != want {
+			t.Errorf("cache %s: errors.Is(err, ErrNotCached) = %t, want %t (%v)", cache, got, want, err)
 		}
 	}
 	if _, err := weights.Resolve(context.Background(), weights.Options{Revision: "../x", HubCache: empty}); err == nil {
@@ -163,7 +146,7 @@ func (p *progressLog) last(file string) [2]int64 {
 }
 
 func downloadOptions(cache, endpoint string, progress *progressLog) weights.Options {
-	return weights.Options{HubCache: cache, Download: true, Endpoint: endpoint, Progress: progress.record}
+	return weights.Options{Revision: commit, HubCache: cache, Download: true, Endpoint: endpoint, Progress: progress.record}
 }
 
 // checkDownloaded verifies every file of the fake hub in the snapshot, each a link into
@@ -271,7 +254,7 @@ func TestDownloadRefusesACorruptFile(t *testing.T) {
 		}
 	}
 	// Offline, the cache must not pass for a complete snapshot.
-	if _, err := weights.Resolve(context.Background(), weights.Options{HubCache: cache}); err == nil {
+	if _, err := weights.Resolve(context.Background(), weights.Options{Revision: commit, HubCache: cache}); err == nil {
 		t.Error("the half-downloaded snapshot was accepted")
 	}
 }

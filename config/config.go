@@ -1,0 +1,360 @@
+// Package config is the one home of the service's settings: every variable the worker and
+// submit read, its name, its default and its validation, as one tree of structs. The
+// programs in cmd/ fill the tree from the environment with envconfig and hand the parts to
+// the packages that use them; no other package reads the environment or states a default.
+//
+// A field's `envconfig` tag is the variable's full name, `default` its default (the only
+// place the default is written), and `secret:"true"` marks a value that is never printed.
+package config
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/locateanything/detect/jobs"
+)
+
+// Worker is the worker's whole configuration (docs/worker.md lists every variable). The
+// sections are embedded so that envconfig reads each variable under its tag alone: a named
+// struct field would make it look up SECTION_LA_NAME first.
+type Worker struct {
+	Engine
+	Weights
+	TTNN
+	HTTP
+	NATS
+	Embedded
+	Topology
+	Runner
+	Observe
+	Storage
+
+	// DataDir holds the embedded JetStream store and, by default, the results.
+	DataDir string `envconfig:"LA_DATA_DIR" default:"la-data"`
+}
+
+// Engine is the model's run-time knobs; the upstream server's knobs keep their names and
+// meaning (docs/background.md).
+type Engine struct {
+	Backend         string `envconfig:"LA_ENGINE" default:"cpu"`             // cpu or ttnn
+	Threads         int    `envconfig:"LA_THREADS" default:"0"`              // 0 = one per core
+	InTokenLimit    int    `envconfig:"LA_IN_TOKEN_LIMIT" default:"0"`       // 0 = min(1024, the checkpoint's)
+	CanonGrid       string `envconfig:"LA_CANON_GRID"`                       // HxW in patches, "native", or "" (native on cpu, else derived from LA_CANON_ASPECT)
+	CanonAspect     string `envconfig:"LA_CANON_ASPECT" default:"1920x1080"` // WxH the canonical grid is derived from
+	MaxSeqLen       int    `envconfig:"LA_MAX_SEQ_LEN" default:"4096"`       // KV-cache length in tokens
+	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128"`     // default generation budget
+	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024"`
+	Chips           int    `envconfig:"LA_CHIPS" default:"1"` // one Runner and engine per chip
+}
+
+// Weights says where the checkpoint comes from (provision.Choose applies the rules).
+type Weights struct {
+	Dir       string `envconfig:"LA_WEIGHTS_DIR"` // a checkpoint directory; skips the cache
+	ModelPath string `envconfig:"LA_MODEL_PATH"`  // alias of LA_WEIGHTS_DIR (the upstream server's name)
+	Revision  string `envconfig:"TT_WEIGHTS_REVISION" default:"c32291ca5e996f5a7a485845b4f57a233936bba0"`
+	Download  bool   `envconfig:"LA_DOWNLOAD" default:"false"` // fetch a missing pinned snapshot from the Hub
+	HubCache  string `envconfig:"HF_HUB_CACHE"`
+	HFHome    string `envconfig:"HF_HOME"`
+	Home      string `envconfig:"HOME"`
+	Endpoint  string `envconfig:"HF_ENDPOINT" default:"https://huggingface.co"`
+	Token     string `envconfig:"HF_TOKEN" secret:"true"`
+}
+
+// Configured reports whether a checkpoint directory was named.
+func (w Weights) Configured() bool { return w.Dir != "" || w.ModelPath != "" }
+
+// Directory is the named checkpoint directory, LA_WEIGHTS_DIR before its alias.
+func (w Weights) Directory() string {
+	if w.Dir != "" {
+		return w.Dir
+	}
+	return w.ModelPath
+}
+
+// TTNN is the Blackhole backend's settings: the first-boot extraction and the adapter's
+// knobs, which reach the adapter as option lines of the C ABI.
+type TTNN struct {
+	CacheDir     string `envconfig:"TT_DIT_CACHE_DIR"` // parent of the extracted LLM
+	LLMDir       string `envconfig:"LA_LLM_DIR"`       // the extracted LLM itself
+	ForceExtract bool   `envconfig:"LA_FORCE_EXTRACT" default:"false"`
+
+	Precision       string `envconfig:"LA_PREC" default:"accuracy"` // accuracy or performance
+	Trace           bool   `envconfig:"LA_TRACE" default:"true"`    // traced decode
+	TraceRegionSize int    `envconfig:"LA_TRACE_REGION_SIZE" default:"50000000"`
+	WarmupRuns      int    `envconfig:"LA_WARMUP_RUNS" default:"2"`
+	WarmupDecode    int    `envconfig:"LA_WARMUP_DECODE_STEPS" default:"4"`
+	MeshShape       string `envconfig:"TT_MESH_SHAPE" default:"1x1"`
+	DeviceID        string `envconfig:"TT_DEVICE_ID"` // physical device id; "" = the default
+
+	PythonLib  string `envconfig:"LA_PYTHON_LIB"`                             // libpython to load; "" = the default
+	PythonSite string `envconfig:"LA_PYTHON_SITE"`                            // ':'-separated site directories
+	Adapter    string `envconfig:"LA_TTNN_ADAPTER" default:"la_ttnn_adapter"` // adapter module
+	Path       string `envconfig:"LA_TTNN_PATH"`                              // directory holding the adapter
+}
+
+// HTTP is the /predict server (httpcompat). Addr "off" disables it.
+type HTTP struct {
+	Addr              string        `envconfig:"LA_HTTP_ADDR" default:":20000"`
+	MaxBodyBytes      int64         `envconfig:"LA_HTTP_MAX_BODY_BYTES" default:"67108864"` // a 47 MiB image, base64-encoded, plus JSON
+	ReadHeaderTimeout time.Duration `envconfig:"LA_HTTP_READ_HEADER_TIMEOUT" default:"10s"`
+	ReadTimeout       time.Duration `envconfig:"LA_HTTP_READ_TIMEOUT" default:"2m"`   // whole request, body included
+	WriteTimeout      time.Duration `envconfig:"LA_HTTP_WRITE_TIMEOUT" default:"10m"` // end of headers to end of response
+	IdleTimeout       time.Duration `envconfig:"LA_HTTP_IDLE_TIMEOUT" default:"2m"`
+	ShutdownTimeout   time.Duration `envconfig:"LA_HTTP_SHUTDOWN_TIMEOUT" default:"90s"` // under the 120 s `tt-model stop` allows
+	MaxPending        int           `envconfig:"LA_HTTP_MAX_PENDING" default:"64"`       // /predict requests in the server at once
+}
+
+// Enabled reports whether the /predict server runs.
+func (h HTTP) Enabled() bool { return !strings.EqualFold(h.Addr, "off") && h.Addr != "" }
+
+// NATS says how to reach NATS (natsconn).
+type NATS struct {
+	URL      string        `envconfig:"LA_NATS_URL"` // comma-separated; "" = the embedded server (worker)
+	Creds    string        `envconfig:"LA_NATS_CREDS"`
+	NKeyFile string        `envconfig:"LA_NATS_NKEY_FILE"`
+	User     string        `envconfig:"LA_NATS_USER"`
+	Password string        `envconfig:"LA_NATS_PASSWORD" secret:"true"`
+	Token    string        `envconfig:"LA_NATS_TOKEN" secret:"true"`
+	TLSCA    string        `envconfig:"LA_NATS_TLS_CA"`
+	TLSCert  string        `envconfig:"LA_NATS_TLS_CERT"`
+	TLSKey   string        `envconfig:"LA_NATS_TLS_KEY"`
+	Timeout  time.Duration `envconfig:"LA_NATS_TIMEOUT" default:"10s"` // connect timeout
+}
+
+// Embedded is the NATS server the worker starts when LA_NATS_URL is empty.
+type Embedded struct {
+	Listen string `envconfig:"LA_NATS_LISTEN" default:"127.0.0.1:4222"`
+}
+
+// Topology is the JetStream side, applied idempotently at start-up.
+type Topology struct {
+	Replicas        int             `envconfig:"LA_REPLICAS" default:"1"`
+	DuplicateWindow time.Duration   `envconfig:"LA_DUPLICATE_WINDOW" default:"2m"`
+	JobsMaxAge      time.Duration   `envconfig:"LA_JOBS_MAX_AGE" default:"0s"` // 0 = jobs wait forever
+	ResultsMaxAge   time.Duration   `envconfig:"LA_RESULTS_MAX_AGE" default:"168h"`
+	DLQMaxAge       time.Duration   `envconfig:"LA_DLQ_MAX_AGE" default:"720h"`
+	StateMaxAge     time.Duration   `envconfig:"LA_STATE_MAX_AGE" default:"168h"`
+	AckWait         time.Duration   `envconfig:"LA_ACK_WAIT" default:"60s"`
+	MaxDeliver      int             `envconfig:"LA_MAX_DELIVER" default:"10"`
+	BackOff         []time.Duration `envconfig:"LA_BACKOFF" default:"60s,2m,5m"`
+	MaxAckPending   int             `envconfig:"LA_MAX_ACK_PENDING" default:"1024"`
+}
+
+// Runner tunes each chip's job runner.
+type Runner struct {
+	WorkerName    string        `envconfig:"LA_WORKER_NAME"` // "" = host-pid
+	ResultsURL    string        `envconfig:"LA_RESULTS_URL"` // "" = file://<LA_DATA_DIR>/results/
+	Prefetch      int           `envconfig:"LA_PREFETCH" default:"2"`
+	Grace         time.Duration `envconfig:"LA_GRACE" default:"30s"`
+	PollWait      time.Duration `envconfig:"LA_POLL_WAIT" default:"2s"`
+	RetryDelay    time.Duration `envconfig:"LA_RETRY_DELAY" default:"5s"`
+	RetryDelayMax time.Duration `envconfig:"LA_RETRY_DELAY_MAX" default:"5m"`
+	OpTimeout     time.Duration `envconfig:"LA_OP_TIMEOUT" default:"30s"`
+}
+
+// Observe is logging and metrics.
+type Observe struct {
+	MetricsAddr string `envconfig:"LA_METRICS_ADDR" default:":9464"` // "off" disables
+	LogFormat   string `envconfig:"LA_LOG_FORMAT" default:"auto"`    // auto, text, json
+	LogLevel    string `envconfig:"LA_LOG_LEVEL" default:"info"`     // debug, info, warn, error
+}
+
+// MetricsEnabled reports whether the metrics server runs.
+func (o Observe) MetricsEnabled() bool {
+	return o.MetricsAddr != "" && !strings.EqualFold(o.MetricsAddr, "off")
+}
+
+// Storage configures file:// and s3:// (storage.Config).
+type Storage struct {
+	Endpoint        string   `envconfig:"LA_S3_ENDPOINT"` // host[:port]; "" turns s3:// off
+	Region          string   `envconfig:"LA_S3_REGION" default:"us-east-1"`
+	AccessKey       string   `envconfig:"LA_S3_ACCESS_KEY" secret:"true"`
+	SecretKey       string   `envconfig:"LA_S3_SECRET_KEY" secret:"true"`
+	CredentialsFile string   `envconfig:"LA_S3_CREDENTIALS_FILE"`
+	Secure          bool     `envconfig:"LA_S3_SECURE" default:"true"`
+	PathStyle       string   `envconfig:"LA_S3_PATH_STYLE" default:"auto"` // auto, true, false
+	CAFile          string   `envconfig:"LA_S3_CA_FILE"`
+	FileRoots       []string `envconfig:"LA_FILE_ROOTS"` // directories file:// may use
+	MaxImageBytes   int64    `envconfig:"LA_MAX_IMAGE_BYTES" default:"33554432"`
+}
+
+// Submit is the submit CLI's configuration: the NATS and storage settings it shares with
+// the worker, and its own.
+type Submit struct {
+	NATS
+	Storage
+	// UploadPrefix is where local images are uploaded (--upload overrides it).
+	UploadPrefix string `envconfig:"LA_SUBMIT_UPLOAD"`
+}
+
+// OtherTools lists the variables read by the project's other tools (the launcher, the
+// demo, the compose file); the worker and submit accept them in their environment.
+func OtherTools() []string {
+	return []string{
+		"LA_WORKER_BIN", "LA_WORKER_ARGS", // launcher
+		"LA_DEMO_SEED", "LA_DEMO_SCENES", "LA_DEMO_NATS_PORT", // make demo
+		"LA_IMAGE", "LA_NATS_IMAGE", "LA_MINIO_IMAGE", "LA_MINIO_MC_IMAGE", "LA_HF_CACHE", // compose
+	}
+}
+
+// Finish resolves what depends on other settings and validates the whole tree. It makes
+// the data directory absolute and, when LA_RESULTS_URL is empty, puts the results under it.
+// With no LA_FILE_ROOTS, file:// may use the data directory and, on the single-machine
+// default (embedded NATS on loopback), also read below the working directory: the tree
+// `make run` and `submit DIR` are started from. workDir is that directory.
+func (c *Worker) Finish(workDir string) error {
+	if c.DataDir == "" {
+		return fmt.Errorf("LA_DATA_DIR must not be empty")
+	}
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("LA_DATA_DIR %q: %w", c.DataDir, err)
+	}
+	c.DataDir = abs
+	if c.Runner.ResultsURL == "" {
+		c.Runner.ResultsURL = "file://" + filepath.Join(c.DataDir, "results") + "/"
+		if len(c.Storage.FileRoots) == 0 && c.EmbeddedLoopback() {
+			c.Storage.FileRoots = []string{workDir}
+		}
+		if !slices.Contains(c.Storage.FileRoots, c.DataDir) {
+			c.Storage.FileRoots = append(c.Storage.FileRoots, c.DataDir)
+		}
+	}
+	return c.Validate()
+}
+
+// EmbeddedLoopback reports whether the worker runs the embedded NATS server listening on
+// the loopback interface only: the single-machine default.
+func (c Worker) EmbeddedLoopback() bool {
+	return c.NATS.URL == "" && Loopback(c.Embedded.Listen)
+}
+
+// Loopback reports whether a host:port listen address is on the loopback interface only.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Validate reports every setting that makes no sense, one per line.
+func (c Worker) Validate() error {
+	var errs []string
+	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+
+	if !slices.Contains([]string{"cpu", "ttnn"}, c.Engine.Backend) {
+		add("LA_ENGINE is %q, want cpu or ttnn", c.Engine.Backend)
+	}
+	positive(add, "LA_CHIPS", c.Engine.Chips)
+	notNegative(add, "LA_THREADS", c.Engine.Threads)
+	notNegative(add, "LA_IN_TOKEN_LIMIT", c.Engine.InTokenLimit)
+	positive(add, "LA_MAX_SEQ_LEN", c.Engine.MaxSeqLen)
+	if c.Engine.MaxNewTokens < 1 || c.Engine.MaxNewTokens > c.Engine.MaxNewTokensCap {
+		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", c.Engine.MaxNewTokens, c.Engine.MaxNewTokensCap)
+	}
+	if !slices.Contains([]string{"accuracy", "performance"}, c.TTNN.Precision) {
+		add("LA_PREC is %q, want accuracy or performance", c.TTNN.Precision)
+	}
+	positive(add, "LA_TRACE_REGION_SIZE", c.TTNN.TraceRegionSize)
+	positive(add, "LA_WARMUP_RUNS", c.TTNN.WarmupRuns)
+	positive(add, "LA_WARMUP_DECODE_STEPS", c.TTNN.WarmupDecode)
+	if c.TTNN.DeviceID != "" && strings.Trim(c.TTNN.DeviceID, "0123456789") != "" {
+		add("TT_DEVICE_ID is %q, want a device number", c.TTNN.DeviceID)
+	}
+
+	positive(add, "LA_HTTP_MAX_BODY_BYTES", c.HTTP.MaxBodyBytes)
+	positive(add, "LA_HTTP_MAX_PENDING", c.HTTP.MaxPending)
+	positiveDuration(add, "LA_HTTP_READ_HEADER_TIMEOUT", c.HTTP.ReadHeaderTimeout)
+	positiveDuration(add, "LA_HTTP_READ_TIMEOUT", c.HTTP.ReadTimeout)
+	positiveDuration(add, "LA_HTTP_WRITE_TIMEOUT", c.HTTP.WriteTimeout)
+	positiveDuration(add, "LA_HTTP_IDLE_TIMEOUT", c.HTTP.IdleTimeout)
+	positiveDuration(add, "LA_HTTP_SHUTDOWN_TIMEOUT", c.HTTP.ShutdownTimeout)
+	positiveDuration(add, "LA_NATS_TIMEOUT", c.NATS.Timeout)
+
+	t := c.Topology
+	if t.Replicas < 1 || t.Replicas > 5 {
+		add("LA_REPLICAS is %d, want 1 to 5", t.Replicas)
+	}
+	positiveDuration(add, "LA_DUPLICATE_WINDOW", t.DuplicateWindow)
+	notNegativeDuration(add, "LA_JOBS_MAX_AGE", t.JobsMaxAge)
+	positiveDuration(add, "LA_RESULTS_MAX_AGE", t.ResultsMaxAge)
+	positiveDuration(add, "LA_DLQ_MAX_AGE", t.DLQMaxAge)
+	positiveDuration(add, "LA_STATE_MAX_AGE", t.StateMaxAge)
+	if t.AckWait < time.Second {
+		add("LA_ACK_WAIT is %s, want at least 1s", t.AckWait)
+	}
+	positive(add, "LA_MAX_DELIVER", t.MaxDeliver)
+	positive(add, "LA_MAX_ACK_PENDING", t.MaxAckPending)
+	for i, d := range t.BackOff {
+		if d <= 0 {
+			add("LA_BACKOFF step %d is %s, want a positive duration", i+1, d)
+		}
+	}
+	if t.MaxDeliver > 1 && len(t.BackOff) >= t.MaxDeliver {
+		add("LA_BACKOFF has %d steps, want fewer than LA_MAX_DELIVER (%d)", len(t.BackOff), t.MaxDeliver)
+	}
+	if t.JobsMaxAge > 0 && t.DuplicateWindow > t.JobsMaxAge {
+		add("LA_DUPLICATE_WINDOW %s is longer than LA_JOBS_MAX_AGE %s", t.DuplicateWindow, t.JobsMaxAge)
+	}
+
+	r := c.Runner
+	if r.WorkerName != "" && !jobs.ValidToken(r.WorkerName) {
+		add("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", r.WorkerName)
+	}
+	positive(add, "LA_PREFETCH", r.Prefetch)
+	positiveDuration(add, "LA_GRACE", r.Grace)
+	positiveDuration(add, "LA_POLL_WAIT", r.PollWait)
+	positiveDuration(add, "LA_RETRY_DELAY", r.RetryDelay)
+	positiveDuration(add, "LA_OP_TIMEOUT", r.OpTimeout)
+	if r.RetryDelayMax < r.RetryDelay {
+		add("LA_RETRY_DELAY_MAX %s is shorter than LA_RETRY_DELAY %s", r.RetryDelayMax, r.RetryDelay)
+	}
+
+	if !slices.Contains([]string{"auto", "text", "json"}, c.Observe.LogFormat) {
+		add("LA_LOG_FORMAT is %q, want auto, text or json", c.Observe.LogFormat)
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(c.Observe.LogLevel)) {
+		add("LA_LOG_LEVEL is %q, want debug, info, warn or error", c.Observe.LogLevel)
+	}
+	positive(add, "LA_MAX_IMAGE_BYTES", c.Storage.MaxImageBytes)
+	if !slices.Contains([]string{"auto", "true", "false"}, c.Storage.PathStyle) {
+		add("LA_S3_PATH_STYLE is %q, want auto, true or false", c.Storage.PathStyle)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func positive[T int | int64](add func(string, ...any), name string, v T) {
+	if v < 1 {
+		add("%s is %d, want at least 1", name, v)
+	}
+}
+
+func notNegative(add func(string, ...any), name string, v int) {
+	if v < 0 {
+		add("%s is %d, want 0 or more", name, v)
+	}
+}
+
+func positiveDuration(add func(string, ...any), name string, d time.Duration) {
+	if d <= 0 {
+		add("%s is %s, want a positive duration", name, d)
+	}
+}
+
+func notNegativeDuration(add func(string, ...any), name string, d time.Duration) {
+	if d < 0 {
+		add("%s is %s, want 0 (no limit) or a positive duration", name, d)
+	}
+}

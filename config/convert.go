@@ -1,0 +1,105 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/jobs/natsconn"
+	"github.com/locateanything/detect/provision/extract"
+	"github.com/locateanything/detect/provision/weights"
+	"github.com/locateanything/detect/storage"
+)
+
+// This file hands each package its part of the tree, as that package's own config type.
+
+// Conn is the NATS connection settings.
+func (n NATS) Conn() natsconn.Config {
+	return natsconn.Config{
+		URL: n.URL, Creds: n.Creds, NKeyFile: n.NKeyFile, User: n.User, Password: n.Password,
+		Token: n.Token, TLSCA: n.TLSCA, TLSCert: n.TLSCert, TLSKey: n.TLSKey, Timeout: n.Timeout,
+	}
+}
+
+// Store is the storage settings.
+func (s Storage) Store() storage.Config {
+	return storage.Config{
+		Endpoint: s.Endpoint, Region: s.Region, AccessKey: s.AccessKey, SecretKey: s.SecretKey,
+		CredentialsFile: s.CredentialsFile, Secure: s.Secure, PathStyle: s.PathStyle,
+		CAFile: s.CAFile, FileRoots: s.FileRoots, MaxImageBytes: s.MaxImageBytes,
+	}
+}
+
+// Server is the /predict server's settings.
+func (h HTTP) Server() httpcompat.Config {
+	return httpcompat.Config{
+		Addr: h.Addr, MaxBodyBytes: h.MaxBodyBytes, ReadHeaderTimeout: h.ReadHeaderTimeout,
+		ReadTimeout: h.ReadTimeout, WriteTimeout: h.WriteTimeout, IdleTimeout: h.IdleTimeout,
+		ShutdownTimeout: h.ShutdownTimeout, MaxPending: h.MaxPending,
+	}
+}
+
+// Jobs is the JetStream topology.
+func (t Topology) Jobs() jobs.TopologyConfig {
+	return jobs.TopologyConfig{
+		Replicas: t.Replicas, DuplicateWindow: t.DuplicateWindow, JobsMaxAge: t.JobsMaxAge,
+		ResultsMaxAge: t.ResultsMaxAge, DLQMaxAge: t.DLQMaxAge, StateMaxAge: t.StateMaxAge,
+		AckWait: t.AckWait, MaxDeliver: t.MaxDeliver, BackOff: t.BackOff, MaxAckPending: t.MaxAckPending,
+	}
+}
+
+// RunnerConfig is the Runner of chip i of a worker named name: with several chips each
+// Runner is named name-chipN. Logger and Metrics are the caller's to set.
+func (c Worker) RunnerConfig(name string, chip int) jobs.RunnerConfig {
+	if c.Engine.Chips > 1 {
+		name = fmt.Sprintf("%s-chip%d", name, chip)
+	}
+	r := c.Runner
+	return jobs.RunnerConfig{
+		Worker: name, Prefetch: r.Prefetch, DefaultOutput: r.ResultsURL,
+		MaxImageBytes: c.Storage.MaxImageBytes, Grace: r.Grace, PollWait: r.PollWait,
+		RetryDelay: r.RetryDelay, RetryDelayMax: r.RetryDelayMax, OpTimeout: r.OpTimeout,
+	}
+}
+
+// Hub is where the pinned snapshot is looked for and fetched from.
+func (w Weights) Hub() weights.Options {
+	return weights.Options{
+		Dir: w.Directory(), Revision: w.Revision, HubCache: w.HubCache, HFHome: w.HFHome, Home: w.Home,
+		Download: w.Download, Endpoint: w.Endpoint, Token: w.Token,
+	}
+}
+
+// Extract is where the first-boot LLM extraction writes.
+func (t TTNN) Extract() extract.Options {
+	return extract.Options{CacheDir: t.CacheDir, Dir: t.LLMDir, Force: t.ForceExtract}
+}
+
+// AdapterOptions are the option lines the ttnn backend hands its Python adapter: every
+// knob of the adapter, so that it reads no environment and states no default of its own.
+// llmDir is the extracted LLM. The pipeline adds canon_grid, the grid the host side
+// resizes for.
+func (t TTNN) AdapterOptions(llmDir string) map[string]string {
+	return map[string]string{
+		"python_lib":          t.PythonLib,
+		"adapter":             t.Adapter,
+		"path":                t.Path,
+		"python_site":         t.PythonSite,
+		"llm_dir":             llmDir,
+		"precision":           t.Precision,
+		"trace":               boolOption(t.Trace),
+		"trace_region_size":   strconv.Itoa(t.TraceRegionSize),
+		"warmup_runs":         strconv.Itoa(t.WarmupRuns),
+		"warmup_decode_steps": strconv.Itoa(t.WarmupDecode),
+		"mesh_shape":          t.MeshShape,
+		"device_id":           t.DeviceID,
+	}
+}
+
+func boolOption(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

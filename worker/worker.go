@@ -1,0 +1,271 @@
+// Package worker assembles the service that cmd/worker runs: the /predict server, one engine
+// and one job Runner per chip, metrics, the NATS connection (or the embedded server) and the
+// JetStream topology, started in the lifecycle's order and stopped in reverse
+// (docs/worker.md, "Lifecycle").
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/jobs/natsembed"
+	"github.com/locateanything/detect/storage"
+)
+
+// EngineOpener opens the engine of one chip on the calling thread (the chip's owner).
+// OpenEngine in production, a test double in tests.
+type EngineOpener func(ctx context.Context, cfg config.Worker, chip int, log *slog.Logger) (engine.Engine, error)
+
+// Options are what Run needs besides the configuration.
+type Options struct {
+	Log *slog.Logger // the process logger
+	// Landmarks receives the start-up lines the tt-model launcher watches (stdout in main;
+	// nil discards them).
+	Landmarks io.Writer
+	Open      EngineOpener
+}
+
+// service is one run of the worker: what each lifecycle phase built, for the next phases
+// and for the stop, which undoes them in reverse.
+type service struct {
+	cfg  config.Worker
+	log  *slog.Logger
+	opts Options
+
+	wg     sync.WaitGroup     // every goroutine started here
+	runCtx context.Context    // ends when the worker stops
+	stop   context.CancelFunc // ends runCtx
+
+	store    *storage.Router
+	predict  *httpcompat.Server
+	chips    []*chip.Chip
+	nc       *nats.Conn
+	embedded *natsembed.Server
+	topo     *jobs.Topology
+	metrics  *jobs.Metrics // nil when metrics are off
+	runners  []*jobs.Runner
+	runErrs  []error
+}
+
+// Run runs the worker until ctx ends (SIGTERM or SIGINT in main), then drains: the Runners
+// stop pulling, finish what they hold within LA_GRACE and give back the rest; every
+// goroutine started here has stopped when it returns. It returns nil after a clean drain
+// and an error when the worker cannot start.
+func Run(ctx context.Context, cfg config.Worker, opts Options) (err error) {
+	if opts.Landmarks == nil {
+		opts.Landmarks = io.Discard
+	}
+	if cfg.Runner.WorkerName == "" {
+		host, _ := os.Hostname()
+		cfg.Runner.WorkerName = fmt.Sprintf("%s-%d", strings.ReplaceAll(host, ".", "-"), os.Getpid())
+	}
+	s := &service{cfg: cfg, opts: opts, log: opts.Log.With("worker", cfg.Runner.WorkerName)}
+	s.runCtx, s.stop = context.WithCancel(ctx)
+	defer s.close()
+
+	// The tt-model launcher watches for uvicorn's landmark lines: exactly one of "startup
+	// complete" or "startup failed".
+	if err := s.start(ctx); err != nil {
+		_ = httpcompat.StartupFailed(opts.Landmarks, err)
+		return err
+	}
+	if err := httpcompat.StartupComplete(opts.Landmarks); err != nil {
+		return err
+	}
+
+	<-ctx.Done()
+	s.log.Info("stopping: finishing held jobs", "grace", cfg.Runner.Grace)
+	s.stop()
+	s.wg.Wait()
+	if err := errors.Join(s.runErrs...); err != nil {
+		return err
+	}
+	s.log.Info("worker stopped")
+	return nil
+}
+
+// start runs the start-up phases in order (docs/worker.md, "Lifecycle").
+func (s *service) start(ctx context.Context) error {
+	phases := []func(context.Context) error{
+		s.openStorage,    // 2. storage
+		s.servePredict,   //    /predict answers "starting"
+		s.openChips,      //    one engine per chip
+		s.serveMetrics,   // 3. metrics
+		s.connectQueue,   //    NATS and the topology
+		s.startRunners,   //    the dead-letter watcher and one Runner per chip
+		s.predictIsReady, //   /health says "ok"
+	}
+	for _, phase := range phases {
+		if err := phase(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close undoes what start did, in reverse: goroutines, NATS, chips, storage.
+func (s *service) close() {
+	s.stop()
+	s.wg.Wait()
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.embedded != nil {
+		s.embedded.Shutdown()
+	}
+	for i, c := range s.chips {
+		if err := c.Close(); err != nil {
+			s.log.Error("closing chip", "chip", i, "err", err)
+		}
+	}
+	if s.store != nil {
+		_ = s.store.Close()
+	}
+}
+
+func (s *service) openStorage(context.Context) error {
+	if dir, ok := strings.CutPrefix(s.cfg.Runner.ResultsURL, "file://"); ok {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("results directory (LA_RESULTS_URL): %w", err)
+		}
+	}
+	store, err := storage.Open(s.cfg.Storage.Store())
+	if err != nil {
+		return err
+	}
+	s.store = store
+	return nil
+}
+
+// servePredict starts the /predict server before the engines load, as the upstream server
+// does: /health says "starting" until predictIsReady.
+func (s *service) servePredict(context.Context) error {
+	if !s.cfg.HTTP.Enabled() {
+		return nil
+	}
+	s.predict = httpcompat.New(s.cfg.HTTP.Server(), httpcompat.Options{
+		Logger: s.log.With("component", "http"),
+		Chips:  s.cfg.Engine.Chips,
+		Queue:  queueDescription(s.cfg),
+	})
+	ln, err := s.predict.Listen()
+	if err != nil {
+		return fmt.Errorf("/predict server on LA_HTTP_ADDR=%s: %w", s.cfg.HTTP.Addr, err)
+	}
+	s.log.Info("/predict served", "addr", ln.Addr().String())
+	s.wg.Go(func() {
+		if err := s.predict.Serve(s.runCtx, ln); err != nil {
+			s.log.Error("/predict server stopped", "err", err)
+		}
+	})
+	return nil
+}
+
+func (s *service) openChips(ctx context.Context) error {
+	for i := range s.cfg.Engine.Chips {
+		log := s.log.With("chip", i)
+		c, err := chip.Open(func() (engine.Engine, error) { return s.opts.Open(ctx, s.cfg, i, log) })
+		if err != nil {
+			return fmt.Errorf("open engine on chip %d: %w", i, err)
+		}
+		s.chips = append(s.chips, c)
+		log.Info("engine ready", "info", c.Engine().Info())
+	}
+	return nil
+}
+
+func (s *service) serveMetrics(context.Context) error {
+	if !s.cfg.Observe.MetricsEnabled() {
+		return nil
+	}
+	reg := newRegistry()
+	for i, c := range s.chips {
+		registerChip(reg, i, c)
+	}
+	ms, err := listenMetrics(s.cfg.Observe.MetricsAddr, reg)
+	if err != nil {
+		return err
+	}
+	s.metrics = jobs.NewMetrics(reg)
+	s.wg.Go(func() { ms.serve(s.runCtx, s.log) })
+	s.log.Info("metrics served", "addr", ms.Addr())
+	return nil
+}
+
+func (s *service) connectQueue(ctx context.Context) error {
+	var err error
+	if s.nc, s.embedded, err = connectNATS(s.cfg, s.log); err != nil {
+		return err
+	}
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	s.topo, err = jobs.EnsureTopology(ctx, js, s.cfg.Topology.Jobs())
+	return err
+}
+
+func (s *service) startRunners(context.Context) error {
+	name := s.cfg.Runner.WorkerName
+	for i, c := range s.chips {
+		rc := s.cfg.RunnerConfig(name, i)
+		rc.Logger, rc.Metrics = s.opts.Log.With("chip", i), s.metrics // the Runner adds its own "worker"
+		r, err := jobs.NewRunner(s.topo, s.store, c, rc)
+		if err != nil {
+			return err
+		}
+		s.runners = append(s.runners, r)
+	}
+	watcher, err := jobs.NewMaxDeliveriesWatcher(s.nc, s.topo, s.store, jobs.DeadLetterConfig{
+		Worker: name, DefaultOutput: s.cfg.Runner.ResultsURL, OpTimeout: s.cfg.Runner.OpTimeout,
+		Logger: s.log, Metrics: s.metrics,
+	})
+	if err != nil {
+		return err
+	}
+	watchDone, err := watcher.Start(s.runCtx)
+	if err != nil {
+		return err
+	}
+	s.wg.Go(func() { <-watchDone })
+	s.runErrs = make([]error, len(s.runners))
+	for i, r := range s.runners {
+		s.wg.Go(func() { s.runErrs[i] = r.Run(s.runCtx) })
+	}
+	s.log.Info("worker started", "chips", len(s.chips), "results", s.cfg.Runner.ResultsURL,
+		"jobs", jobs.JobsStream+"/"+jobs.ConsumerName, "prefetch", s.cfg.Runner.Prefetch,
+		"storage", s.cfg.Storage.Store())
+	return nil
+}
+
+// predictIsReady hands chip 0 to /predict: synchronous requests share it with its Runner,
+// ahead of queued jobs.
+func (s *service) predictIsReady(context.Context) error {
+	if s.predict == nil {
+		return nil
+	}
+	return s.predict.SetReady(s.chips[0])
+}
+
+// queueDescription names the job queue for /info.
+func queueDescription(cfg config.Worker) string {
+	url := cfg.NATS.URL
+	if url == "" {
+		url = "embedded nats://" + cfg.Embedded.Listen
+	}
+	return url + " " + jobs.JobsStream + "/" + jobs.ConsumerName
+}
