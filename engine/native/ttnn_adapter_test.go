@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/locateanything/detect/engine/extract"
+	"github.com/locateanything/detect/provision/extract"
 )
 
 // TestTTNNAdapterUnitTests runs the TT-NN adapter's Python unit tests (settings, knobs,
@@ -30,9 +30,24 @@ func TestTTNNAdapterUnitTests(t *testing.T) {
 	}
 }
 
-// TestTTNNRealAdapterWithoutChip opens the real adapter (the default module) through the
-// bridge on a host without ttnn, after the first-boot extraction: the configuration and
-// file checks pass and open fails with the clear missing-stack error, not a crash.
+// realAdapterOptions are the option lines the worker passes the real adapter, at its
+// configuration's defaults (package config), with the grid the pipeline adds.
+func realAdapterOptions(dir, llmDir string, extra ...string) map[string]string {
+	o := map[string]string{
+		"python_lib": "", "adapter": "la_ttnn_adapter", "path": dir, "python_site": "", "llm_dir": llmDir,
+		"canon_grid": "24x44", "precision": "accuracy", "trace": "1", "trace_region_size": "50000000",
+		"warmup_runs": "2", "warmup_decode_steps": "4", "mesh_shape": "1x1", "device_id": "",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		o[extra[i]] = extra[i+1]
+	}
+	return o
+}
+
+// TestTTNNRealAdapterWithoutChip opens the real adapter through the bridge on a host
+// without ttnn, after the first-boot extraction: the settings (from the option lines, not
+// the environment) and file checks pass and open fails with the clear missing-stack error,
+// not a crash.
 func TestTTNNRealAdapterWithoutChip(t *testing.T) {
 	lockThread(t)
 	snapshot := filepath.Join(checkpointsDir, "tiny-f32")
@@ -45,11 +60,27 @@ func TestTTNNRealAdapterWithoutChip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("LA_CANON_GRID", "")
-	_, err = Open("ttnn", m, Options{MaxSeqLen: 4096, BackendOptions: map[string]string{"path": dir, "llm_dir": res.Dir}})
-	wantError(t, err, "adapter open: RuntimeError: the TT-NN stack is not importable", "la_ttnn_adapter.py:")
+	open := func(o map[string]string) error {
+		_, err := Open("ttnn", m, Options{MaxSeqLen: 4096, BackendOptions: o})
+		return err
+	}
+	// Variables the adapter would refuse, had it read the environment.
+	for name, value := range map[string]string{
+		"LA_CANON_GRID": "native", "LA_PREC": "fast", "LA_TRACE": "maybe", "LA_WARMUP_RUNS": "0",
+		"TT_MESH_SHAPE": "8x4", "TT_DEVICE_ID": "x", "LA_PYTHON_SITE": "/no/such/site", "LA_LLM_DIR": t.TempDir(),
+	} {
+		t.Setenv(name, value)
+	}
+	wantError(t, open(realAdapterOptions(dir, res.Dir)),
+		"adapter open: RuntimeError: the TT-NN stack is not importable", "la_ttnn_adapter.py:")
 
 	// Without the extraction the adapter says what to do.
-	_, err = Open("ttnn", m, Options{MaxSeqLen: 4096, BackendOptions: map[string]string{"path": dir, "llm_dir": t.TempDir()}})
-	wantError(t, err, "FileNotFoundError: extracted LLM missing", "first-boot extraction")
+	wantError(t, open(realAdapterOptions(dir, t.TempDir())), "FileNotFoundError: extracted LLM missing", "first-boot extraction")
+
+	// A knob the worker did not pass, or a grid the chip cannot run, is a clear error.
+	o := realAdapterOptions(dir, res.Dir)
+	delete(o, "precision")
+	wantError(t, open(o), "ValueError: no precision option: the worker passes LA_PREC as option precision")
+	wantError(t, open(realAdapterOptions(dir, res.Dir, "canon_grid", "native")),
+		"ValueError: LA_CANON_GRID=native: the ttnn backend needs a fixed grid HxW")
 }

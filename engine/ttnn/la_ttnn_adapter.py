@@ -7,18 +7,25 @@ protocol, numpy) and tests this module's pure parts (settings, knobs, the protoc
 surface) in test_la_ttnn_adapter.py. The device calls follow the recipe the Tenstorrent
 port validated (docs/background.md): a 1x1 mesh opened with a 50 MB trace region and one
 command queue, tt_transformers' Qwen2 (ModelArgs with HF_MODEL = the extracted LLM dir,
-precision preset LA_PREC, BFP8 weights, paged KV 32 x 1024 blocks), prefill of host-merged
-embeddings padded by the qwen25_vl helper, greedy decode through the stock Generator with
-trace replay (LA_TRACE), MoonViT built once for the canonical grid (LA_CANON_GRID), and
-warm-up runs (LA_WARMUP_RUNS) that compile every program and capture the decode trace
-before open() returns. It implements the port's legacy graph (TT_FUSED=0); the fused
-vision/prefill traces are not wired here.
+precision preset `precision`, BFP8 weights, paged KV 32 x 1024 blocks), prefill of
+host-merged embeddings padded by the qwen25_vl helper, greedy decode through the stock
+Generator with trace replay (`trace`), MoonViT built once for the canonical grid
+(`canon_grid`), and warm-up runs (`warmup_runs`) that compile every program and capture the
+decode trace before open() returns. It implements the port's legacy graph (TT_FUSED=0); the
+fused vision/prefill traces are not wired here.
+
+Settings: every knob arrives in config["options"], the "key=value" lines the Go worker
+builds from its configuration (package config), plus config["llm_dir"]. This module reads
+no environment variable and states no default: the defaults live in the worker's
+configuration only, and a missing knob is an error naming the option and the worker
+variable it comes from (OPTION_VARIABLES).
 
 Imports of ttnn, torch and tt-metal's models.* happen inside open(), so this module imports
 anywhere (the worker checks the protocol surface at start-up; tests import it without
 ttnn). On the host it needs PYTHONPATH to hold tt-metal's tree (models.tt_transformers,
 models.demos.qwen25_vl) and the port's package (locate_anything.tt.model_la / .vision), and
-LA_PYTHON_SITE to name the tt-metal virtual environment's site-packages.
+the python_site option (LA_PYTHON_SITE) to name the tt-metal virtual environment's
+site-packages.
 
 Protocol (engine/native/ttnn_backend.c):
     open(config) -> handle; vision(handle, patches, grid_h, grid_w); prefill(handle, ids)
@@ -30,11 +37,23 @@ import os
 import sys
 import time
 
-LLM_DIR_NAME = "la-qwen2_5-3b"  # engine/extract.DirName
-DEFAULT_CANON_GRID = (24, 44)  # 616x336 at in_token_limit 1024, the validated grid
 PAGE_BLOCK_SIZE = 32
 PAGE_MAX_BLOCKS = 1024
 PRECISIONS = ("accuracy", "bfp8attn")
+
+# The option keys this module reads from config["options"], each with the worker variable
+# it comes from: error messages name the variable, since that is what an operator sets.
+OPTION_VARIABLES = {
+    "canon_grid": "LA_CANON_GRID",  # "HxW"; the worker's "native" is refused here
+    "precision": "LA_PREC",
+    "trace": "LA_TRACE",  # "1" or "0"
+    "trace_region_size": "LA_TRACE_REGION_SIZE",
+    "warmup_runs": "LA_WARMUP_RUNS",
+    "warmup_decode_steps": "LA_WARMUP_DECODE_STEPS",
+    "mesh_shape": "TT_MESH_SHAPE",
+    "device_id": "TT_DEVICE_ID",  # may be empty: the default device
+    "python_site": "LA_PYTHON_SITE",  # may be empty: no site directories to add
+}
 
 # Ids of the Qwen2 chat scaffolding, used only to shape the warm-up prompt like a real one
 # (same length bucket, image tokens in the same place); the warm-up's output is discarded.
@@ -64,8 +83,30 @@ def parse_pair(text, what, seps=("x", ",")):
     raise ValueError(f"{what} {raw!r}: want two positive integers like '24x44'")
 
 
-def _flag(env, name, default):
-    v = env.get(name, default).strip().lower()
+def parse_options(text):
+    """The "key=value" lines of config["options"] -> {key: value}, both stripped; blank
+    lines are skipped. An empty value stays "" and means "not set"."""
+    out = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"option line {line!r}: want key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _required(options, key):
+    """The value of a knob the worker always passes; ValueError naming it when absent."""
+    value = options.get(key, "")
+    if not value:
+        raise ValueError(f"no {key} option: the worker passes {OPTION_VARIABLES[key]} as option {key}")
+    return value
+
+
+def _flag(options, key):
+    name, v = OPTION_VARIABLES[key], _required(options, key).lower()
     if v in ("1", "true", "on"):
         return True
     if v in ("0", "false", "off"):
@@ -73,8 +114,8 @@ def _flag(env, name, default):
     raise ValueError(f"{name}={v!r}: want 1 or 0")
 
 
-def _int(env, name, default, minimum):
-    raw = env.get(name, str(default)).strip()
+def _int(options, key, minimum):
+    name, raw = OPTION_VARIABLES[key], _required(options, key)
     try:
         v = int(raw)
     except ValueError:
@@ -84,9 +125,22 @@ def _int(env, name, default, minimum):
     return v
 
 
+def _grid(options, merge_kernel):
+    """canon_grid as (h, w): a fixed grid whose sides are multiples of the merge kernel."""
+    raw = _required(options, "canon_grid")
+    if raw.lower() == "native":
+        raise ValueError("LA_CANON_GRID=native: the ttnn backend needs a fixed grid HxW (MoonViT is "
+                         "built once, for one grid), e.g. 24x44")
+    grid = parse_pair(raw, "LA_CANON_GRID")
+    k = merge_kernel
+    if grid[0] % k or grid[1] % k:
+        raise ValueError(f"LA_CANON_GRID {grid[0]}x{grid[1]}: both sides must be multiples of the merge kernel {k}")
+    return grid
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Everything open() needs, from the Go side's config dict and the LA_*/TT_* knobs."""
+    """Everything open() needs: the Go side's config dict and the knobs of its options."""
 
     weights_dir: str  # the LocateAnything snapshot (MoonViT and mlp1 come from here)
     llm_dir: str  # the extracted Qwen2 directory (HF_MODEL)
@@ -102,48 +156,47 @@ class Settings:
     warmup_decode_steps: int
     mesh_shape: tuple
     device_ids: tuple  # physical ids for open_mesh_device; () = the default
+    python_site: str  # ':'-separated site directories to add; "" = none
 
     @classmethod
-    def from_config(cls, config, env=None):
-        env = os.environ if env is None else env
+    def from_config(cls, config):
+        """Reads config (open()'s argument): the dimensions, weights_dir and llm_dir keys
+        the bridge sets, and the knobs of config["options"]. ValueError on anything missing
+        or malformed, naming the option and its worker variable."""
         for key in ("weights_dir", "max_seq_len", "image_token_id", "vocab", "hidden", "merge_kernel"):
             if key not in config:
                 raise ValueError(f"config lacks {key!r}")
-        llm_dir = config.get("llm_dir") or env.get("LA_LLM_DIR", "")
+        options = parse_options(config.get("options", ""))
+        llm_dir = config.get("llm_dir", "")
         if not llm_dir:
-            cache = env.get("TT_DIT_CACHE_DIR", "")
-            if not cache:
-                raise ValueError("no extracted LLM directory: set LA_LLM_DIR or TT_DIT_CACHE_DIR "
-                                 "(the worker extracts the LLM there on first boot)")
-            llm_dir = os.path.join(cache, LLM_DIR_NAME)
-        grid = parse_pair(env.get("LA_CANON_GRID", "") or "%dx%d" % DEFAULT_CANON_GRID, "LA_CANON_GRID")
-        k = int(config["merge_kernel"])
-        if grid[0] % k or grid[1] % k:
-            raise ValueError(f"LA_CANON_GRID {grid[0]}x{grid[1]}: both sides must be multiples of the merge kernel {k}")
-        precision = env.get("LA_PREC", "accuracy")
+            raise ValueError("no llm_dir option: the worker passes the extracted LLM directory (LA_LLM_DIR, "
+                             "or the one it extracts under TT_DIT_CACHE_DIR on first boot) as option llm_dir")
+        grid = _grid(options, int(config["merge_kernel"]))
+        precision = _required(options, "precision")
         if precision not in PRECISIONS:
             raise ValueError(f"LA_PREC={precision!r}: choose one of {PRECISIONS}")
         max_seq_len = int(config["max_seq_len"])
         if max_seq_len > PAGE_BLOCK_SIZE * PAGE_MAX_BLOCKS:
             raise ValueError(f"max_seq_len {max_seq_len} exceeds the paged KV cache ({PAGE_BLOCK_SIZE * PAGE_MAX_BLOCKS})")
-        device_id = env.get("TT_DEVICE_ID", "").strip()
+        device_id = options.get("device_id", "")
         if device_id and not device_id.isdigit():
             raise ValueError(f"TT_DEVICE_ID={device_id!r}: want a device number")
         return cls(
             weights_dir=str(config["weights_dir"]),
-            llm_dir=llm_dir,
+            llm_dir=str(llm_dir),
             grid=grid,
             max_seq_len=max_seq_len,
             image_token_id=int(config["image_token_id"]),
             vocab=int(config["vocab"]),
             hidden=int(config["hidden"]),
             precision=precision,
-            trace=_flag(env, "LA_TRACE", "1"),
-            trace_region_size=_int(env, "LA_TRACE_REGION_SIZE", 50_000_000, 1),
-            warmup_runs=_int(env, "LA_WARMUP_RUNS", 2, 1),
-            warmup_decode_steps=_int(env, "LA_WARMUP_DECODE_STEPS", 4, 1),
-            mesh_shape=parse_pair(env.get("TT_MESH_SHAPE", "1x1"), "TT_MESH_SHAPE"),
+            trace=_flag(options, "trace"),
+            trace_region_size=_int(options, "trace_region_size", 1),
+            warmup_runs=_int(options, "warmup_runs", 1),
+            warmup_decode_steps=_int(options, "warmup_decode_steps", 1),
+            mesh_shape=parse_pair(_required(options, "mesh_shape"), "TT_MESH_SHAPE"),
             device_ids=(int(device_id),) if device_id else (),
+            python_site=options.get("python_site", ""),
         )
 
     def check_files(self):
@@ -213,8 +266,10 @@ class Engine:
         s = self.s = settings
         x = self.x = _import_device_stack()
         torch, ttnn = x.torch, x.ttnn
-        # tt_transformers reads the checkpoint from HF_MODEL: point it at the extracted
-        # Qwen2 directory before ModelArgs exists (the launcher's HF_MODEL names the repo).
+        # The adapter's one touch of the environment, a write: tt_transformers' ModelArgs
+        # reads the checkpoint's location from os.environ["HF_MODEL"], so point that at the
+        # extracted Qwen2 directory before ModelArgs exists. (The launcher's HF_MODEL names
+        # the Hugging Face repo, which is not what ModelArgs must load.)
         os.environ["HF_MODEL"] = s.llm_dir
 
         log(f"Opening mesh device {s.mesh_shape}")
@@ -312,7 +367,7 @@ class Engine:
         s, torch = self.s, self.x.torch
         if (grid_h, grid_w) != s.grid:
             raise ValueError(f"grid {grid_h}x{grid_w}: MoonViT is built for {s.grid[0]}x{s.grid[1]} "
-                             "(LA_CANON_GRID must match the worker's)")
+                             "(option canon_grid must be the grid the host side resizes to)")
         n = grid_h * grid_w
         if len(patches) != n * 3 * 14 * 14 * 4:
             raise ValueError(f"{len(patches)} bytes of patches for a {grid_h}x{grid_w} grid")
@@ -393,15 +448,15 @@ class Engine:
 # ---------------------------------------------------------------------------------------
 
 
-def add_site_dirs(env=None):
-    """Adds the ':'-separated LA_PYTHON_SITE directories as site directories (their .pth
-    files processed, so editable installs work): an embedded interpreter does not activate
-    a virtual environment, so tt-metal's python_env site-packages must be named here."""
+def add_site_dirs(python_site):
+    """Adds the ':'-separated python_site directories (LA_PYTHON_SITE) as site directories
+    (their .pth files processed, so editable installs work): an embedded interpreter does
+    not activate a virtual environment, so tt-metal's python_env site-packages must be
+    named here."""
     import site
 
-    env = os.environ if env is None else env
     added = []
-    for d in filter(None, env.get("LA_PYTHON_SITE", "").split(":")):
+    for d in filter(None, python_site.split(":")):
         if not os.path.isdir(d):
             raise FileNotFoundError(f"LA_PYTHON_SITE entry {d!r} is not a directory")
         if d not in sys.path:
@@ -413,7 +468,7 @@ def add_site_dirs(env=None):
 def open(config):  # noqa: A001 - the protocol's name
     settings = Settings.from_config(config)
     settings.check_files()
-    add_site_dirs()
+    add_site_dirs(settings.python_site)
     return Engine(settings)
 
 
