@@ -21,8 +21,14 @@ are read from the checkpoint's safetensors with numpy (bf16 widened by a 16-bit 
 Needs only numpy (Debian python3-numpy). Not fast, and not meant to be: real checkpoints
 work but take minutes per request.
 
-Test hooks, read from config["options"] lines: fail_in=<step> raises RuntimeError in that
-step (vision, prefill, decode, reset, open), so the bridge's error path can be tested.
+Settings: like the real adapter it reads no environment variable; everything comes in
+config. Of config["options"] it reads one test hook, fail_in=<step>, which raises
+RuntimeError in that step (vision, prefill, decode, reset, open) so the bridge's error path
+can be tested. The real adapter's knobs, which the worker passes to every adapter
+(canon_grid, precision, trace, trace_region_size, warmup_runs, warmup_decode_steps,
+mesh_shape, device_id, python_site) and llm_dir, are accepted and ignored: the stand-in
+computes in float32 at whatever grid vision() is given ("native" included), with no trace,
+warm-up or device.
 """
 
 import io
