@@ -19,10 +19,17 @@
  * Go side may call from its one locked OS thread and two engines may live in one process.
  * A Python exception becomes the call's error string, never an abort.
  *
- * Options (la_config.options "key=value" lines, each falling back to an environment
- * variable): python_lib / LA_PYTHON_LIB, adapter / LA_TTNN_ADAPTER (default
- * la_ttnn_adapter), path / LA_TTNN_PATH (':'-separated, put first on sys.path), llm_dir /
- * LA_LLM_DIR (the extracted Qwen2 directory, engine/extract).
+ * Settings come only from la_config.options, "key=value" lines the Go worker builds from
+ * its configuration; this file reads no environment variable and has no defaults of its
+ * own. An absent key and an empty value both mean "not set". The bridge reads four keys:
+ *
+ *   python_lib  the libpython to load (LA_PYTHON_LIB); not set: the default names
+ *   adapter     the adapter module to import (LA_TTNN_ADAPTER); required
+ *   path        ':'-separated directories put first on sys.path (LA_TTNN_PATH); not set: none
+ *   llm_dir     the extracted Qwen2 directory (LA_LLM_DIR), handed over as config["llm_dir"]
+ *
+ * The adapter gets the whole options text as config["options"] and reads its own keys
+ * (canon_grid, precision, trace, ...) from there.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +39,6 @@
 #include "la_errors.h"
 #include "ttnn_python.h"
 
-#define DEFAULT_ADAPTER "la_ttnn_adapter"
 #define OPTION_LEN 4096
 
 /* The adapter's functions, looked up once at open. */
@@ -60,27 +66,25 @@ struct la_engine {
 
 /* ---- options ------------------------------------------------------------------------ */
 
-/* option copies the value of key from the "key=value\n" lines, else from the environment
- * variable env, else def, into out. Returns out. */
-static const char *option(const char *lines, const char *key, const char *env, const char *def,
-                          char *out, size_t outlen) {
+/* option copies the value of key from the "key=value\n" lines into out, or "" when no line
+ * has that key. It returns 0, or -1 when the value does not fit in outlen bytes. */
+static int option(const char *lines, const char *key, char *out, size_t outlen) {
     size_t klen = strlen(key);
+    out[0] = 0;
     for (const char *p = lines; p && *p;) {
         const char *end = strchr(p, '\n');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         if (len > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
             size_t vlen = len - klen - 1;
             if (vlen >= outlen)
-                vlen = outlen - 1;
+                return -1;
             memcpy(out, p + klen + 1, vlen);
             out[vlen] = 0;
-            return out;
+            return 0;
         }
         p = end ? end + 1 : p + len;
     }
-    const char *v = getenv(env);
-    snprintf(out, outlen, "%s", v && *v ? v : def);
-    return out;
+    return 0;
 }
 
 /* ---- building Python values (GIL held) ---------------------------------------------- */
@@ -194,7 +198,7 @@ static int prepend_path(const la_python *py, const char *path, char *err, size_t
         p = end ? end + 1 : p + len;
     }
     if (rc != 0)
-        ttnn_python_error(py, "extending sys.path with LA_TTNN_PATH", err, errlen);
+        ttnn_python_error(py, "extending sys.path with option path (LA_TTNN_PATH)", err, errlen);
     if (list)
         py->Py_DecRef(list);
     if (sys)
@@ -283,8 +287,8 @@ static int import_adapter(la_engine *e, const char *adapter, char *err, size_t e
     e->module = py->PyImport_ImportModule(adapter);
     if (!e->module) {
         char what[400];
-        snprintf(what, sizeof what, "importing adapter module %s (set LA_TTNN_PATH to the "
-                 "directory holding it)", adapter);
+        snprintf(what, sizeof what, "importing adapter module %s (set LA_TTNN_PATH, option "
+                 "path, to the directory holding it)", adapter);
         return ttnn_python_error(py, what, err, errlen);
     }
     if (lookup(py, e->module, adapter, "vision", 1, &e->fn.vision, err, errlen) != 0 ||
@@ -301,10 +305,28 @@ static int import_adapter(la_engine *e, const char *adapter, char *err, size_t e
 
 static la_engine *ttnn_open(const la_config *c, char *err, size_t errlen) {
     char lib[OPTION_LEN], adapter[256], path[OPTION_LEN], llm_dir[OPTION_LEN];
-    option(c->options, "python_lib", "LA_PYTHON_LIB", "", lib, sizeof lib);
-    option(c->options, "adapter", "LA_TTNN_ADAPTER", DEFAULT_ADAPTER, adapter, sizeof adapter);
-    option(c->options, "path", "LA_TTNN_PATH", "", path, sizeof path);
-    option(c->options, "llm_dir", "LA_LLM_DIR", "", llm_dir, sizeof llm_dir);
+    struct {
+        const char *key;
+        char *out;
+        size_t len;
+    } wanted[] = {
+        {"python_lib", lib, sizeof lib},
+        {"adapter", adapter, sizeof adapter},
+        {"path", path, sizeof path},
+        {"llm_dir", llm_dir, sizeof llm_dir},
+    };
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
+        if (option(c->options, wanted[i].key, wanted[i].out, wanted[i].len) != 0) {
+            la_errorf(err, errlen, "option %s: value longer than %zu bytes", wanted[i].key,
+                      wanted[i].len - 1);
+            return NULL;
+        }
+    }
+    if (!adapter[0]) {
+        la_errorf(err, errlen, "no adapter option: the worker passes LA_TTNN_ADAPTER as option "
+                  "adapter");
+        return NULL;
+    }
     if (c->vocab <= 0 || c->patch_size <= 0) {
         la_errorf(err, errlen, "config: vocab %d and patch_size %d must be positive", c->vocab,
                c->patch_size);

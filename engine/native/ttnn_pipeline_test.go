@@ -14,8 +14,8 @@ import (
 
 // TestTTNNWorkerPipelineMatchesCPU runs whole requests (image bytes and a query in,
 // prediction out) through the engine pipeline the worker builds, once with LA_ENGINE=cpu
-// and once with LA_ENGINE=ttnn selecting the numpy stand-in by the environment variables
-// an operator would set, and wants the same tokens, text and boxes.
+// and once with LA_ENGINE=ttnn selecting the numpy stand-in by the backend options the
+// worker passes (the pipeline adds canon_grid), and wants the same tokens, text and boxes.
 func TestTTNNWorkerPipelineMatchesCPU(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -23,13 +23,16 @@ func TestTTNNWorkerPipelineMatchesCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("LA_TTNN_ADAPTER", "la_ttnn_standin")
-	t.Setenv("LA_TTNN_PATH", ttnnDir)
 
 	open := func(backend string) *pipeline.Pipeline {
+		var options map[string]string
+		if backend == "ttnn" {
+			options = map[string]string{"adapter": "la_ttnn_standin", "path": ttnnDir}
+		}
 		p, err := pipeline.Open(pipeline.OpenOptions{
 			WeightsDir: "../../testdata/checkpoints/tiny-bf16", Backend: backend, Threads: 2,
 			MaxSeqLen: 512, InTokenLimit: 80, CanonGrid: "native", MaxNewTokens: 24, MaxNewTokensCap: 64,
+			BackendOptions: options,
 		})
 		if err != nil {
 			t.Fatalf("open %s pipeline: %v", backend, err)

@@ -18,18 +18,29 @@ import (
 // computes the real architecture on the host: they prove the embedded-CPython bridge and
 // the adapter protocol end to end. They need Debian's libpython3.11 and python3-numpy.
 
-// standinOptions selects the stand-in adapter through the option lines.
+// The ttnn backend reads no environment: every setting is an option line. These tests call
+// Open directly, so they give what the worker and the pipeline would: the adapter, where it
+// lives, and canon_grid, the grid the host side resizes to (the pipeline adds it).
+
+// adapterOptions are the option lines for the adapter module in dir, with canon_grid
+// "native" (the tests here feed patches at many grids, as the pipeline does with
+// LA_CANON_GRID=native) and extra key, value pairs on top.
+func adapterOptions(adapter, dir string, extra ...string) map[string]string {
+	o := map[string]string{"adapter": adapter, "path": dir, "canon_grid": "native"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		o[extra[i]] = extra[i+1]
+	}
+	return o
+}
+
+// standinOptions selects the stand-in adapter (engine/ttnn) through the option lines.
 func standinOptions(t testing.TB, extra ...string) map[string]string {
 	t.Helper()
 	dir, err := filepath.Abs("../ttnn")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := map[string]string{"adapter": "la_ttnn_standin", "path": dir}
-	for i := 0; i+1 < len(extra); i += 2 {
-		o[extra[i]] = extra[i+1]
-	}
-	return o
+	return adapterOptions("la_ttnn_standin", dir, extra...)
 }
 
 // openTTNN opens the ttnn backend and closes it when the test ends.
@@ -112,15 +123,7 @@ func TestTTNNStandinMatchesCPUBackend(t *testing.T) {
 			}
 			m := openModel(t, dir)
 			cpu := openBackend(t, m, Options{MaxSeqLen: 512, Threads: 2})
-			var ttnn *Backend
-			if ckpt == "tiny-f32" {
-				// The environment variables the worker's operators set, instead of options.
-				t.Setenv("LA_TTNN_ADAPTER", "la_ttnn_standin")
-				t.Setenv("LA_TTNN_PATH", standinOptions(t)["path"])
-				ttnn = openTTNN(t, m, Options{MaxSeqLen: 512})
-			} else {
-				ttnn = openTTNN(t, m, Options{MaxSeqLen: 512, BackendOptions: standinOptions(t)})
-			}
+			ttnn := openTTNN(t, m, Options{MaxSeqLen: 512, BackendOptions: standinOptions(t)})
 			if ttnn.Name() != "ttnn" {
 				t.Fatalf("backend name %q, want ttnn", ttnn.Name())
 			}
@@ -285,7 +288,7 @@ def reset(h): pass
 def close(h): pass
 `)
 	opts := func(adapter string) Options {
-		return Options{MaxSeqLen: 64, BackendOptions: map[string]string{"adapter": adapter, "path": dir}}
+		return Options{MaxSeqLen: 64, BackendOptions: adapterOptions(adapter, dir)}
 	}
 
 	_, err := Open("ttnn", m, opts("la_no_such_adapter"))
@@ -303,8 +306,57 @@ def close(h): pass
 		t.Errorf("an adapter without logits() gave %d logits", len(got))
 	}
 
-	_, err = Open("ttnn", m, Options{BackendOptions: map[string]string{"path": "a\nb"}})
+	_, err = Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t, "path", "a\nb")})
 	wantError(t, err, "values no newline")
+
+	// The adapter has no default: an absent or empty option is an error before Python.
+	for _, o := range []map[string]string{adapterOptions("", dir), {"path": dir, "canon_grid": "native"}} {
+		_, err = Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: o})
+		wantError(t, err, "open ttnn backend", ": no adapter option: the worker passes LA_TTNN_ADAPTER as option adapter")
+	}
+	_, err = Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: adapterOptions(strings.Repeat("m", 300), dir)})
+	wantError(t, err, "option adapter: value longer than 255 bytes")
+}
+
+// TestTTNNIgnoresTheEnvironment: the backend takes its settings from the option lines only.
+// The worker's variables in the environment neither stand in for a missing option nor
+// change what the options say.
+func TestTTNNIgnoresTheEnvironment(t *testing.T) {
+	lockThread(t)
+	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
+
+	// Variables naming a working adapter are not a fallback: no adapter option, no engine.
+	// (The probe's directory is new to this process, so only LA_TTNN_PATH could put it on
+	// sys.path.)
+	probeDir := t.TempDir()
+	src := "def open(c): return None\ndef vision(h, p, gh, gw): pass\ndef prefill(h, ids): return 0\n" +
+		"def decode(h, t): return t\ndef reset(h): pass\ndef close(h): pass\n"
+	if err := os.WriteFile(filepath.Join(probeDir, "la_env_probe.py"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LA_TTNN_ADAPTER", "la_env_probe")
+	t.Setenv("LA_TTNN_PATH", probeDir)
+	_, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"canon_grid": "native"}})
+	wantError(t, err, "no adapter option")
+	_, err = Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: adapterOptions("la_env_probe", "")})
+	wantError(t, err, "importing adapter module la_env_probe", "ModuleNotFoundError")
+
+	// Bogus variables change nothing: the stand-in opens from its options and answers as
+	// the CPU backend does.
+	for name, value := range map[string]string{
+		"LA_TTNN_ADAPTER": "la_no_such_adapter", "LA_TTNN_PATH": "/no/such/dir",
+		"LA_PYTHON_LIB": "libpython-la-none.so", "LA_PYTHON_SITE": "/no/such/site",
+		"LA_LLM_DIR": "/no/such/llm", "LA_CANON_GRID": "bogus", "LA_PREC": "fast", "LA_TRACE": "maybe",
+		"TT_MESH_SHAPE": "8x4", "TT_DEVICE_ID": "x",
+	} {
+		t.Setenv(name, value)
+	}
+	b := openTTNN(t, m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t)})
+	cpu := openBackend(t, m, Options{MaxSeqLen: 64, Threads: 2})
+	got, want := runRequest(t, b, 2, 4, 1, 4), runRequest(t, cpu, 2, 4, 1, 4)
+	if !slices.Equal(got.tokens, want.tokens) {
+		t.Fatalf("stand-in tokens %v under bogus variables, cpu %v", got.tokens, want.tokens)
+	}
 }
 
 // TestTTNNProcessWideBehaviour runs its checks in child processes: libpython is loaded
@@ -347,7 +399,7 @@ func TestTTNNProcessWideBehaviour(t *testing.T) {
 func childMissingLibpython(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
-	_, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"python_lib": "libpython-la-none.so"}})
+	_, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t, "python_lib", "libpython-la-none.so")})
 	wantError(t, err, "loading libpython: libpython-la-none.so", "LA_PYTHON_LIB")
 	b, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t)})
 	if err != nil {
@@ -368,7 +420,7 @@ func childPrintGoesToStderr(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
-	b, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"adapter": "la_print_probe", "path": dir}})
+	b, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: adapterOptions("la_print_probe", dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +453,7 @@ func BenchmarkTTNNBridgeDecodeCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	m := openModel(b, tinyCheckpoint{dtype: checkpoint.F32}.write(b))
-	be := openTTNN(b, m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"adapter": "la_bench_noop", "path": dir}})
+	be := openTTNN(b, m, Options{MaxSeqLen: 64, BackendOptions: adapterOptions("la_bench_noop", dir)})
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := be.Decode(7); err != nil {
