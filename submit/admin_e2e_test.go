@@ -10,6 +10,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -18,7 +20,7 @@ func TestEndToEndManifestErrorNamesTheLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	sys := startSystem(t, newTestEngine(-1), systemOptions{})
+	sys := startSystem(t, enginetest.New(), systemOptions{})
 	dir := t.TempDir()
 	writeImages(t, dir, 2)
 	manifest := filepath.Join(dir, "set.jsonl")
@@ -49,7 +51,7 @@ func TestEndToEndCancelBatch(t *testing.T) {
 		t.Skip("end-to-end")
 	}
 	const n = 12
-	eng := newTestEngine(0) // nothing runs until released: all jobs stay queued or running
+	eng, _ := gatedEngine(0) // never opened: all jobs stay queued or running
 	sys := startSystem(t, eng, systemOptions{})
 	dir := t.TempDir()
 	writeImages(t, filepath.Join(dir, "frames"), n)
@@ -64,7 +66,7 @@ func TestEndToEndCancelBatch(t *testing.T) {
 		code, stdout, _ := sys.submit(t, "--out", out, "--batch", "cam7", "--query", "car", "--upload", "s3://images/up/", filepath.Join(dir, "frames"))
 		done <- outcome{code, stdout}
 	}()
-	eventually(t, time.Minute, "every job to be queued", func() bool {
+	testwait.Until(t, time.Minute, "every job to be queued", func() bool {
 		info, err := sys.topo.Jobs.Info(t.Context())
 		return err == nil && info.State.Msgs == n
 	})
@@ -92,7 +94,7 @@ func TestEndToEndCancelBatch(t *testing.T) {
 			t.Errorf("row %s: %s %+v, want canceled", r.ID, r.Status, r.Error)
 		}
 	}
-	if images, _ := eng.generations(); images != 0 {
+	if images, _ := answered(eng); images != 0 {
 		t.Errorf("%d canceled images ran anyway", images)
 	}
 	code, stdout, _ = sys.submit(t, "status", rows[0].ID)
@@ -114,7 +116,7 @@ func TestEndToEndDLQReplay(t *testing.T) {
 	}
 	// A short duplicate window, so that the replayed job's new result is not taken for a
 	// repeat of its first one (workers publish results with the job id as Nats-Msg-Id).
-	sys := startSystem(t, newTestEngine(-1), systemOptions{topology: jobs.TopologyConfig{DuplicateWindow: time.Second}})
+	sys := startSystem(t, enginetest.New(), systemOptions{topology: jobs.TopologyConfig{DuplicateWindow: time.Second}})
 	dir := t.TempDir()
 	writeImages(t, dir, 2)
 	manifest := filepath.Join(dir, "set.csv")
@@ -155,7 +157,7 @@ func TestEndToEndDLQReplay(t *testing.T) {
 	if _, err := sys.s3.Client(t).PutObject(t.Context(), "images", "late/0001.png", strings.NewReader(string(png)), int64(len(png)), minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // the server's window is wall-clock time; nothing to poll
 	code, stdout, _ = sys.submit(t, "dlq", "replay", missing.ID)
 	if code != ExitOK || !strings.Contains(stdout, "replayed "+missing.ID) {
 		t.Fatalf("dlq replay: exit %d, %q", code, stdout)

@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -24,7 +27,7 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 		t.Skip("end-to-end: starts NATS, versitygw and a worker")
 	}
 	const n = 500
-	eng := newTestEngine(100) // the first 100 images run, the rest wait until released
+	eng, open := gatedEngine(100) // the first 100 images run, the rest wait until opened
 	sys := startSystem(t, eng, systemOptions{})
 	publishes := sys.countPublishes(t)
 
@@ -49,7 +52,7 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- child.Wait() }()
-	eventually(t, 2*time.Minute, "the first run to publish everything and collect 100 results", func() bool {
+	testwait.Until(t, 2*time.Minute, "the first run to publish everything and collect 100 results", func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("the first run ended before it was killed (%v):\n%s", err, childOut.String())
@@ -67,8 +70,14 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 	}
 	t.Logf("killed with %d of %d results collected", before, n+1)
 
+	// Every image is 8x6, so every succeeded row has the same detections.
+	img, err := os.ReadFile(filepath.Join(frames, "0000.png"))
+	must(t, err)
+	want, err := eng.Answer(engine.Request{Image: img, Query: "thing</c>other"})
+	must(t, err)
+
 	// Resume in this process, with the rest of the work allowed to run.
-	eng.open()
+	open()
 	code, stdout, _ := sys.submit(t, args...)
 	if code != ExitJobsFailed {
 		t.Errorf("exit code %d, want %d (a job failed)", code, ExitJobsFailed)
@@ -92,8 +101,8 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 		ids[r.ID], sources[r.Source] = true, true
 		if filepath.Base(r.Source) == "corrupt.jpg" {
 			corrupt = &rows[i]
-		} else if r.Status != jobs.StatusSucceeded || len(r.Detections) != 1 || r.Detections[0].Label != "thing" {
-			t.Errorf("row %d: %s %+v, want one thing detected", i, r.Status, r.Detections)
+		} else if r.Status != jobs.StatusSucceeded || len(r.Detections) != 2 || !reflect.DeepEqual(r.Detections, want.Detections) {
+			t.Errorf("row %d: %s %+v, want the engine's thing and other: %+v", i, r.Status, r.Detections, want.Detections)
 		}
 	}
 	if corrupt == nil {
@@ -124,11 +133,11 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 	if info.State.LastSeq != n+1 {
 		t.Errorf("LA_JOBS stored %d messages, want %d", info.State.LastSeq, n+1)
 	}
-	if images, most := eng.generations(); images != n || most != 1 {
+	if images, most := answered(eng); images != n || most != 1 {
 		t.Errorf("the engine ran %d images, one of them %d times; want %d images once each", images, most, n)
 	}
 
-	// The COCO export has every succeeded image and its box.
+	// The COCO export has every succeeded image and its boxes.
 	var coco cocoFile
 	data, err := os.ReadFile(filepath.Join(out, COCOFile))
 	if err != nil {
@@ -137,7 +146,9 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 	if err := json.Unmarshal(data, &coco); err != nil {
 		t.Fatal(err)
 	}
-	if len(coco.Images) != n || len(coco.Annotations) != n || len(coco.Categories) != 1 || coco.Annotations[0].BBox != [4]float64{0, 0, 8, 6} {
+	b := want.Detections[0].Box
+	wantBBox := [4]float64{b[0], b[1], b[2] - b[0], b[3] - b[1]} // x, y, width, height
+	if len(coco.Images) != n || len(coco.Annotations) != 2*n || len(coco.Categories) != 2 || coco.Annotations[0].BBox != wantBBox {
 		t.Errorf("COCO: %d images, %d annotations, categories %+v, first box %v", len(coco.Images), len(coco.Annotations), coco.Categories, coco.Annotations[0].BBox)
 	}
 
@@ -161,7 +172,7 @@ func TestEndToEndFileURLsAndOverlays(t *testing.T) {
 		t.Skip("end-to-end")
 	}
 	root := t.TempDir()
-	sys := startSystem(t, newTestEngine(-1), systemOptions{fileRoot: root})
+	sys := startSystem(t, enginetest.New(), systemOptions{fileRoot: root})
 	frames := filepath.Join(root, "frames")
 	writeImages(t, frames, 5)
 	dup, err := os.ReadFile(filepath.Join(frames, "0003.png"))
@@ -202,7 +213,7 @@ func TestEndToEndInterruptAndResume(t *testing.T) {
 		t.Skip("end-to-end")
 	}
 	const n = 10
-	eng := newTestEngine(0)
+	eng, open := gatedEngine(0)
 	sys := startSystem(t, eng, systemOptions{})
 	publishes := sys.countPublishes(t)
 	dir := t.TempDir()
@@ -221,7 +232,7 @@ func TestEndToEndInterruptAndResume(t *testing.T) {
 		code := Main(ctx, args, IO{Stdout: &stdout, Stderr: &stderr})
 		done <- outcome{code, stdout.String()}
 	}()
-	eventually(t, time.Minute, "every job to be queued", func() bool {
+	testwait.Until(t, time.Minute, "every job to be queued", func() bool {
 		info, err := sys.topo.Jobs.Info(t.Context())
 		return err == nil && info.State.Msgs == n
 	})
@@ -234,7 +245,7 @@ func TestEndToEndInterruptAndResume(t *testing.T) {
 		t.Errorf("state file records %d published jobs, want %d", got, n)
 	}
 
-	eng.open()
+	open()
 	code, stdout, _ := sys.submit(t, args...)
 	if code != ExitOK || !strings.Contains(stdout, "0 submitted, 0 already done, 10 succeeded, 0 failed") {
 		t.Errorf("resumed run: exit %d, %q", code, stdout)
@@ -251,7 +262,7 @@ func TestEndToEndS3Prefix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	sys := startSystem(t, newTestEngine(-1), systemOptions{})
+	sys := startSystem(t, enginetest.New(), systemOptions{})
 	dir := t.TempDir()
 	writeImages(t, dir, 3)
 	for _, name := range []string{"0000.png", "0001.png", "0002.png"} {

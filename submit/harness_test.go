@@ -3,12 +3,10 @@ package submit
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
-	_ "image/jpeg"
 	"image/png"
 	"io"
 	"log/slog"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsembed"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
@@ -48,78 +47,24 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// testEngine is the engine double the real jobs.Runner drives: Prepare decodes the image
-// header (so a corrupt image fails as it would in the real engine), Generate answers one
-// box over the whole image. Generate calls beyond `allowed` wait until release.
-type testEngine struct {
-	mu        sync.Mutex
-	generated map[[32]byte]int // Generate calls by image content
-	allowed   int              // calls that run at once; more wait; < 0 = no limit
-	release   chan struct{}
+// gatedEngine is the engine double the real jobs.Runner drives, with a gate: the first
+// allowed Generate calls run, later ones wait until open is called (or their job's ctx
+// ends).
+func gatedEngine(allowed int) (eng *enginetest.Engine, open func()) {
+	release := make(chan struct{})
+	eng = enginetest.New()
+	eng.Release, eng.Allowed = release, allowed
+	return eng, func() { close(release) }
 }
 
-func newTestEngine(allowed int) *testEngine {
-	return &testEngine{generated: map[[32]byte]int{}, allowed: allowed, release: make(chan struct{})}
-}
-
-func (e *testEngine) Prepare(_ context.Context, req engine.Request) (*engine.Prepared, error) {
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(req.Image))
-	if err != nil {
-		return nil, engine.InputErrorf(engine.CodeBadImage, "decode image: %v", err)
+// answered returns how many distinct images the engine answered, and the most answers any
+// one image got.
+func answered(eng *enginetest.Engine) (images, most int) {
+	a := eng.Answers()
+	for _, n := range a {
+		most = max(most, n)
 	}
-	return &engine.Prepared{Request: req, Width: cfg.Width, Height: cfg.Height, MaxNewTokens: 16}, nil
-}
-
-func (e *testEngine) Generate(ctx context.Context, p *engine.Prepared) (*engine.Prediction, error) {
-	e.mu.Lock()
-	n := 0
-	for _, c := range e.generated {
-		n += c
-	}
-	hold := e.allowed >= 0 && n >= e.allowed
-	e.mu.Unlock()
-	if hold {
-		select {
-		case <-e.release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	e.mu.Lock()
-	e.generated[sha256.Sum256(p.Request.Image)]++
-	e.mu.Unlock()
-	label, _, _ := strings.Cut(p.Request.Query, "</c>")
-	w, h := float64(p.Width), float64(p.Height)
-	return &engine.Prediction{
-		Query: p.Request.Query, Width: p.Width, Height: p.Height,
-		RawText:    label + "<box>0 0 1000 1000</box>",
-		Detections: []engine.Detection{{Label: label, Box: [4]float64{0, 0, w, h}, BoxNorm: [4]int{0, 0, 1000, 1000}}},
-		Points:     []engine.Point{}, NumGeneratedTokens: 5, StoppedOnEOS: true, DecodeMode: "test",
-	}, nil
-}
-
-func (e *testEngine) Overlay(p *engine.Prepared, _ *engine.Prediction) ([]byte, error) {
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, image.NewRGBA(image.Rect(0, 0, p.Width, p.Height))); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-func (e *testEngine) Info() engine.Info { return engine.Info{Model: "test double", Backend: "test"} }
-func (e *testEngine) Close() error      { return nil }
-
-// open lets every waiting and later Generate call run.
-func (e *testEngine) open() { close(e.release) }
-
-// generations returns how many images were generated, and the most any one image was.
-func (e *testEngine) generations() (images, most int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, c := range e.generated {
-		most = max(most, c)
-	}
-	return len(e.generated), most
+	return len(a), most
 }
 
 // system is a whole deployment in one test: embedded NATS with the topology, versitygw
@@ -134,7 +79,7 @@ type system struct {
 	storeCfg storage.Config
 	store    *storage.Router
 	output   string // the worker's default output prefix
-	eng      *testEngine
+	eng      *enginetest.Engine
 }
 
 // systemOptions vary a system; the zero value is the default topology and S3 output.
@@ -145,7 +90,7 @@ type systemOptions struct {
 	fileRoot string
 }
 
-func startSystem(t *testing.T, eng *testEngine, opts systemOptions) *system {
+func startSystem(t *testing.T, eng *enginetest.Engine, opts systemOptions) *system {
 	t.Helper()
 	s := &system{nats: natstest.Start(t), s3: s3test.Start(t), eng: eng, output: "s3://results/out/"}
 	s.s3.CreateBucket(t, "images")
@@ -298,16 +243,4 @@ func countPublished(dir string) int {
 func countLines(path string) int {
 	data, _ := os.ReadFile(path)
 	return bytes.Count(data, []byte("\n"))
-}
-
-// eventually polls cond until it holds, failing the test after limit.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
 )
@@ -54,7 +55,7 @@ func TestPublisherBacksOffOnAFullStreamAndDropsNothing(t *testing.T) {
 	}()
 
 	// The stream fills up at once; drain it only once publishers have had to back off.
-	eventually(t, 30*time.Second, "a publish to be refused by the full stream", func() bool { return retries.Load() > 0 })
+	testwait.Until(t, 30*time.Second, "a publish to be refused by the full stream", func() bool { return retries.Load() > 0 })
 	seen := map[string]int{}
 	for len(seen) < total {
 		msgs, err := cons.Fetch(capacity, jetstream.FetchMaxWait(5*time.Second))
