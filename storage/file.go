@@ -13,18 +13,21 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // fileStore serves file:// URLs below a set of root directories.
 //
-// Confinement has two layers. First, every path is checked lexically (no "..", absolute,
-// clean, below a root) and with filepath.EvalSymlinks, so a symbolic link that leads out of
-// its root is refused with ErrNotAllowed and a message saying so. Second, every file system
-// call goes through an os.Root opened on the root directory, which resolves each path
-// component itself and refuses to leave the root, so a link swapped in between the check
-// and the call cannot escape either.
+// Confinement has two layers. First, resolve follows every path itself, one component at
+// a time, looking each up by Lstat through the os.Root of the root that holds it and
+// walking each symbolic link's target (relative or absolute) in its place; a step outside
+// every root ends it with ErrNotAllowed. Second, the file is then opened through the
+// os.Root of the root that holds the place it resolved to, by that link-free path: os.Root
+// cannot leave its root even if a link is swapped in meanwhile, and the file opened must
+// be the one resolve found (same device and inode), or the call fails, transiently,
+// instead of using it.
 type fileStore struct {
-	roots []fileRoot
+	roots []*fileRoot
 }
 
 // fileRoot is one configured directory. A path may name it as configured or as resolved
@@ -58,24 +61,24 @@ func newFileStore(dirs []string) (*fileStore, error) {
 	return s, nil
 }
 
-func openFileRoot(dir string) (fileRoot, error) {
+func openFileRoot(dir string) (*fileRoot, error) {
 	if !filepath.IsAbs(dir) {
-		return fileRoot{}, fmt.Errorf("LA_FILE_ROOTS: %q is not an absolute path", dir)
+		return nil, fmt.Errorf("LA_FILE_ROOTS: %q is not an absolute path", dir)
 	}
 	dir = filepath.Clean(dir)
 	resolved, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return fileRoot{}, fmt.Errorf("LA_FILE_ROOTS: %q must be an existing directory: %w", dir, err)
+		return nil, fmt.Errorf("LA_FILE_ROOTS: %q must be an existing directory: %w", dir, err)
 	}
 	root, err := os.OpenRoot(resolved)
 	if err != nil {
-		return fileRoot{}, fmt.Errorf("LA_FILE_ROOTS: open %q: %w", dir, err)
+		return nil, fmt.Errorf("LA_FILE_ROOTS: open %q: %w", dir, err)
 	}
 	names := []string{dir}
 	if resolved != dir {
 		names = append(names, resolved)
 	}
-	return fileRoot{names: names, resolved: resolved, root: root}, nil
+	return &fileRoot{names: names, resolved: resolved, root: root}, nil
 }
 
 func (s *fileStore) close() error {
@@ -100,122 +103,147 @@ func within(dir, p string) (string, bool) {
 	return "", false
 }
 
-// locate finds the root p lies in and p's path relative to it.
-func (s *fileStore) locate(p string) (*fileRoot, string, error) {
-	for i := range s.roots {
-		for _, name := range s.roots[i].names {
-			if rel, ok := within(name, p); ok {
-				return &s.roots[i], rel, nil
-			}
-		}
-	}
-	return nil, "", fmt.Errorf("%w: %s is outside the file roots (LA_FILE_ROOTS)", ErrNotAllowed, p)
-}
-
-// checkLinks resolves the symbolic links on p (as far as p exists) and refuses a path that
-// ends up outside the root.
-func (r *fileRoot) checkLinks(rel string) error {
-	full := filepath.Join(r.resolved, rel)
-	existing, missing := full, ""
-	for {
-		resolved, err := filepath.EvalSymlinks(existing)
-		if err == nil {
-			if _, ok := within(r.resolved, filepath.Join(resolved, missing)); !ok {
-				return fmt.Errorf("%w: %s leads outside its root %s through a symbolic link", ErrNotAllowed, full, r.resolved)
-			}
-			return nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("resolve %s: %w", full, err)
-		}
-		if existing == r.resolved {
-			return fmt.Errorf("root %s: %w", r.resolved, err)
-		}
-		missing = filepath.Join(filepath.Base(existing), missing)
-		existing = filepath.Dir(existing)
-	}
-}
-
-// open checks p and returns its root and relative path, ready for an os.Root call.
-func (s *fileStore) open(p string) (*fileRoot, string, error) {
-	r, rel, err := s.locate(p)
+// regular resolves p for a read and refuses anything but an existing regular file.
+func (s *fileStore) regular(p string) (resolved, error) {
+	t, err := s.resolve(p, false)
 	if err != nil {
-		return nil, "", err
+		return resolved{}, err
 	}
-	if err := r.checkLinks(rel); err != nil {
-		return nil, "", err
+	if t.info == nil {
+		return resolved{}, fmt.Errorf("%w: %s does not exist", ErrNotFound, p)
 	}
-	return r, rel, nil
+	if err := kindError(p, t.info, false); err != nil {
+		return resolved{}, err
+	}
+	return t, nil
 }
 
 func (s *fileStore) stat(_ context.Context, loc Location) (Object, error) {
-	r, rel, err := s.open(loc.Path)
+	t, err := s.regular(loc.Path)
 	if err != nil {
 		return Object{}, err
 	}
-	info, err := r.root.Stat(rel)
-	if err != nil {
-		return Object{}, classifyFile(err)
-	}
-	if !info.Mode().IsRegular() {
-		return Object{}, fmt.Errorf("%w: %s is not a regular file", ErrNotFound, loc.Path)
-	}
-	return fileObject(loc.Path, info.Size()), nil
+	return fileObject(loc.Path, t.info.Size()), nil
 }
 
 func fileObject(p string, size int64) Object {
 	return Object{URL: "file://" + p, Size: size, ContentType: mime.TypeByExtension(path.Ext(p))}
 }
 
-// get checks the size of the opened file, then reads at most maxBytes+1 bytes, so a file
-// that grows while being read is refused as well.
+// get opens the regular file p resolves to without blocking (a FIFO swapped in after the
+// check opens at once, and is then refused as not the file resolved), checks that it is
+// that file and its size, then reads at most maxBytes+1 bytes, so a file that grows while
+// being read is refused as well.
 func (s *fileStore) get(_ context.Context, loc Location, maxBytes int64) ([]byte, error) {
-	r, rel, err := s.open(loc.Path)
+	t, err := s.regular(loc.Path)
 	if err != nil {
 		return nil, err
 	}
-	f, err := r.root.Open(rel)
+	f, err := t.root.root.OpenFile(t.rel, openReadFlags, 0)
 	if err != nil {
-		return nil, classifyFile(err)
+		return nil, fileFailure(loc.Path, err, false)
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", loc.Path, err)
 	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrNotFound, loc.Path)
+	if !os.SameFile(info, t.info) {
+		return nil, fmt.Errorf("%s changed while it was being opened; try again", loc.Path)
 	}
 	if info.Size() > maxBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, info.Size(), maxBytes)
 	}
-	return readLimited(f, maxBytes)
+	data, err := readLimited(f, maxBytes)
+	if err != nil && !errors.Is(err, ErrTooLarge) {
+		return nil, fileFailure(loc.Path, err, false)
+	}
+	return data, err
 }
 
 // put writes to a temporary file next to the target and renames it into place, so a reader
-// sees the old file or the new one, never a part. The content type is not stored.
+// sees the old file or the new one, never a part. The content type is not stored. The
+// target's folder is created, resolved again and held open (an os.Root on it) while the
+// file is written, so the writing happens in the folder that was checked; the target is
+// checked once more there: a FIFO, device or folder in its place is refused, never
+// written into or replaced.
 func (s *fileStore) put(_ context.Context, loc Location, data []byte) error {
-	r, rel, err := s.open(loc.Path)
+	t, err := s.resolve(loc.Path, true)
 	if err != nil {
 		return err
 	}
-	if rel == "." {
+	if t.rel == "." {
 		return fmt.Errorf("%w: %s is a root directory, not a file", ErrNotAllowed, loc.Path)
 	}
-	dir := filepath.Dir(rel)
-	if err := r.root.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create folder for %s: %w", loc.Path, err)
+	if t.info != nil {
+		if err := kindError(loc.Path, t.info, true); err != nil {
+			return err
+		}
 	}
-	tmp := filepath.Join(dir, tempPrefix+filepath.Base(rel)+"-"+randomSuffix())
-	if err := writeSynced(r.root, tmp, data); err != nil {
-		_ = r.root.Remove(tmp)
-		return fmt.Errorf("write %s: %w", loc.Path, err)
+	dirRel, name := filepath.Dir(t.rel), filepath.Base(t.rel)
+	if err := t.root.root.MkdirAll(dirRel, 0o755); err != nil {
+		return fileFailure(loc.Path, fmt.Errorf("create folder: %w", err), true)
 	}
-	if err := r.root.Rename(tmp, rel); err != nil {
-		_ = r.root.Remove(tmp)
-		return fmt.Errorf("write %s: %w", loc.Path, err)
+	dir, err := s.openFolder(loc.Path, t.root, dirRel)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	if info, err := dir.Lstat(name); err == nil {
+		if info.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%s changed while it was being written; try again", loc.Path)
+		}
+		if err := kindError(loc.Path, info, true); err != nil {
+			return err
+		}
+	}
+	tmp := tempName(name)
+	if err := writeSynced(dir, tmp, data); err != nil {
+		_ = dir.Remove(tmp)
+		return fileFailure(loc.Path, fmt.Errorf("write: %w", err), true)
+	}
+	if err := dir.Rename(tmp, name); err != nil {
+		_ = dir.Remove(tmp)
+		return fileFailure(loc.Path, fmt.Errorf("write: %w", err), true)
 	}
 	return nil
+}
+
+// openFolder opens the folder dirRel of root r, which must be what the resolved path of
+// that folder is now: resolved again, it must be the same link-free place, and the folder
+// opened must be the one resolve found.
+func (s *fileStore) openFolder(p string, r *fileRoot, dirRel string) (*os.Root, error) {
+	want := filepath.Join(r.resolved, dirRel)
+	t, err := s.resolve(want, true)
+	if err != nil {
+		return nil, err
+	}
+	if t.root != r || t.rel != dirRel || t.info == nil || !t.info.IsDir() {
+		return nil, fmt.Errorf("%s: folder %s changed while it was being written; try again", p, want)
+	}
+	dir, err := r.root.OpenRoot(dirRel)
+	if err != nil {
+		return nil, fileFailure(p, fmt.Errorf("open folder: %w", err), true)
+	}
+	info, err := dir.Stat(".")
+	if err != nil || !os.SameFile(info, t.info) {
+		dir.Close()
+		return nil, fmt.Errorf("%s: folder %s changed while it was being written; try again", p, want)
+	}
+	return dir, nil
+}
+
+// tempName is a fresh name for the temporary file of a Put of name: the prefix, name cut
+// to at most 100 bytes (so the whole stays within a file name's 255), and a random part.
+func tempName(name string) string {
+	if len(name) > 100 {
+		cut := 100
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		name = name[:cut]
+	}
+	return tempPrefix + name + "-" + randomSuffix()
 }
 
 // writeSynced creates name (which must not exist), writes data and flushes it to disk, so
@@ -244,8 +272,8 @@ func randomSuffix() string {
 
 // list walks the folder the prefix names (or the folder holding a partial name) and calls
 // fn for the regular files whose URL starts with the prefix, in URL (key) order. Links to
-// files are followed when they stay inside the root; others are not listed, as Get would
-// refuse them. Files Put is still writing are not listed.
+// files are followed as Get follows them, and listed when Get would serve them; links to
+// folders are not followed. Files Put is still writing are not listed.
 func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool) error {
 	prefix := loc.Path
 	dir := path.Dir(prefix)
@@ -257,16 +285,22 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 	if dir == "" {
 		dir = "/"
 	}
-	r, rel, err := s.open(dir)
+	t, err := s.resolve(dir, false)
+	if errors.Is(err, ErrNotFound) {
+		return nil // a path through a file holds no objects
+	}
 	if err != nil {
 		return err
 	}
-	start := filepath.ToSlash(rel)
+	if t.info == nil || !t.info.IsDir() {
+		return nil // an absent folder, or a file where the prefix wants a folder
+	}
+	start := filepath.ToSlash(t.rel)
 	var objs []Object
-	walkErr := fs.WalkDir(r.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
+	walkErr := fs.WalkDir(t.root.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == start && errors.Is(err, fs.ErrNotExist) {
-				return fs.SkipAll // an absent folder holds no objects
+				return fs.SkipAll // removed meanwhile: it holds no objects
 			}
 			return err
 		}
@@ -274,7 +308,7 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 			return err
 		}
 		if p == start {
-			return nil // the folder itself (or a file where the prefix wants a folder)
+			return nil // the folder itself
 		}
 		below := p
 		if start != "." {
@@ -290,21 +324,30 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 		if strings.HasPrefix(d.Name(), tempPrefix) || !strings.HasPrefix(full, prefix) {
 			return nil
 		}
-		info, err := r.root.Stat(p) // follows a link, but only inside the root
-		if err != nil {
-			if d.Type()&fs.ModeSymlink != 0 {
-				return nil // a dangling link, or one out of the root: not an object
+		var info fs.FileInfo
+		if d.Type()&fs.ModeSymlink != 0 {
+			lt, err := s.resolve(filepath.Join(t.root.resolved, filepath.FromSlash(p)), false)
+			if err != nil || lt.info == nil {
+				return nil // a dangling link, or one out of the roots: not an object
+			}
+			info = lt.info
+		} else if info, err = d.Info(); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed meanwhile
 			}
 			return err
 		}
 		if !info.Mode().IsRegular() {
-			return nil // a device, a socket, a link to a folder
+			return nil // a device, a socket, a FIFO, a link to a folder
 		}
 		objs = append(objs, fileObject(full, info.Size()))
 		return nil
 	})
 	if walkErr != nil {
-		return walkErr
+		if ctx.Err() != nil {
+			return walkErr
+		}
+		return fileFailure(dir, walkErr, false)
 	}
 	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.URL, b.URL) })
 	for _, o := range objs {
@@ -313,12 +356,4 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 		}
 	}
 	return nil
-}
-
-// classifyFile maps a missing file to ErrNotFound; other errors pass through as is.
-func classifyFile(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	}
-	return err
 }
