@@ -4,23 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"reflect"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/config"
 )
 
 // readYAML decodes every document of a YAML file into generic maps (merge keys resolved).
@@ -140,92 +132,35 @@ func workerDrain(t *testing.T, env map[string]string) time.Duration {
 		}
 		return d
 	}
-	return get("LA_HTTP_SHUTDOWN_TIMEOUT", httpcompat.DefaultShutdownTimeout) + get("LA_GRACE", workerDefault(t, "LA_GRACE"))
+	return get("LA_HTTP_SHUTDOWN_TIMEOUT", workerDefault(t, "LA_HTTP_SHUTDOWN_TIMEOUT")) + get("LA_GRACE", workerDefault(t, "LA_GRACE"))
 }
 
-// workerDefault reads the default of one of the worker's settings from the `default:` tag
-// in cmd/worker/config.go, so these tests follow the worker when it changes.
+// workerDefault is the default of one of the worker's duration settings, read from the
+// configuration tree (package config), so these tests follow the worker when it changes.
 func workerDefault(t *testing.T, envName string) time.Duration {
 	t.Helper()
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "../cmd/worker/config.go", nil, 0)
-	if err != nil {
-		t.Fatalf("read the worker's defaults: %v", err)
-	}
-	var found string
-	ast.Inspect(f, func(n ast.Node) bool {
-		field, ok := n.(*ast.Field)
-		if !ok || field.Tag == nil {
-			return true
+	for _, setting := range config.Settings(config.Worker{}, nil) {
+		if setting.Name != envName {
+			continue
 		}
-		tag, _ := strconv.Unquote(field.Tag.Value)
-		st := reflect.StructTag(tag)
-		if st.Get("envconfig") == envName {
-			found = st.Get("default")
-		}
-		return true
-	})
-	if found == "" {
-		t.Fatalf("cmd/worker/config.go has no default for %s", envName)
-	}
-	d, err := time.ParseDuration(found)
-	if err != nil {
-		t.Fatalf("%s default %q: %v", envName, found, err)
-	}
-	return d
-}
-
-var (
-	envconfigTagRE = regexp.MustCompile("envconfig:\"([A-Z0-9_]+)\"")
-	laLiteralRE    = regexp.MustCompile(`\bLA_[A-Z0-9_]+\b`)
-)
-
-// variableRoots hold the code that reads the worker's configuration: the Go packages
-// (envconfig tags and literals), the native backends' C, and the ttnn adapter's Python.
-var variableRoots = []string{"../cmd/worker", "../httpcompat", "../storage", "../jobs", "../engine"}
-
-// knownVariables collects every LA_* name the worker's code reads: envconfig tags (each
-// carries its full name) and LA_* string literals in the non-test .go, .c and .py files
-// under variableRoots.
-func knownVariables(t *testing.T) map[string]bool {
-	t.Helper()
-	known := map[string]bool{}
-	for _, root := range variableRoots {
-		err := filepath.WalkDir(root, func(f string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			base := filepath.Base(f)
-			switch {
-			case strings.HasSuffix(base, "_test.go"), strings.HasPrefix(base, "test_"):
-				return nil
-			case !strings.HasSuffix(base, ".go") && !strings.HasSuffix(base, ".c") && !strings.HasSuffix(base, ".py"):
-				return nil
-			}
-			src, err := os.ReadFile(f)
-			if err != nil {
-				return err
-			}
-			for _, m := range envconfigTagRE.FindAllSubmatch(src, -1) {
-				known[string(m[1])] = true
-			}
-			for _, m := range laLiteralRE.FindAll(src, -1) {
-				known[string(m)] = true
-			}
-			return nil
-		})
+		d, err := time.ParseDuration(setting.Default)
 		if err != nil {
-			t.Fatalf("read %s: %v", root, err)
+			t.Fatalf("%s default %q: %v", envName, setting.Default, err)
 		}
+		return d
 	}
-	return known
+	t.Fatalf("the worker has no setting %s", envName)
+	return 0
 }
 
 // checkVariables fails for each LA_* name in env that the worker does not read: a typo in
-// a deployment file is otherwise a setting silently ignored.
+// a deployment file is otherwise a setting the worker refuses at start-up.
 func checkVariables(t *testing.T, where string, env map[string]string) {
 	t.Helper()
-	known := knownVariables(t)
+	known := map[string]bool{}
+	for _, name := range append(config.Names(config.Worker{}), config.OtherTools()...) {
+		known[name] = true
+	}
 	for name := range env {
 		if strings.HasPrefix(name, "LA_") && !known[name] {
 			t.Errorf("%s sets %s, which the worker does not read", where, name)

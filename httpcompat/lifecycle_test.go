@@ -350,36 +350,6 @@ func TestServeAfterShutdownRefuses(t *testing.T) {
 	}
 }
 
-func TestConfigFromEnv(t *testing.T) {
-	t.Setenv("LA_HTTP_ADDR", "127.0.0.1:8080")
-	t.Setenv("LA_HTTP_WRITE_TIMEOUT", "30s")
-	c, err := ConfigFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Config{
-		Addr: "127.0.0.1:8080", MaxBodyBytes: DefaultMaxBodyBytes, ReadHeaderTimeout: DefaultReadHeaderTimeout,
-		ReadTimeout: DefaultReadTimeout, WriteTimeout: 30 * time.Second, IdleTimeout: DefaultIdleTimeout,
-		ShutdownTimeout: DefaultShutdownTimeout, MaxPending: DefaultMaxPending,
-	}
-	if c != want {
-		t.Fatalf("config %+v, want %+v", c, want)
-	}
-
-	t.Setenv("LA_HTTP_ADDR", "")
-	if c, err := ConfigFromEnv(); err != nil || c.Addr != ":20000" {
-		t.Fatalf("default address: %q, %v; want :20000", c.Addr, err)
-	}
-	for k, v := range map[string]string{"LA_HTTP_READ_TIMEOUT": "soon", "LA_HTTP_IDLE_TIMEOUT": "-1s", "LA_HTTP_MAX_BODY_BYTES": "-5", "LA_HTTP_MAX_PENDING": "-1"} {
-		t.Run(k, func(t *testing.T) {
-			t.Setenv(k, v)
-			if _, err := ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), k) {
-				t.Fatalf("%s=%s: err %v, want one naming the variable", k, v, err)
-			}
-		})
-	}
-}
-
 func TestStartupLandmarks(t *testing.T) {
 	var b strings.Builder
 	if err := StartupComplete(&b); err != nil {

@@ -23,8 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
-
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 )
@@ -51,36 +49,23 @@ const (
 	DefaultMaxPending        = 64               // /predict requests in the server at once
 )
 
-// Config is the server's process-level configuration. ConfigFromEnv reads it from LA_HTTP_*;
-// New replaces a zero or negative field with its Default*.
+// Config is the server's process-level configuration (the worker fills it from LA_HTTP_*,
+// package config). New replaces a zero or negative field with its Default*, for callers
+// that embed the server without the worker's configuration.
 type Config struct {
-	Addr              string        `envconfig:"LA_HTTP_ADDR"`
-	MaxBodyBytes      int64         `envconfig:"LA_HTTP_MAX_BODY_BYTES"`
-	ReadHeaderTimeout time.Duration `envconfig:"LA_HTTP_READ_HEADER_TIMEOUT"`
-	ReadTimeout       time.Duration `envconfig:"LA_HTTP_READ_TIMEOUT"`
+	Addr              string
+	MaxBodyBytes      int64
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
 	// WriteTimeout bounds a whole /predict, waiting for the chip included. A request that
 	// cannot finish in time is abandoned shortly before it so the client still gets an answer.
-	WriteTimeout    time.Duration `envconfig:"LA_HTTP_WRITE_TIMEOUT"`
-	IdleTimeout     time.Duration `envconfig:"LA_HTTP_IDLE_TIMEOUT"`
-	ShutdownTimeout time.Duration `envconfig:"LA_HTTP_SHUTDOWN_TIMEOUT"` // Serve's drain when its ctx ends
+	WriteTimeout    time.Duration
+	IdleTimeout     time.Duration
+	ShutdownTimeout time.Duration // Serve's drain when its ctx ends
 	// MaxPending bounds the /predict requests being read, prepared, waiting for the chip or
 	// running; one more is answered 503 at once. Each waiting request holds its decoded
 	// image, so this bounds memory under a burst.
-	MaxPending int `envconfig:"LA_HTTP_MAX_PENDING"`
-}
-
-// ConfigFromEnv reads LA_HTTP_ADDR, LA_HTTP_MAX_BODY_BYTES, LA_HTTP_READ_HEADER_TIMEOUT,
-// LA_HTTP_READ_TIMEOUT, LA_HTTP_WRITE_TIMEOUT, LA_HTTP_IDLE_TIMEOUT, LA_HTTP_SHUTDOWN_TIMEOUT
-// (Go durations) and LA_HTTP_MAX_PENDING; unset ones take the Default* values.
-func ConfigFromEnv() (Config, error) {
-	var c Config
-	if err := envconfig.Process("", &c); err != nil {
-		return Config{}, fmt.Errorf("http config: %w", err)
-	}
-	if err := c.validate(); err != nil {
-		return Config{}, err
-	}
-	return c.withDefaults(), nil
+	MaxPending int
 }
 
 func (c Config) withDefaults() Config {
@@ -109,25 +94,6 @@ func (c Config) withDefaults() Config {
 		c.MaxPending = DefaultMaxPending
 	}
 	return c
-}
-
-func (c Config) validate() error {
-	if c.MaxBodyBytes < 0 {
-		return fmt.Errorf("http config: LA_HTTP_MAX_BODY_BYTES is %d, want a positive size", c.MaxBodyBytes)
-	}
-	if c.MaxPending < 0 {
-		return fmt.Errorf("http config: LA_HTTP_MAX_PENDING is %d, want a positive count", c.MaxPending)
-	}
-	for name, d := range map[string]time.Duration{
-		"LA_HTTP_READ_HEADER_TIMEOUT": c.ReadHeaderTimeout, "LA_HTTP_READ_TIMEOUT": c.ReadTimeout,
-		"LA_HTTP_WRITE_TIMEOUT": c.WriteTimeout, "LA_HTTP_IDLE_TIMEOUT": c.IdleTimeout,
-		"LA_HTTP_SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
-	} {
-		if d < 0 {
-			return fmt.Errorf("http config: %s is %v, want a positive duration", name, d)
-		}
-	}
-	return nil
 }
 
 // Options are what the caller knows about this worker beyond the engine.

@@ -49,6 +49,8 @@ type IO struct {
 	Stdout, Stderr io.Writer
 	// StderrTerminal says Stderr is a terminal: draw a progress bar there.
 	StderrTerminal bool
+	// LoadConfig reads the configuration (cmd/submit: from the environment) and finishes it.
+	LoadConfig func() (Config, error)
 }
 
 // IsTerminal reports whether f is a character device (a terminal, not a file or pipe).
@@ -69,7 +71,7 @@ func Main(ctx context.Context, args []string, cio IO) int {
 			return ExitOK
 		}
 	}
-	cfg, err := LoadConfig()
+	cfg, err := cio.LoadConfig()
 	if err != nil {
 		fmt.Fprintf(cio.Stderr, "submit: %v\n", err)
 		return ExitUsage

@@ -10,7 +10,7 @@ import (
 func runMain(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr strings.Builder
-	code := Main(context.Background(), args, IO{Stdout: &stdout, Stderr: &stderr})
+	code := Main(context.Background(), args, IO{Stdout: &stdout, Stderr: &stderr, LoadConfig: loadTestConfig})
 	return code, stdout.String(), stderr.String()
 }
 
@@ -81,7 +81,7 @@ func TestLoadConfigSingleMachineDefault(t *testing.T) {
 	} {
 		t.Setenv("LA_NATS_URL", c.url)
 		t.Setenv("LA_FILE_ROOTS", c.roots)
-		cfg, err := LoadConfig()
+		cfg, err := loadTestConfig()
 		if err != nil {
 			t.Fatal(err)
 		}

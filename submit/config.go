@@ -6,31 +6,28 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 
 	"github.com/locateanything/detect/jobs/natsconn"
 	"github.com/locateanything/detect/storage"
 )
 
-// Config is the environment of the CLI: the same LA_NATS_* and LA_S3_* / LA_FILE_ROOTS
-// variables a worker reads, plus LA_SUBMIT_* for this tool.
+// Config is the CLI's configuration: the same LA_NATS_* and LA_S3_* / LA_FILE_ROOTS
+// settings a worker reads, plus LA_SUBMIT_* for this tool. cmd/submit fills it from the
+// environment (package config names the variables) and calls Finish.
 type Config struct {
 	NATS    natsconn.Config // LA_NATS_*, shared with the worker
 	Storage storage.Config
 	// UploadPrefix is where local images are uploaded (--upload overrides it).
-	UploadPrefix string `envconfig:"LA_SUBMIT_UPLOAD"`
+	UploadPrefix string
 }
 
 // DefaultNATSURL is the embedded single-machine worker's address.
 const DefaultNATSURL = "nats://127.0.0.1:4222"
 
-// LoadConfig reads the configuration from the environment.
-func LoadConfig() (Config, error) {
-	var c Config
-	if err := envconfig.Process("", &c); err != nil {
-		return Config{}, fmt.Errorf("configuration: %w", err)
-	}
+// Finish applies the single-machine defaults: the embedded worker's NATS address, and,
+// against NATS on this machine only, local results wherever that worker wrote them.
+func (c *Config) Finish() {
 	if c.NATS.URL == "" {
 		c.NATS.URL = DefaultNATSURL
 	}
@@ -39,7 +36,6 @@ func LoadConfig() (Config, error) {
 		// written where that worker may write: read them wherever they are.
 		c.Storage.FileRoots = []string{"/"}
 	}
-	return c, nil
 }
 
 // connectNATS connects with the shared LA_NATS_* settings.

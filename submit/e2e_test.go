@@ -229,7 +229,7 @@ func TestEndToEndInterruptAndResume(t *testing.T) {
 	done := make(chan outcome, 1)
 	go func() {
 		var stdout, stderr strings.Builder
-		code := Main(ctx, args, IO{Stdout: &stdout, Stderr: &stderr})
+		code := Main(ctx, args, IO{Stdout: &stdout, Stderr: &stderr, LoadConfig: loadTestConfig})
 		done <- outcome{code, stdout.String()}
 	}()
 	testwait.Until(t, time.Minute, "every job to be queued", func() bool {

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "bad child arguments:", err)
 			os.Exit(99)
 		}
-		os.Exit(Main(context.Background(), args, IO{Stdout: os.Stdout, Stderr: os.Stderr}))
+		os.Exit(Main(context.Background(), args, IO{Stdout: os.Stdout, Stderr: os.Stderr, LoadConfig: loadTestConfig}))
 	}
 	os.Exit(m.Run())
 }
@@ -162,7 +162,7 @@ func (s *system) startWorker(t *testing.T) {
 func (s *system) submit(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = Main(t.Context(), args, IO{Stdout: &out, Stderr: &errOut})
+	code = Main(t.Context(), args, IO{Stdout: &out, Stderr: &errOut, LoadConfig: loadTestConfig})
 	t.Logf("submit %s -> %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
 	return code, out.String(), errOut.String()
 }

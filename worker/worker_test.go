@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"image"
 	_ "image/jpeg"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +24,7 @@ import (
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/internal/freeport"
+	"github.com/locateanything/detect/internal/syncbuf"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -150,12 +151,47 @@ func startWorker(t *testing.T, cfg config.Worker, eng engine.Engine) *workerRun 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &workerRun{cancel: cancel, done: make(chan error, 1)}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logged := &syncbuf.Buffer{}
+	log := slog.New(slog.NewJSONHandler(logged, nil))
 	go func() {
 		w.done <- Run(ctx, cfg, Options{Log: log, Open: fixedEngine(eng)})
 	}()
-	t.Cleanup(func() { cancel(); _ = w.wait() })
+	t.Cleanup(func() {
+		cancel()
+		_ = w.wait()
+		checkLogLines(t, logged.String())
+	})
 	return w
+}
+
+// checkLogLines fails for a log record that names an attribute twice (a logger With'd
+// the same key at two levels), which log collectors resolve differently.
+func checkLogLines(t *testing.T, logs string) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		dec := json.NewDecoder(strings.NewReader(line))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			t.Errorf("log line is not a JSON object: %s", line)
+			continue
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				t.Errorf("log line %s: %v", line, err)
+				break
+			}
+			if seen[key.(string)] {
+				t.Errorf("log record names %q twice: %s", key, line)
+			}
+			seen[key.(string)] = true
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				t.Errorf("log line %s: %v", line, err)
+				break
+			}
+		}
+	}
 }
 
 // publisher connects to the worker's embedded NATS once it is up.

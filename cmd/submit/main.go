@@ -25,6 +25,7 @@ func main() {
 		Stdout:         os.Stdout,
 		Stderr:         os.Stderr,
 		StderrTerminal: submit.IsTerminal(os.Stderr),
+		LoadConfig:     loadConfig,
 	})
 	stop()
 	os.Exit(code)

@@ -16,20 +16,19 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Config says how to reach NATS. The tags carry the full variable names, so the struct
-// reads the same with or without an envconfig prefix. URL has no default here: the worker
-// starts an embedded server when it is empty, a client picks its own default.
+// Config says how to reach NATS (the worker and submit fill it from LA_NATS_*, package
+// config). URL may be empty only where the caller supplies one (the embedded server).
 type Config struct {
-	URL      string        `envconfig:"LA_NATS_URL"`       // comma-separated server URLs
-	Creds    string        `envconfig:"LA_NATS_CREDS"`     // a .creds file (JWT + NKey seed)
-	NKeyFile string        `envconfig:"LA_NATS_NKEY_FILE"` // an NKey seed file
-	User     string        `envconfig:"LA_NATS_USER"`
-	Password string        `envconfig:"LA_NATS_PASSWORD"`
-	Token    string        `envconfig:"LA_NATS_TOKEN"`
-	TLSCA    string        `envconfig:"LA_NATS_TLS_CA"`   // PEM bundle trusted for the servers
-	TLSCert  string        `envconfig:"LA_NATS_TLS_CERT"` // client certificate (mutual TLS)
-	TLSKey   string        `envconfig:"LA_NATS_TLS_KEY"`
-	Timeout  time.Duration `envconfig:"LA_NATS_TIMEOUT" default:"10s"` // connect timeout
+	URL      string // comma-separated server URLs
+	Creds    string // a .creds file (JWT + NKey seed)
+	NKeyFile string // an NKey seed file
+	User     string
+	Password string
+	Token    string
+	TLSCA    string // PEM bundle trusted for the servers
+	TLSCert  string // client certificate (mutual TLS)
+	TLSKey   string
+	Timeout  time.Duration // connect timeout
 }
 
 // Options turns the configuration into nats.go options: the client name, the timeout,
