@@ -82,7 +82,7 @@ type TTNN struct {
 	LLMDir       string `envconfig:"LA_LLM_DIR"`       // the extracted LLM itself
 	ForceExtract bool   `envconfig:"LA_FORCE_EXTRACT" default:"false"`
 
-	Precision       string `envconfig:"LA_PREC" default:"accuracy"` // accuracy or performance
+	Precision       string `envconfig:"LA_PREC" default:"accuracy"` // accuracy or bfp8attn
 	Trace           bool   `envconfig:"LA_TRACE" default:"true"`    // traced decode
 	TraceRegionSize int    `envconfig:"LA_TRACE_REGION_SIZE" default:"50000000"`
 	WarmupRuns      int    `envconfig:"LA_WARMUP_RUNS" default:"2"`
@@ -261,8 +261,8 @@ func (c Worker) Validate() error {
 	if c.Engine.MaxNewTokens < 1 || c.Engine.MaxNewTokens > c.Engine.MaxNewTokensCap {
 		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", c.Engine.MaxNewTokens, c.Engine.MaxNewTokensCap)
 	}
-	if !slices.Contains([]string{"accuracy", "performance"}, c.TTNN.Precision) {
-		add("LA_PREC is %q, want accuracy or performance", c.TTNN.Precision)
+	if !slices.Contains([]string{"accuracy", "bfp8attn"}, c.TTNN.Precision) {
+		add("LA_PREC is %q, want accuracy or bfp8attn", c.TTNN.Precision)
 	}
 	positive(add, "LA_TRACE_REGION_SIZE", c.TTNN.TraceRegionSize)
 	positive(add, "LA_WARMUP_RUNS", c.TTNN.WarmupRuns)

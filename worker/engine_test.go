@@ -29,7 +29,7 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 	cache := t.TempDir()
 	cfg := testEngineConfig(t)
 	cfg.TTNN.Adapter, cfg.TTNN.Path, cfg.TTNN.CacheDir = "la_ttnn_standin", adapters, cache
-	cfg.TTNN.Precision, cfg.TTNN.Trace = "performance", false
+	cfg.TTNN.Precision, cfg.TTNN.Trace = "bfp8attn", false
 	cfg.Weights.Dir = randomCheckpoint
 	cfg.Threads, cfg.InTokenLimit, cfg.CanonGrid, cfg.MaxNewTokens = 2, 64, "8x10", 16
 	var logged syncbuf.Buffer
@@ -46,7 +46,7 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 		}
 		defer eng.Close()
 		info := eng.Info()
-		if want := map[string][2]string{"cpu": {"bf16 weights, f32 compute", "ar_greedy_trace"}, "ttnn": {"performance", "ar_greedy"}}[backend]; [2]string{info.Precision, info.DecodeMode} != want {
+		if want := map[string][2]string{"cpu": {"bf16 weights, f32 compute", "ar_greedy_trace"}, "ttnn": {"bfp8attn", "ar_greedy"}}[backend]; [2]string{info.Precision, info.DecodeMode} != want {
 			t.Errorf("%s reports precision %q decode mode %q, want %q (LA_PREC, LA_TRACE)", backend, info.Precision, info.DecodeMode, want)
 		}
 		prep, err := eng.Prepare(context.Background(), engine.Request{Image: img, Query: "dog</c>bicycle"})
