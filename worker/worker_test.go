@@ -307,4 +307,3 @@ func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 		t.Error("the drained job ran again after the restart")
 	}
 }
-
