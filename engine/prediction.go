@@ -5,13 +5,13 @@ package engine
 // JSON they write from it. Detection, Point and Timing carry the JSON both contracts share.
 type Prediction struct {
 	Query              string
-	Width, Height      int       // original image size
-	CanonicalSize      [2]int    // [W, H] of what the model saw
-	GridHW             [2]int    // [h, w] in 14-px patches
-	NumImageTokens     int       //
-	PromptTokens       int       //
-	PrefillTokens      int       // padded prefill length
-	RawText            string    // the generated text
+	Width, Height      int    // original image size
+	CanonicalSize      [2]int // [W, H] of what the model saw
+	GridHW             [2]int // [h, w] in 14-px patches
+	NumImageTokens     int    //
+	PromptTokens       int    //
+	PrefillTokens      int    // padded prefill length
+	RawText            string // the generated text
 	Detections         []Detection
 	Points             []Point
 	NumGeneratedTokens int

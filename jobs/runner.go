@@ -568,13 +568,13 @@ func (r *Runner) retry(ctx context.Context, log *slog.Logger, a attemptInfo, err
 // newResult is a result with the job's own fields filled in.
 func newResult(job *Job, attempt int) *Result {
 	return &Result{
-		Answer:     emptyAnswer(job.Query),
-		ID:         job.ID,
-		Attempt:    attempt,
-		Metadata:   job.Metadata,
-		Batch:      job.Batch,
-		Image:      job.Image,
-		Task:       job.Task,
+		Answer:   emptyAnswer(job.Query),
+		ID:       job.ID,
+		Attempt:  attempt,
+		Metadata: job.Metadata,
+		Batch:    job.Batch,
+		Image:    job.Image,
+		Task:     job.Task,
 	}
 }
 

@@ -347,4 +347,3 @@ func TestExtractErrors(t *testing.T) {
 		t.Errorf("text_config without layers: %v", err)
 	}
 }
-
