@@ -7,7 +7,7 @@ import (
 	"image"
 )
 
-// Task picks the query template (reference LOCATE_ANYTHING.md section 5).
+// Task picks the query template (docs/background.md, "Tasks and query templates").
 type Task string
 
 const (

@@ -36,7 +36,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 
 // handleReadyz is an extension for orchestrators: the /health body with 503 while starting,
 // so a plain HTTP readiness probe can tell loading from ready (/health itself is 200 always,
-// as the seed's server is).
+// as the upstream Python server's is).
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	if s.ready.Load() == nil {
 		s.writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "starting", Model: s.opts.Model, Device: s.opts.Device})
@@ -45,7 +45,8 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	s.handleHealth(w, r)
 }
 
-// infoBody is GET /info: every field the seed lists, then what is true of this worker.
+// infoBody is GET /info: every field the upstream server's /info lists (docs/background.md,
+// "Endpoints"), then what is true of this worker.
 type infoBody struct {
 	Model      string        `json:"model"`
 	ModelID    string        `json:"model_id"`

@@ -1,5 +1,5 @@
-// Package httpcompat serves the synchronous HTTP contract of the tt-model container (seed
-// SERVING.md section 3) from the Go worker: GET /health, GET /info, GET /v1/models and
+// Package httpcompat serves the synchronous HTTP contract of the tt-model container (the upstream Python server's,
+// restated in docs/background.md, "The /predict contract"; see docs/http.md) from the Go worker: GET /health, GET /info, GET /v1/models and
 // POST /predict, with the Python server's paths, field names, types, units, defaults and
 // status codes, so the tt-model launcher, its readiness watch and ready card, the smoke test
 // and users' scripts keep working unchanged.
@@ -39,7 +39,7 @@ var _ Device = (*chip.Chip)(nil)
 
 // Defaults of Config.
 const (
-	DefaultAddr              = ":20000"         // the seed's host-run port
+	DefaultAddr              = ":20000"         // the upstream server's host-run port
 	DefaultMaxBodyBytes      = 64 << 20         // a 47 MiB image, base64-encoded, plus the JSON around it
 	DefaultReadHeaderTimeout = 10 * time.Second //
 	DefaultReadTimeout       = 2 * time.Minute  // whole request, body included

@@ -1,6 +1,6 @@
 package main
 
-// `worker smoke` checks a live server the way the seed's smoke_test.py does. It uses the
+// `worker smoke` checks a live server the way the upstream server's smoke_test.py does. It uses the
 // standard library only, so it can be read and trusted without the rest of the module.
 
 import (
@@ -26,7 +26,7 @@ var errSmokeFailed = errors.New("smoke test failed")
 // smokePollInterval is how often /health is asked while the server is starting.
 const smokePollInterval = 250 * time.Millisecond
 
-// smokeKeys are the /predict response fields the contract promises (seed SERVING.md §3).
+// smokeKeys are the /predict response fields the contract promises (docs/background.md, "The /predict contract").
 var smokeKeys = []string{
 	"query", "width", "height", "canonical_size", "grid_hw", "num_image_tokens", "prompt_tokens",
 	"prefill_tokens", "raw_text", "detections", "points", "num_generated_tokens", "stopped_on_eos",

@@ -38,7 +38,7 @@ import (
 	"github.com/locateanything/detect/engine/checkpoint"
 )
 
-// DirName is the extracted LLM's directory under TT_DIT_CACHE_DIR, as in the seed. Keep
+// DirName is the extracted LLM's directory under TT_DIT_CACHE_DIR, as on the upstream server. Keep
 // "it" and "instruct" out of a custom path: tt_transformers' ModelArgs guesses the model
 // flavour from it.
 const DirName = "la-qwen2_5-3b"

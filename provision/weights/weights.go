@@ -1,4 +1,4 @@
-// Package weights finds the LocateAnything-3B checkpoint directory the way the seed server
+// Package weights finds the LocateAnything-3B checkpoint directory the way the upstream Python server (docs/background.md, "Knobs")
 // does, and downloads it from the Hugging Face Hub when the user opts in.
 //
 // Order: an explicit directory (LA_WEIGHTS_DIR, alias LA_MODEL_PATH); else the pinned
