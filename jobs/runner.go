@@ -444,12 +444,12 @@ func (e *jobError) Unwrap() error { return e.err }
 func classifyFetch(url string, err error) error {
 	err = fmt.Errorf("fetch image %s: %w", url, err)
 	switch {
-	case errors.Is(err, storage.ErrBadURL), errors.Is(err, storage.ErrNotAllowed):
-		return &jobError{code: CodeBadURL, err: err}
 	case errors.Is(err, storage.ErrNotFound):
 		return &jobError{code: CodeNotFound, err: err}
 	case errors.Is(err, storage.ErrTooLarge):
 		return &jobError{code: engine.CodeImageTooLarge, err: err}
+	case storage.Permanent(err): // a bad or refused URL, access denied, not a regular file
+		return &jobError{code: CodeBadURL, err: err}
 	}
 	return transient(err)
 }

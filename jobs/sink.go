@@ -191,10 +191,11 @@ func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgI
 	return nil
 }
 
-// classifyStoreWrite makes a refused location a permanent bad_url failure and everything
-// else (server down, timeouts) transient.
+// classifyStoreWrite makes a write that can never succeed (a bad or refused location, a
+// bucket that does not exist, access denied, a file where a folder is needed) a permanent
+// bad_url failure, and everything else (server down, timeouts, SlowDown) transient.
 func classifyStoreWrite(err error) error {
-	if errors.Is(err, storage.ErrBadURL) || errors.Is(err, storage.ErrNotAllowed) {
+	if storage.Permanent(err) {
 		return &jobError{code: CodeBadURL, err: err}
 	}
 	return transient(err)
