@@ -1,8 +1,9 @@
 // Package httpcompat serves the synchronous HTTP contract of the tt-model container (the
 // upstream Python server's, restated in docs/background.md, "The /predict contract"; see
 // docs/http.md) from the Go worker: GET /health, GET /info, GET /v1/models and POST /predict,
-// with the Python server's paths, field names, types, units, defaults and status codes, so the tt-model launcher, its readiness watch and ready card, the smoke test
-// and users' scripts keep working unchanged.
+// with the Python server's paths, field names, types, units, defaults and status codes, so
+// the tt-model launcher, its readiness watch and ready card, the smoke test and users'
+// scripts keep working unchanged.
 //
 // The server reaches the model through a Device (an *chip.Chip): requests are prepared on
 // their own goroutine, then wait for the chip at Interactive priority, ahead of queued jobs
