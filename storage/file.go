@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -28,6 +29,7 @@ import (
 // instead of using it.
 type fileStore struct {
 	roots []*fileRoot
+	swept sweeper // when Put last removed orphan temporary files from each folder
 }
 
 // fileRoot is one configured directory. A path may name it as configured or as resolved
@@ -162,7 +164,9 @@ func (s *fileStore) get(_ context.Context, loc Location, maxBytes int64) ([]byte
 }
 
 // put writes to a temporary file next to the target and renames it into place, so a reader
-// sees the old file or the new one, never a part. The content type is not stored. The
+// sees the old file or the new one, never a part; temporary files that writers killed
+// mid-Put left in the folder are removed first (file_temp.go). The content type is not
+// stored. The
 // target's folder is created, resolved again and held open (an os.Root on it) while the
 // file is written, so the writing happens in the folder that was checked; the target is
 // checked once more there: a FIFO, device or folder in its place is refused, never
@@ -189,6 +193,9 @@ func (s *fileStore) put(_ context.Context, loc Location, data []byte) error {
 		return err
 	}
 	defer dir.Close()
+	if now := time.Now(); s.swept.due(filepath.Join(t.root.resolved, dirRel), now) {
+		_ = sweepTemps(dir, now) // best effort: what it leaves, a later sweep removes
+	}
 	if info, err := dir.Lstat(name); err == nil {
 		if info.Mode()&fs.ModeSymlink != 0 {
 			return fmt.Errorf("%s changed while it was being written; try again", loc.Path)
