@@ -24,9 +24,19 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		}
 	}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: readableDuration})), nil
 	}
-	return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)})), nil
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: "15:04:05.000",
+		NoColor: !isTerminal(w), ReplaceAttr: readableDuration})), nil
+}
+
+// readableDuration writes a duration as Go writes it ("30s", "1.5ms"), in both formats:
+// slog's JSON handler would write nanoseconds, a number nobody reads right.
+func readableDuration(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoggerFormats(t *testing.T) {
@@ -14,10 +15,13 @@ func TestLoggerFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.Debug("hidden")
-	log.Info("job ended", "id", "j1", "total_ms", 12.5)
+	log.Info("job ended", "id", "j1", "total_ms", 12.5, "grace", 30*time.Second)
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil || line["id"] != "j1" || line["msg"] != "job ended" {
 		t.Errorf("json log %q (%v)", buf.String(), err)
+	}
+	if line["grace"] != "30s" {
+		t.Errorf("a duration logged as %v (%T), want \"30s\", not nanoseconds", line["grace"], line["grace"])
 	}
 
 	buf.Reset()
@@ -36,8 +40,9 @@ func TestLoggerFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.Info("hidden")
-	log.Warn("retry", "id", "j2")
-	if out := buf.String(); strings.HasPrefix(out, "{") || !strings.Contains(out, "retry") || !strings.Contains(out, "id=j2") || strings.Contains(out, "hidden") {
+	log.Warn("retry", "id", "j2", "retry_in", 1500*time.Millisecond)
+	if out := buf.String(); strings.HasPrefix(out, "{") || !strings.Contains(out, "retry") || !strings.Contains(out, "id=j2") ||
+		!strings.Contains(out, "retry_in=1.5s") || strings.Contains(out, "hidden") {
 		t.Errorf("text log %q", out)
 	}
 	if _, err := newLogger(&buf, "text", "chatty"); err == nil {
