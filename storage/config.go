@@ -38,8 +38,12 @@ type Config struct {
 	PathStyle string `envconfig:"LA_S3_PATH_STYLE" default:"auto"`
 	// CAFile is a PEM bundle trusted in addition to the system roots (a private CA).
 	CAFile string `envconfig:"LA_S3_CA_FILE"`
-	// FileRoots are the directories file:// may read and write below. Each must exist.
+	// FileRoots are the directories file:// may read below, and write below too unless
+	// OutputRoots is set. Each must exist.
 	FileRoots []string `envconfig:"LA_FILE_ROOTS"`
+	// OutputRoots, when set, are the only directories file:// may write below (results,
+	// overlays); reads stay below FileRoots. A directory may be in both. Each must exist.
+	OutputRoots []string `envconfig:"LA_OUTPUT_ROOTS"`
 	// MaxImageBytes is the limit Get applies when called with maxBytes <= 0.
 	MaxImageBytes int64 `envconfig:"LA_MAX_IMAGE_BYTES" default:"33554432"`
 }
@@ -49,9 +53,9 @@ const redacted = "[redacted]"
 // String describes the configuration with credentials redacted, fit for logs.
 func (c Config) String() string {
 	return fmt.Sprintf("storage.Config{Endpoint:%q Region:%q AccessKey:%s SecretKey:%s CredentialsFile:%q "+
-		"Secure:%t PathStyle:%q CAFile:%q FileRoots:%q MaxImageBytes:%d}",
+		"Secure:%t PathStyle:%q CAFile:%q FileRoots:%q OutputRoots:%q MaxImageBytes:%d}",
 		c.Endpoint, c.Region, redact(c.AccessKey), redact(c.SecretKey), c.CredentialsFile,
-		c.Secure, c.PathStyle, c.CAFile, c.FileRoots, c.MaxImageBytes)
+		c.Secure, c.PathStyle, c.CAFile, c.FileRoots, c.OutputRoots, c.MaxImageBytes)
 }
 
 // GoString keeps %#v from printing the credentials.
@@ -69,6 +73,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("path_style", c.PathStyle),
 		slog.String("ca_file", c.CAFile),
 		slog.Any("file_roots", c.FileRoots),
+		slog.Any("output_roots", c.OutputRoots),
 		slog.Int64("max_image_bytes", c.MaxImageBytes),
 	)
 }

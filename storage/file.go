@@ -28,8 +28,9 @@ import (
 // be the one resolve found (same device and inode), or the call fails, transiently,
 // instead of using it.
 type fileStore struct {
-	roots []*fileRoot
-	swept sweeper // when Put last removed orphan temporary files from each folder
+	roots            []*fileRoot
+	reading, writing access
+	swept            sweeper // when Put last removed orphan temporary files from each folder
 }
 
 // fileRoot is one configured directory. A path may name it as configured or as resolved
@@ -38,24 +39,61 @@ type fileRoot struct {
 	names    []string // the configured path and, if different, its resolved form
 	resolved string
 	root     *os.Root
+	read     bool // below FileRoots: Stat, Get and List
+	write    bool // below OutputRoots, or FileRoots when there are none: Put
+}
+
+// access is what a call does below a root.
+type access struct {
+	write    bool
+	variable string // the setting that lists the roots allowing it, for messages
+}
+
+// allows reports whether r may be used for a.
+func (a access) allows(r *fileRoot) bool {
+	if a.write {
+		return r.write
+	}
+	return r.read
 }
 
 // tempPrefix starts the names of files Put is still writing; List does not show them.
 const tempPrefix = ".la-tmp-"
 
-func newFileStore(dirs []string) (*fileStore, error) {
-	s := &fileStore{}
-	for _, dir := range dirs {
-		dir = strings.TrimSpace(dir)
-		if dir == "" {
-			continue
+// newFileStore opens the roots: reads below fileRoots; writes below outputRoots, or below
+// fileRoots when there are none. A directory in both lists is one root allowing both.
+func newFileStore(fileRoots, outputRoots []string) (*fileStore, error) {
+	s := &fileStore{
+		reading: access{variable: "LA_FILE_ROOTS"},
+		writing: access{write: true, variable: "LA_FILE_ROOTS"},
+	}
+	separate := len(nonEmpty(outputRoots)) > 0
+	if separate {
+		s.writing.variable = "LA_OUTPUT_ROOTS"
+	}
+	add := func(variable string, dirs []string, read, write bool) error {
+		for _, dir := range nonEmpty(dirs) {
+			r, err := openFileRoot(variable, dir)
+			if err != nil {
+				return err
+			}
+			if same := s.sameRoot(r); same != nil {
+				r.root.Close()
+				same.read, same.write = same.read || read, same.write || write
+				continue
+			}
+			r.read, r.write = read, write
+			s.roots = append(s.roots, r)
 		}
-		r, err := openFileRoot(dir)
-		if err != nil {
-			s.close()
-			return nil, err
-		}
-		s.roots = append(s.roots, r)
+		return nil
+	}
+	err := add("LA_FILE_ROOTS", fileRoots, true, !separate)
+	if err == nil {
+		err = add("LA_OUTPUT_ROOTS", outputRoots, false, true)
+	}
+	if err != nil {
+		s.close()
+		return nil, err
 	}
 	if len(s.roots) == 0 {
 		return nil, nil
@@ -63,18 +101,43 @@ func newFileStore(dirs []string) (*fileStore, error) {
 	return s, nil
 }
 
-func openFileRoot(dir string) (*fileRoot, error) {
+// sameRoot is the root already open on r's directory, if any.
+func (s *fileStore) sameRoot(r *fileRoot) *fileRoot {
+	for _, o := range s.roots {
+		if o.resolved == r.resolved {
+			for _, n := range r.names {
+				if !slices.Contains(o.names, n) {
+					o.names = append(o.names, n)
+				}
+			}
+			return o
+		}
+	}
+	return nil
+}
+
+func nonEmpty(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func openFileRoot(variable, dir string) (*fileRoot, error) {
 	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("LA_FILE_ROOTS: %q is not an absolute path", dir)
+		return nil, fmt.Errorf("%s: %q is not an absolute path", variable, dir)
 	}
 	dir = filepath.Clean(dir)
 	resolved, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return nil, fmt.Errorf("LA_FILE_ROOTS: %q must be an existing directory: %w", dir, err)
+		return nil, fmt.Errorf("%s: %q must be an existing directory: %w", variable, dir, err)
 	}
 	root, err := os.OpenRoot(resolved)
 	if err != nil {
-		return nil, fmt.Errorf("LA_FILE_ROOTS: open %q: %w", dir, err)
+		return nil, fmt.Errorf("%s: open %q: %w", variable, dir, err)
 	}
 	names := []string{dir}
 	if resolved != dir {
@@ -107,7 +170,7 @@ func within(dir, p string) (string, bool) {
 
 // regular resolves p for a read and refuses anything but an existing regular file.
 func (s *fileStore) regular(p string) (resolved, error) {
-	t, err := s.resolve(p, false)
+	t, err := s.resolve(p, s.reading)
 	if err != nil {
 		return resolved{}, err
 	}
@@ -172,7 +235,7 @@ func (s *fileStore) get(_ context.Context, loc Location, maxBytes int64) ([]byte
 // checked once more there: a FIFO, device or folder in its place is refused, never
 // written into or replaced.
 func (s *fileStore) put(_ context.Context, loc Location, data []byte) error {
-	t, err := s.resolve(loc.Path, true)
+	t, err := s.resolve(loc.Path, s.writing)
 	if err != nil {
 		return err
 	}
@@ -221,7 +284,7 @@ func (s *fileStore) put(_ context.Context, loc Location, data []byte) error {
 // opened must be the one resolve found.
 func (s *fileStore) openFolder(p string, r *fileRoot, dirRel string) (*os.Root, error) {
 	want := filepath.Join(r.resolved, dirRel)
-	t, err := s.resolve(want, true)
+	t, err := s.resolve(want, s.writing)
 	if err != nil {
 		return nil, err
 	}
@@ -286,13 +349,13 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 	dir := path.Dir(prefix)
 	if strings.HasSuffix(prefix, "/") {
 		dir = strings.TrimSuffix(prefix, "/")
-	} else if _, rel, err := s.locate(prefix); err == nil && rel == "." {
+	} else if _, rel, err := s.locate(prefix, s.reading); err == nil && rel == "." {
 		dir = prefix // the prefix is a root itself
 	}
 	if dir == "" {
 		dir = "/"
 	}
-	t, err := s.resolve(dir, false)
+	t, err := s.resolve(dir, s.reading)
 	if errors.Is(err, ErrNotFound) {
 		return nil // a path through a file holds no objects
 	}
@@ -323,6 +386,9 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 		}
 		full := path.Join(dir, below) // as the caller named it, not as resolved
 		if d.IsDir() {
+			if _, bad := denied(filepath.Join(t.root.resolved, filepath.FromSlash(p)), t.root); bad {
+				return fs.SkipDir // /proc and the like below a root of "/"
+			}
 			if !strings.HasPrefix(full+"/", prefix) && !strings.HasPrefix(prefix, full+"/") {
 				return fs.SkipDir // nothing below can match the prefix
 			}
@@ -333,7 +399,7 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 		}
 		var info fs.FileInfo
 		if d.Type()&fs.ModeSymlink != 0 {
-			lt, err := s.resolve(filepath.Join(t.root.resolved, filepath.FromSlash(p)), false)
+			lt, err := s.resolve(filepath.Join(t.root.resolved, filepath.FromSlash(p)), s.reading)
 			if err != nil || lt.info == nil {
 				return nil // a dangling link, or one out of the roots: not an object
 			}

@@ -23,13 +23,34 @@ type resolved struct {
 // path is the resolved absolute path.
 func (t resolved) path() string { return filepath.Join(t.root.resolved, t.rel) }
 
-// locate finds the root that p, as written in a URL, lies in (by its configured or its
-// resolved name; the most specific root when several hold p) and p's path below it.
-func (s *fileStore) locate(p string) (*fileRoot, string, error) {
+// denied reports the denied folder that the resolved path real lies in, unless r (the root
+// serving it) is that folder or lies below it.
+//
+// The denied folders are never served through file://, whatever the roots: system
+// configuration and secrets, kernel interfaces, devices and runtime sockets. A root that
+// names one of them, or a folder below one, is served all the same: the operator chose it
+// (a root of /dev/shm/frames, say); a root above them (a root of "/") is not enough.
+func denied(real string, r *fileRoot) (string, bool) {
+	for _, d := range [...]string{"/dev", "/etc", "/proc", "/run", "/sys", "/var/run"} {
+		if _, in := within(d, real); in {
+			if _, chosen := within(d, r.resolved); !chosen {
+				return d, true
+			}
+		}
+	}
+	return "", false
+}
+
+// locate finds the root allowing a that p, as written in a URL, lies in (by its configured
+// or its resolved name; the most specific root when several hold p) and p's path below it.
+func (s *fileStore) locate(p string, a access) (*fileRoot, string, error) {
 	var best *fileRoot
 	var bestRel string
 	bestLen := -1
 	for _, r := range s.roots {
+		if !a.allows(r) {
+			continue
+		}
 		for _, name := range r.names {
 			if rel, ok := within(name, p); ok && len(name) > bestLen {
 				best, bestRel, bestLen = r, rel, len(name)
@@ -37,30 +58,36 @@ func (s *fileStore) locate(p string) (*fileRoot, string, error) {
 		}
 	}
 	if best == nil {
-		return nil, "", fmt.Errorf("%w: %s is outside the file roots (LA_FILE_ROOTS)", ErrNotAllowed, p)
+		return nil, "", fmt.Errorf("%w: %s is outside the file roots (%s)", ErrNotAllowed, p, a.variable)
 	}
 	return best, bestRel, nil
 }
 
-// serving finds the root that holds the resolved path real (the most specific one) and
-// real's path below it.
-func (s *fileStore) serving(real string) (*fileRoot, string, bool) {
-	var best *fileRoot
-	var bestRel string
-	for _, r := range s.roots {
-		if rel, ok := within(r.resolved, real); ok && (best == nil || len(r.resolved) > len(best.resolved)) {
-			best, bestRel = r, rel
+// serving finds the root allowing a that holds the resolved path real (the most specific
+// one) and real's path below it. ok is false when there is none; denied is the denied
+// folder real lies in, if that root may not serve it.
+func (s *fileStore) serving(real string, a access) (r *fileRoot, rel string, ok bool, deniedDir string) {
+	for _, c := range s.roots {
+		if !a.allows(c) {
+			continue
+		}
+		if cRel, in := within(c.resolved, real); in && (r == nil || len(c.resolved) > len(r.resolved)) {
+			r, rel = c, cRel
 		}
 	}
-	return best, bestRel, best != nil
+	if r == nil {
+		return nil, "", false, ""
+	}
+	d, _ := denied(real, r)
+	return r, rel, true, d
 }
 
-// leadsToRoot reports whether the resolved path real is a folder above some root: a real
-// folder (a root's resolved path has no links), so a path may pass through it on its way
-// into that root without it being served itself.
-func (s *fileStore) leadsToRoot(real string) bool {
+// leadsToRoot reports whether the resolved path real is a folder above some root allowing
+// a: a real folder (a root's resolved path has no links), so a path may pass through it on
+// its way into that root without it being served itself.
+func (s *fileStore) leadsToRoot(real string, a access) bool {
 	for _, r := range s.roots {
-		if rel, ok := within(real, r.resolved); ok && rel != "." {
+		if rel, ok := within(real, r.resolved); ok && rel != "." && a.allows(r) {
 			return true
 		}
 	}
@@ -70,12 +97,11 @@ func (s *fileStore) leadsToRoot(real string) bool {
 // resolve follows p (an absolute, clean path from a URL) one component at a time, as the
 // kernel would, but with every lookup done by Lstat through the os.Root of the root that
 // holds the component, and every symbolic link's target, relative or absolute, read and
-// walked in its place. It fails with ErrNotAllowed as soon as the walk steps outside
-// every root, or after maxLinks links. A path whose tail does not exist resolves to where
-// that tail would be created (info nil). write picks how a file where a folder is needed
-// is reported: ErrNotFound for a read, ErrNotAllowed for a write.
-func (s *fileStore) resolve(p string, write bool) (resolved, error) {
-	start, rel, err := s.locate(p)
+// walked in its place. It fails with ErrNotAllowed as soon as the walk steps outside every
+// root allowing a or into a denied folder, or after maxLinks links. A path whose tail does
+// not exist resolves to where that tail would be created (info nil).
+func (s *fileStore) resolve(p string, a access) (resolved, error) {
+	start, rel, err := s.locate(p, a)
 	if err != nil {
 		return resolved{}, err
 	}
@@ -86,11 +112,19 @@ func (s *fileStore) resolve(p string, write bool) (resolved, error) {
 		todo = ""
 	}
 	links := 0
-	outside := func() error {
-		if links == 0 {
-			return fmt.Errorf("%w: %s is outside the file roots (LA_FILE_ROOTS)", ErrNotAllowed, p)
+	serve := func(real string) (*fileRoot, string, error) {
+		r, rel, ok, d := s.serving(real, a)
+		switch {
+		case !ok && links == 0:
+			return nil, "", fmt.Errorf("%w: %s is outside the file roots (%s)", ErrNotAllowed, p, a.variable)
+		case !ok:
+			return nil, "", fmt.Errorf("%w: %s leads outside the file roots (%s) through a symbolic link", ErrNotAllowed, p, a.variable)
+		case d != "" && links == 0:
+			return nil, "", fmt.Errorf("%w: %s is in %s, which file:// never serves", ErrNotAllowed, p, d)
+		case d != "":
+			return nil, "", fmt.Errorf("%w: %s leads into %s, which file:// never serves, through a symbolic link", ErrNotAllowed, p, d)
 		}
-		return fmt.Errorf("%w: %s leads outside the file roots (LA_FILE_ROOTS) through a symbolic link", ErrNotAllowed, p)
+		return r, rel, nil
 	}
 	for todo != "" {
 		var c string
@@ -103,20 +137,20 @@ func (s *fileStore) resolve(p string, write bool) (resolved, error) {
 			continue
 		}
 		next := filepath.Join(cur, c)
-		if todo != "" && s.leadsToRoot(next) {
+		if todo != "" && s.leadsToRoot(next, a) {
 			cur, curInfo = next, nil
 			continue
 		}
-		r, nextRel, ok := s.serving(next)
-		if !ok {
-			return resolved{}, outside()
+		r, nextRel, err := serve(next)
+		if err != nil {
+			return resolved{}, err
 		}
 		info, err := r.root.Lstat(nextRel)
 		if errors.Is(err, fs.ErrNotExist) {
-			return s.missing(p, next, todo, outside)
+			return s.missing(p, next, todo, serve)
 		}
 		if err != nil {
-			return resolved{}, fileFailure(p, fmt.Errorf("resolve: %w", err), write)
+			return resolved{}, fileFailure(p, fmt.Errorf("resolve: %w", err), a.write)
 		}
 		if info.Mode()&fs.ModeSymlink != 0 {
 			if links++; links > maxLinks {
@@ -124,7 +158,7 @@ func (s *fileStore) resolve(p string, write bool) (resolved, error) {
 			}
 			target, err := r.root.Readlink(nextRel)
 			if err != nil {
-				return resolved{}, fileFailure(p, fmt.Errorf("resolve: %w", err), write)
+				return resolved{}, fileFailure(p, fmt.Errorf("resolve: %w", err), a.write)
 			}
 			if filepath.IsAbs(target) {
 				cur, curInfo = "/", nil
@@ -133,17 +167,17 @@ func (s *fileStore) resolve(p string, write bool) (resolved, error) {
 			continue
 		}
 		if todo != "" && !info.IsDir() {
-			return resolved{}, fileFailure(p, fmt.Errorf("resolve: %s: %w", next, syscall.ENOTDIR), write)
+			return resolved{}, fileFailure(p, fmt.Errorf("resolve: %s: %w", next, syscall.ENOTDIR), a.write)
 		}
 		cur, curInfo = next, info
 	}
-	r, curRel, ok := s.serving(cur)
-	if !ok {
-		return resolved{}, outside()
+	r, curRel, err := serve(cur)
+	if err != nil {
+		return resolved{}, err
 	}
 	if curInfo == nil { // the root itself, or a folder reached by ".." or on the way in
 		if curInfo, err = r.root.Lstat(curRel); err != nil {
-			return resolved{}, fileFailure(p, fmt.Errorf("resolve: %w", err), write)
+			return resolved{}, fileFailure(p, fmt.Errorf("resolve: %w", err), a.write)
 		}
 	}
 	return resolved{root: r, rel: curRel, info: curInfo}, nil
@@ -152,16 +186,15 @@ func (s *fileStore) resolve(p string, write bool) (resolved, error) {
 // missing resolves a path whose component next does not exist: next and the rest of the
 // path (todo) are where a Put would create them. A ".." in what is left (from a link's
 // target) would climb out of a folder that is not there: not found.
-func (s *fileStore) missing(p, next, todo string, outside func() error) (resolved, error) {
+func (s *fileStore) missing(p, next, todo string, serve func(string) (*fileRoot, string, error)) (resolved, error) {
 	for _, c := range strings.Split(todo, "/") {
 		if c == ".." {
 			return resolved{}, fmt.Errorf("%w: %s: a symbolic link leads through %s, which does not exist", ErrNotFound, p, next)
 		}
 	}
-	full := filepath.Join(next, todo)
-	r, rel, ok := s.serving(full)
-	if !ok {
-		return resolved{}, outside()
+	r, rel, err := serve(filepath.Join(next, todo))
+	if err != nil {
+		return resolved{}, err
 	}
 	return resolved{root: r, rel: rel}, nil
 }

@@ -29,7 +29,7 @@ func Open(cfg Config) (*Router, error) {
 		}
 		r.s3 = s3
 	}
-	file, err := newFileStore(cfg.FileRoots)
+	file, err := newFileStore(cfg.FileRoots, cfg.OutputRoots)
 	if err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
@@ -144,7 +144,7 @@ func (r *Router) route(url string, prefix bool) (Location, error) {
 	case loc.Scheme == SchemeS3 && r.s3 == nil:
 		return Location{}, fmt.Errorf("%s: %w: s3:// is not configured (set LA_S3_ENDPOINT)", url, ErrNotAllowed)
 	case loc.Scheme == SchemeFile && r.file == nil:
-		return Location{}, fmt.Errorf("%s: %w: file:// is off (set LA_FILE_ROOTS to the directories it may use)", url, ErrNotAllowed)
+		return Location{}, fmt.Errorf("%s: %w: file:// is off (set LA_FILE_ROOTS, and LA_OUTPUT_ROOTS, to the directories it may use)", url, ErrNotAllowed)
 	}
 	return loc, nil
 }

@@ -31,14 +31,11 @@ var (
 	ErrRefused = errors.New("request refused by the storage service")
 )
 
-// permanent are the sentinels of failures that a retry cannot fix.
-var permanent = [...]error{ErrNotFound, ErrTooLarge, ErrBadURL, ErrNotAllowed, ErrAccessDenied, ErrRefused}
-
 // Permanent reports whether err, from a Store, is a failure that retrying the same call
 // cannot fix: it wraps one of ErrNotFound, ErrTooLarge, ErrBadURL, ErrNotAllowed,
 // ErrAccessDenied or ErrRefused. Anything else (nil included) is not permanent.
 func Permanent(err error) bool {
-	for _, p := range permanent {
+	for _, p := range [...]error{ErrNotFound, ErrTooLarge, ErrBadURL, ErrNotAllowed, ErrAccessDenied, ErrRefused} {
 		if errors.Is(err, p) {
 			return true
 		}
