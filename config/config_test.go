@@ -1,0 +1,74 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestClosestNameSuggestsTypos(t *testing.T) {
+	known := Names(Worker{})
+	for typo, want := range map[string]string{
+		"LA_METRICS_ADRR": "LA_METRICS_ADDR", // transposition
+		"LA_PREFECH":      "LA_PREFETCH",     // a letter missing
+		"LA_GRACEE":       "LA_GRACE",        // one too many
+		"LA_ACKWAIT":      "LA_ACK_WAIT",
+		"LA_SOMETHING":    "", // nothing near: no guess
+	} {
+		if got := closest(typo, known); got != want {
+			t.Errorf("closest(%s) = %q, want %q", typo, got, want)
+		}
+	}
+}
+
+func TestUnknownIgnoresOtherPrefixesAndKnownNames(t *testing.T) {
+	known := Names(Worker{})
+	env := []string{"PATH=/bin", "HOME=/root", "LA_GRACE=1s", "NATS_URL=x", "LA_PREFECH=3", "LA_ZZZ=1"}
+	err := Unknown(env, known)
+	if err == nil {
+		t.Fatal("unknown LA_ variables accepted")
+	}
+	msg := err.Error()
+	for _, want := range []string{"LA_PREFECH: unknown; did you mean LA_PREFETCH?", "LA_ZZZ: unknown"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	for _, unwanted := range []string{"PATH", "HOME", "NATS_URL", "LA_GRACE:"} {
+		if strings.Contains(msg, unwanted) {
+			t.Errorf("error %q names %s, which is not an unknown LA_ variable", msg, unwanted)
+		}
+	}
+}
+
+func TestSettingsReportSourcesAndRedactSecrets(t *testing.T) {
+	var c Worker
+	c.Runner.Grace = 45 * time.Second
+	c.NATS.Password = "hunter2"
+	c.Topology.BackOff = []time.Duration{time.Minute, 2 * time.Minute}
+	got := map[string]Setting{}
+	for _, s := range Settings(&c, []string{"LA_GRACE=45s", "LA_NATS_PASSWORD=hunter2"}) {
+		got[s.Name] = s
+	}
+	if s := got["LA_GRACE"]; s.Value != "45s" || s.Source != "environment" || s.Default != "30s" {
+		t.Errorf("LA_GRACE: %+v", s)
+	}
+	if s := got["LA_NATS_PASSWORD"]; s.Value != Redacted || !s.Secret {
+		t.Errorf("LA_NATS_PASSWORD: %+v, want it redacted", s)
+	}
+	if s := got["LA_NATS_TOKEN"]; s.Value != "" || s.Source != "default" {
+		t.Errorf("an unset secret: %+v, want empty (not redacted) from the default", s)
+	}
+	if s := got["LA_BACKOFF"]; s.Value != "1m0s,2m0s" {
+		t.Errorf("LA_BACKOFF printed as %q, want the list envconfig reads back", s.Value)
+	}
+	// Every variable has exactly one setting: names are unique across the tree.
+	seen := map[string]bool{}
+	for _, n := range Names(Worker{}, Submit{}) {
+		if seen[n] && !strings.HasPrefix(n, "LA_NATS_") && !strings.HasPrefix(n, "LA_S3_") &&
+			n != "LA_FILE_ROOTS" && n != "LA_MAX_IMAGE_BYTES" {
+			t.Errorf("%s is declared twice", n)
+		}
+		seen[n] = true
+	}
+}
