@@ -1,0 +1,174 @@
+// Package bench measures the CPU engine against the machine it runs on: it is
+// `worker bench`. Run loads a checkpoint into the CPU backend, times vision, prefill and
+// decode on synthetic inputs of the served shapes, and prints each stage next to what the
+// machine offers, measured in the same process: OpenBLAS sgemm GFLOP/s for vision and
+// prefill, STREAM-style memory bandwidth for decode (whose ceiling is bandwidth / weight
+// bytes read per token). The machine's figures come from bench/machine; the engine's own
+// (its decode kernels alone) from engine/native.
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+
+	"github.com/locateanything/detect/bench/machine"
+	"github.com/locateanything/detect/engine/checkpoint"
+	"github.com/locateanything/detect/engine/native"
+)
+
+// Usage is the command line of `worker bench`, appended to flag errors.
+const Usage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true]"
+
+// options are the flags of `worker bench`.
+type options struct {
+	weights      string
+	threads      int
+	tokens       int
+	gridH, gridW int
+	prompt       int
+	runs         int
+	warmup       bool
+	streamMiB    int
+	resident     bool
+}
+
+// shapes are the sizes derived from the flags and the checkpoint's config.
+type shapes struct {
+	patches     int // vision patches, gridH x gridW
+	imageTokens int // tokens after the merge
+}
+
+// Run implements `worker bench` with the arguments after the subcommand name, writing
+// the report to stdout. Every error starts with "bench:"; flag errors end with Usage.
+func Run(args []string, stdout io.Writer) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	m, err := checkpoint.Open(o.weights)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer m.Close()
+	sh, err := checkShapes(m.Config, o)
+	if err != nil {
+		return err
+	}
+	if o.threads == 0 {
+		o.threads = runtime.NumCPU()
+	}
+	// Machine figures first, before the backend's buffers take memory.
+	mf, err := measureMachine(m.Config, o, sh)
+	if err != nil {
+		return err
+	}
+	// The backend binds to one OS thread: open, run and close on this one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b, err := openBackend(m, o)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	runs, err := timedRuns(b, makeInputs(m.Config, o, sh), o)
+	if err != nil {
+		return err
+	}
+	return report(stdout, setup{o: o, m: m, backend: b.Name(), sh: sh, mf: mf}, summarise(m, o, sh, mf, runs))
+}
+
+// parseFlags reads the command line into options and checks what can be checked without
+// the checkpoint: required flags, the grid's syntax, positive counts.
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o options
+	fs.StringVar(&o.weights, "weights", os.Getenv("LA_WEIGHTS_DIR"), "checkpoint directory (default $LA_WEIGHTS_DIR)")
+	fs.IntVar(&o.threads, "threads", 0, "backend threads (0 = one per CPU)")
+	fs.IntVar(&o.tokens, "tokens", 64, "decode steps per run")
+	grid := fs.String("grid", "24x44", "vision grid HxW in 14-px patches")
+	fs.IntVar(&o.prompt, "prompt", 303, "prefill prompt length, image tokens included")
+	fs.IntVar(&o.runs, "runs", 3, "timed runs; each stage reports the median")
+	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
+	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
+	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
+	if err := fs.Parse(args); err != nil {
+		return o, fmt.Errorf("bench: %w\n%s", err, Usage)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("bench: unexpected argument %q\n%s", fs.Arg(0), Usage)
+	}
+	if o.weights == "" {
+		return o, fmt.Errorf("bench: --weights is required\n%s", Usage)
+	}
+	if _, err := fmt.Sscanf(*grid, "%dx%d", &o.gridH, &o.gridW); err != nil || o.gridH <= 0 || o.gridW <= 0 ||
+		*grid != fmt.Sprintf("%dx%d", o.gridH, o.gridW) {
+		return o, fmt.Errorf("bench: --grid %q: want HxW with positive sides, like 24x44", *grid)
+	}
+	if o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.threads < 0 || o.streamMiB < 1 {
+		return o, fmt.Errorf("bench: --tokens, --prompt, --runs and --stream-mib must be positive, --threads not negative")
+	}
+	return o, nil
+}
+
+// checkShapes checks the grid and prompt against the checkpoint (the grid must merge
+// evenly, the prompt must hold the image tokens and a little text) and returns the sizes
+// every later phase uses.
+func checkShapes(c *checkpoint.Config, o options) (shapes, error) {
+	merge := c.Vision.MergeKernel
+	if o.gridH%merge != 0 || o.gridW%merge != 0 {
+		return shapes{}, fmt.Errorf("bench: --grid %dx%d: sides must be multiples of the %d-patch merge", o.gridH, o.gridW, merge)
+	}
+	sh := shapes{patches: o.gridH * o.gridW, imageTokens: o.gridH * o.gridW / (merge * merge)}
+	if o.prompt < sh.imageTokens+2 {
+		return shapes{}, fmt.Errorf("bench: --prompt %d is too short for the %d image tokens of a %dx%d grid", o.prompt, sh.imageTokens, o.gridH, o.gridW)
+	}
+	return sh, nil
+}
+
+// machineFigures are the ceilings each stage is compared with, measured before the
+// backend opens.
+type machineFigures struct {
+	copyGBps, triadGBps float64 // STREAM copy and triad
+	kernelGBps          float64 // the engine's decode kernel alone
+	visionSGEMM         float64 // GFLOP/s at the vision MLP's shape
+	prefillSGEMM        float64 // GFLOP/s at the decoder MLP's shape over the prompt
+}
+
+// measureMachine measures memory bandwidth, the engine's decode kernel alone (over 1 GB
+// of 11008x2048 bf16 matrices, the MLP's shape) and sgemm at the dominant GEMM shape of
+// vision and of prefill.
+func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures, error) {
+	var f machineFigures
+	var err error
+	if f.copyGBps, f.triadGBps, err = machine.MemoryBandwidth(o.streamMiB, o.threads, 5); err != nil {
+		return f, fmt.Errorf("bench: %w", err)
+	}
+	if f.kernelGBps, err = native.MeasureMatvec(11008, 2048, 24, o.threads, 3); err != nil {
+		return f, fmt.Errorf("bench: %w", err)
+	}
+	if f.visionSGEMM, err = machine.SGEMM(sh.patches, c.Vision.Intermediate, c.Vision.Hidden, 3); err != nil {
+		return f, fmt.Errorf("bench: %w", err)
+	}
+	if f.prefillSGEMM, err = machine.SGEMM(o.prompt, c.Text.Intermediate, c.Text.Hidden, 3); err != nil {
+		return f, fmt.Errorf("bench: %w", err)
+	}
+	return f, nil
+}
+
+// openBackend opens the CPU backend with room for the prompt and the decode steps, on
+// the resident copy of the weights or (--resident=false) the file mapping.
+func openBackend(m *checkpoint.Model, o options) (*native.Backend, error) {
+	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, Threads: o.threads}
+	if !o.resident {
+		opts.BackendOptions = map[string]string{"resident_weights": "0"}
+	}
+	b, err := native.Open("cpu", m, opts)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return b, nil
+}

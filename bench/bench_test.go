@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestBenchReportsEveryStage(t *testing.T) {
+	var out bytes.Buffer
+	err := Run([]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x10",
+		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, &out)
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	report := out.String()
+	t.Log("\n" + report)
+	for _, want := range []struct {
+		line    string
+		pattern string
+	}{
+		{"machine", `triad ([0-9.]+) GB/s`},
+		{"kernel", `bf16 matrix-vector alone, .*: ([0-9.]+) GB/s`},
+		{"vision", `grid 8x10 \(80 patches, 20 image tokens\): [0-9.]+ ms, ([0-9.]+) GFLOP/s`},
+		{"prefill", `40 tokens: [0-9.]+ ms, ([0-9.]+) GFLOP/s`},
+		{"decode", `4 tokens: [0-9.]+ ms, ([0-9.]+) tokens/s`},
+		{"decode", `([0-9]+)% of ceiling`},
+		{"decode/run", `decode per run at ([0-9]+)% of that run's ceiling`},
+		{"decode/p10", `10th-percentile step [0-9.]+ ms = ([0-9.]+) tokens/s`},
+	} {
+		m := regexp.MustCompile(want.pattern).FindStringSubmatch(report)
+		if m == nil {
+			t.Errorf("%s line: no match for %q", want.line, want.pattern)
+			continue
+		}
+		if v, err := strconv.ParseFloat(m[1], 64); err != nil || v <= 0 {
+			t.Errorf("%s line: figure %q is not a positive number", want.line, m[1])
+		}
+	}
+	if !strings.Contains(report, "bf16") {
+		t.Error("report does not name the weights' dtype")
+	}
+}
+
+func TestBenchRejectsBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--weights", ""}, "--weights is required"},
+		{[]string{"--weights", "x", "--grid", "24by44"}, `--grid "24by44"`},
+		{[]string{"--weights", "x", "--grid", "0x4"}, "positive sides"},
+		{[]string{"--weights", "x", "--tokens", "0"}, "must be positive"},
+		{[]string{"--weights", "x", "--bogus"}, "flag provided but not defined"},
+		{[]string{"--weights", "/nonexistent/ckpt"}, "bench:"},
+		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge"},
+		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short"},
+	} {
+		err := Run(c.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+}
