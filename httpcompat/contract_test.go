@@ -367,7 +367,7 @@ func TestHealthSaysStartingUntilReady(t *testing.T) {
 	if err := h.srv.SetReady(h.chip); err == nil {
 		t.Fatal("a second SetReady succeeded; the startup landmark would print twice")
 	}
-	if err := New(Config{}, Options{}).SetReady(nil); err == nil {
+	if err := newServer(t, Config{}, Options{}).SetReady(nil); err == nil {
 		t.Fatal("SetReady(nil) succeeded")
 	}
 }

@@ -46,7 +46,7 @@ func newHarness(t testing.TB, s setup) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(s.cfg, s.opts)
+	srv := newServer(t, s.cfg, s.opts)
 	if !s.notReady {
 		if err := srv.SetReady(c); err != nil {
 			t.Fatal(err)
@@ -216,3 +216,41 @@ func (h *messageSignal) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *messageSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *messageSignal) WithGroup(string) slog.Handler      { return h }
+
+// testConfig is a complete server configuration for tests: the worker's values, with a
+// test's own settings where it gives them (its non-zero fields).
+func testConfig(own Config) Config {
+	c := Config{
+		Addr: "127.0.0.1:0", MaxBodyBytes: 64 << 20, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 2 * time.Minute, WriteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute,
+		ShutdownTimeout: 90 * time.Second, MaxPending: 64,
+	}
+	for _, set := range []struct {
+		ok  bool
+		set func()
+	}{
+		{own.Addr != "", func() { c.Addr = own.Addr }},
+		{own.MaxBodyBytes != 0, func() { c.MaxBodyBytes = own.MaxBodyBytes }},
+		{own.ReadHeaderTimeout != 0, func() { c.ReadHeaderTimeout = own.ReadHeaderTimeout }},
+		{own.ReadTimeout != 0, func() { c.ReadTimeout = own.ReadTimeout }},
+		{own.WriteTimeout != 0, func() { c.WriteTimeout = own.WriteTimeout }},
+		{own.IdleTimeout != 0, func() { c.IdleTimeout = own.IdleTimeout }},
+		{own.ShutdownTimeout != 0, func() { c.ShutdownTimeout = own.ShutdownTimeout }},
+		{own.MaxPending != 0, func() { c.MaxPending = own.MaxPending }},
+	} {
+		if set.ok {
+			set.set()
+		}
+	}
+	return c
+}
+
+// newServer is New with testConfig(own), failing the test on an error.
+func newServer(t testing.TB, own Config, opts Options) *Server {
+	t.Helper()
+	srv, err := New(testConfig(own), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}

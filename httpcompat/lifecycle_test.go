@@ -337,7 +337,7 @@ func TestShutdownDeadlineCutsLongRequests(t *testing.T) {
 }
 
 func TestServeAfterShutdownRefuses(t *testing.T) {
-	srv := New(Config{}, Options{})
+	srv := newServer(t, Config{}, Options{})
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -366,5 +366,18 @@ func TestStartupLandmarks(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[0], "no Blackhole device") ||
 		!strings.Contains(lines[1], "Application startup failed") {
 		t.Fatalf("%q", b.String())
+	}
+}
+
+// TestNewRefusesAnIncompleteConfig: the server states no defaults of its own (the worker's
+// configuration does), so a missing setting is an error naming it, not a silent fallback.
+func TestNewRefusesAnIncompleteConfig(t *testing.T) {
+	if _, err := New(Config{}, Options{}); err == nil || !strings.Contains(err.Error(), "LA_HTTP_ADDR") {
+		t.Errorf("New with no address: %v, want an error naming LA_HTTP_ADDR", err)
+	}
+	c := testConfig(Config{})
+	c.MaxPending = 0
+	if _, err := New(c, Options{}); err == nil || !strings.Contains(err.Error(), "LA_HTTP_MAX_PENDING") {
+		t.Errorf("New with MaxPending 0: %v, want an error naming LA_HTTP_MAX_PENDING", err)
 	}
 }

@@ -38,21 +38,8 @@ type Device interface {
 
 var _ Device = (*chip.Chip)(nil)
 
-// Defaults of Config.
-const (
-	DefaultAddr              = ":20000"         // the upstream server's host-run port
-	DefaultMaxBodyBytes      = 64 << 20         // a 47 MiB image, base64-encoded, plus the JSON around it
-	DefaultReadHeaderTimeout = 10 * time.Second //
-	DefaultReadTimeout       = 2 * time.Minute  // whole request, body included
-	DefaultWriteTimeout      = 10 * time.Minute // from the end of the headers to the end of the response
-	DefaultIdleTimeout       = 2 * time.Minute  // keep-alive
-	DefaultShutdownTimeout   = 90 * time.Second // under the 120 s `tt-model stop` allows
-	DefaultMaxPending        = 64               // /predict requests in the server at once
-)
-
-// Config is the server's process-level configuration (the worker fills it from LA_HTTP_*,
-// package config). New replaces a zero or negative field with its Default*, for callers
-// that embed the server without the worker's configuration.
+// Config is the server's process-level configuration; the worker fills it from LA_HTTP_*
+// (package config states the defaults). Every field is required.
 type Config struct {
 	Addr              string
 	MaxBodyBytes      int64
@@ -69,32 +56,26 @@ type Config struct {
 	MaxPending int
 }
 
-func (c Config) withDefaults() Config {
+// Validate reports the first setting the server cannot run with. Every field is required:
+// the defaults are the worker's (package config), not the server's.
+func (c Config) Validate() error {
 	if c.Addr == "" {
-		c.Addr = DefaultAddr
+		return errors.New("http config: no listen address (LA_HTTP_ADDR)")
 	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"LA_HTTP_MAX_BODY_BYTES", c.MaxBodyBytes}, {"LA_HTTP_MAX_PENDING", int64(c.MaxPending)},
+		{"LA_HTTP_READ_HEADER_TIMEOUT", int64(c.ReadHeaderTimeout)}, {"LA_HTTP_READ_TIMEOUT", int64(c.ReadTimeout)},
+		{"LA_HTTP_WRITE_TIMEOUT", int64(c.WriteTimeout)}, {"LA_HTTP_IDLE_TIMEOUT", int64(c.IdleTimeout)},
+		{"LA_HTTP_SHUTDOWN_TIMEOUT", int64(c.ShutdownTimeout)},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("http config: %s must be positive", f.name)
+		}
 	}
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = DefaultReadTimeout
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.MaxPending <= 0 {
-		c.MaxPending = DefaultMaxPending
-	}
-	return c
+	return nil
 }
 
 // Options are what the caller knows about this worker beyond the engine.
@@ -136,8 +117,11 @@ type readyState struct {
 }
 
 // New builds a server that is starting: it answers /health with "starting" and /predict with
-// 503 until SetReady.
-func New(cfg Config, opts Options) *Server {
+// 503 until SetReady. It fails on a Config that does not Validate.
+func New(cfg Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,7 +135,7 @@ func New(cfg Config, opts Options) *Server {
 		opts.Chips = 1
 	}
 	s := &Server{
-		cfg:     cfg.withDefaults(),
+		cfg:     cfg,
 		opts:    opts,
 		log:     opts.Logger,
 		started: time.Now(),
@@ -159,7 +143,7 @@ func New(cfg Config, opts Options) *Server {
 		drained: make(chan struct{}),
 	}
 	s.handler = s.routes()
-	return s
+	return s, nil
 }
 
 // SetReady hands the server the device once the engine is loaded and warmed up. From then on

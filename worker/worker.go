@@ -157,11 +157,15 @@ func (s *service) servePredict(context.Context) error {
 	if !s.cfg.HTTP.Enabled() {
 		return nil
 	}
-	s.predict = httpcompat.New(s.cfg.HTTP.Server(), httpcompat.Options{
+	predict, err := httpcompat.New(s.cfg.HTTP.Server(), httpcompat.Options{
 		Logger: s.log.With("component", "http"),
 		Chips:  s.cfg.Engine.Chips,
 		Queue:  queueDescription(s.cfg),
 	})
+	if err != nil {
+		return err
+	}
+	s.predict = predict
 	ln, err := s.predict.Listen()
 	if err != nil {
 		return fmt.Errorf("/predict server on LA_HTTP_ADDR=%s: %w", s.cfg.HTTP.Addr, err)

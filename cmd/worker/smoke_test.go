@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/enginetest"
@@ -27,7 +30,14 @@ func smokeServer(t *testing.T, ready bool) (*httptest.Server, *httpcompat.Server
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httpcompat.New(httpcompat.Config{}, httpcompat.Options{})
+	var hc config.HTTP
+	if err := envconfig.Process("", &hc); err != nil { // the worker's defaults
+		t.Fatal(err)
+	}
+	srv, err := httpcompat.New(hc.Server(), httpcompat.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if ready {
 		if err := srv.SetReady(c); err != nil {
 			t.Fatal(err)
