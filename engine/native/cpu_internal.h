@@ -251,12 +251,8 @@ void cpu_attention(la_engine *e, const cpu_attn *a);
  * F.interpolate(mode="bicubic", align_corners=False) without antialiasing. */
 void cpu_bicubic_resize(const float *in, int ih, int iw, int c, float *out, int oh, int ow);
 
-/* Machine figures for the benchmark (cpu_probe.c): STREAM-style copy and triad bandwidth
- * with the given number of threads (best of reps), OpenBLAS sgemm throughput for
- * [m, k] x [n, k]^T, and the name of the kernels this CPU gets. */
-int cpu_stream(size_t bytes_per_array, int threads, int reps, double *copy_gbs, double *triad_gbs,
-               char *err, size_t errlen);
-int cpu_sgemm_gflops(int m, int n, int k, int reps, double *gflops, char *err, size_t errlen);
+/* The engine's figures for the benchmark (cpu_probe.c): the name of the kernels this CPU
+ * gets. */
 const char *cpu_kernel_isa(void);
 /* cpu_matvec_gbps times the decode matrix-vector product over mats [rows, cols] matrices
  * stored back to back at w, on its own pool of threads, and returns the best weight GB/s. */

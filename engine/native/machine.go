@@ -1,5 +1,9 @@
 package native
 
+// The engine's own figures for `worker bench` (package bench): which decode kernels this
+// CPU gets and how fast they stream weights. The machine's figures (memory bandwidth,
+// OpenBLAS sgemm) are measured in bench/machine, outside the engine.
+
 /*
 #include <stdlib.h>
 #include "cpu_internal.h"
@@ -12,43 +16,18 @@ import (
 	"unsafe"
 )
 
-// MeasureMemoryBandwidth runs STREAM-style copy and triad over three arrays of mib MiB
-// each on threads threads (0 = one per CPU), best of reps, and returns GB/s.
-func MeasureMemoryBandwidth(mib, threads, reps int) (copyGBps, triadGBps float64, err error) {
-	if mib <= 0 || threads < 0 || reps <= 0 {
-		return 0, 0, fmt.Errorf("memory bandwidth: size %d MiB, threads %d, reps %d", mib, threads, reps)
-	}
-	if threads == 0 {
-		threads = runtime.NumCPU()
-	}
-	errBuf := (*C.char)(C.calloc(C.LA_ERR_LEN, 1))
-	defer C.free(unsafe.Pointer(errBuf))
-	var cp, triad C.double
-	if C.cpu_stream(C.size_t(mib)<<20, C.int(threads), C.int(reps), &cp, &triad, errBuf, C.LA_ERR_LEN) != 0 {
-		return 0, 0, fmt.Errorf("memory bandwidth: %s", C.GoString(errBuf))
-	}
-	return float64(cp), float64(triad), nil
-}
-
-// MeasureSGEMM times OpenBLAS cblas_sgemm on [m, k] x [n, k]^T (a prefill projection's
-// shape), best of reps after one warm-up, and returns GFLOP/s.
-func MeasureSGEMM(m, n, k, reps int) (float64, error) {
-	errBuf := (*C.char)(C.calloc(C.LA_ERR_LEN, 1))
-	defer C.free(unsafe.Pointer(errBuf))
-	var g C.double
-	if C.cpu_sgemm_gflops(C.int(m), C.int(n), C.int(k), C.int(reps), &g, errBuf, C.LA_ERR_LEN) != 0 {
-		return 0, fmt.Errorf("sgemm: %s", C.GoString(errBuf))
-	}
-	return float64(g), nil
-}
-
-// KernelISA names the decode kernels the CPU backend picks on this machine.
+// KernelISA names the decode kernels the CPU backend picks on this machine ("avx512",
+// "avx2" or "generic"). It describes the engine, not the machine: `worker bench` prints it
+// next to the machine's own figures, which live in bench/machine.
 func KernelISA() string { return C.GoString(C.cpu_kernel_isa()) }
 
-// MeasureMatvec times the decode kernels alone: y = W x over mats distinct bf16 matrices of
-// [rows, cols] stored back to back (freshly allocated, so cold in cache once they exceed
-// it), on threads threads, best of reps. It returns GB/s of weights read, the figure to
-// hold against MeasureMemoryBandwidth.
+// MeasureMatvec times the engine's decode kernels alone, on the engine's own thread pool
+// and work split: y = W x over mats distinct bf16 matrices of [rows, cols] stored back to
+// back (freshly allocated, so cold in cache once they exceed it), on threads threads
+// (0 = one per CPU), best of reps. It returns GB/s of weights read, the figure to hold
+// against the machine's memory bandwidth (bench/machine.MemoryBandwidth). It lives here,
+// not with the machine probes, because it measures the engine's code; nothing in
+// inference calls it.
 func MeasureMatvec(rows, cols, mats, threads, reps int) (float64, error) {
 	if rows <= 0 || cols <= 0 || mats <= 0 || threads < 0 || reps <= 0 {
 		return 0, fmt.Errorf("matvec: rows %d, cols %d, mats %d, threads %d, reps %d", rows, cols, mats, threads, reps)
