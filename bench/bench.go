@@ -8,6 +8,7 @@
 package bench
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,6 +22,21 @@ import (
 
 // Usage is the command line of `worker bench`, appended to flag errors.
 const Usage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true]"
+
+// ErrUsage marks the errors of a bad command line: a flag that does not parse, is missing
+// or out of range, or a grid or prompt that does not fit the checkpoint. Test for it with
+// errors.Is; cmd/worker exits 2 on it, as for its other usage errors.
+var ErrUsage = errors.New("bench: usage error")
+
+// usageErr is an error of the command line: it reads as the error it wraps and matches
+// ErrUsage.
+type usageErr struct{ error }
+
+func (e usageErr) Is(target error) bool { return target == ErrUsage }
+func (e usageErr) Unwrap() error        { return e.error }
+
+// usagef formats an error of the command line (see ErrUsage).
+func usagef(format string, args ...any) error { return usageErr{fmt.Errorf(format, args...)} }
 
 // options are the flags of `worker bench`.
 type options struct {
@@ -42,7 +58,8 @@ type shapes struct {
 }
 
 // Run implements `worker bench` with the arguments after the subcommand name, writing
-// the report to stdout. Every error starts with "bench:"; flag errors end with Usage.
+// the report to stdout. Every error starts with "bench:"; errors of the command line match
+// ErrUsage, and those of the flags alone end with Usage.
 func Run(args []string, stdout io.Writer) error {
 	o, err := parseFlags(args)
 	if err != nil {
@@ -96,20 +113,20 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
 	if err := fs.Parse(args); err != nil {
-		return o, fmt.Errorf("bench: %w\n%s", err, Usage)
+		return o, usagef("bench: %w\n%s", err, Usage)
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("bench: unexpected argument %q\n%s", fs.Arg(0), Usage)
+		return o, usagef("bench: unexpected argument %q\n%s", fs.Arg(0), Usage)
 	}
 	if o.weights == "" {
-		return o, fmt.Errorf("bench: --weights is required\n%s", Usage)
+		return o, usagef("bench: --weights is required\n%s", Usage)
 	}
 	if _, err := fmt.Sscanf(*grid, "%dx%d", &o.gridH, &o.gridW); err != nil || o.gridH <= 0 || o.gridW <= 0 ||
 		*grid != fmt.Sprintf("%dx%d", o.gridH, o.gridW) {
-		return o, fmt.Errorf("bench: --grid %q: want HxW with positive sides, like 24x44", *grid)
+		return o, usagef("bench: --grid %q: want HxW with positive sides, like 24x44", *grid)
 	}
 	if o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.threads < 0 || o.streamMiB < 1 {
-		return o, fmt.Errorf("bench: --tokens, --prompt, --runs and --stream-mib must be positive, --threads not negative")
+		return o, usagef("bench: --tokens, --prompt, --runs and --stream-mib must be positive, --threads not negative")
 	}
 	return o, nil
 }
@@ -120,11 +137,11 @@ func parseFlags(args []string) (options, error) {
 func checkShapes(c *checkpoint.Config, o options) (shapes, error) {
 	merge := c.Vision.MergeKernel
 	if o.gridH%merge != 0 || o.gridW%merge != 0 {
-		return shapes{}, fmt.Errorf("bench: --grid %dx%d: sides must be multiples of the %d-patch merge", o.gridH, o.gridW, merge)
+		return shapes{}, usagef("bench: --grid %dx%d: sides must be multiples of the %d-patch merge", o.gridH, o.gridW, merge)
 	}
 	sh := shapes{patches: o.gridH * o.gridW, imageTokens: o.gridH * o.gridW / (merge * merge)}
 	if o.prompt < sh.imageTokens+2 {
-		return shapes{}, fmt.Errorf("bench: --prompt %d is too short for the %d image tokens of a %dx%d grid", o.prompt, sh.imageTokens, o.gridH, o.gridW)
+		return shapes{}, usagef("bench: --prompt %d is too short for the %d image tokens of a %dx%d grid", o.prompt, sh.imageTokens, o.gridH, o.gridW)
 	}
 	return sh, nil
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -46,21 +47,25 @@ func TestBenchReportsEveryStage(t *testing.T) {
 
 func TestBenchRejectsBadFlags(t *testing.T) {
 	for _, c := range []struct {
-		args []string
-		want string
+		args  []string
+		want  string
+		usage bool // the command line's fault: matches ErrUsage
 	}{
-		{[]string{"--weights", ""}, "--weights is required"},
-		{[]string{"--weights", "x", "--grid", "24by44"}, `--grid "24by44"`},
-		{[]string{"--weights", "x", "--grid", "0x4"}, "positive sides"},
-		{[]string{"--weights", "x", "--tokens", "0"}, "must be positive"},
-		{[]string{"--weights", "x", "--bogus"}, "flag provided but not defined"},
-		{[]string{"--weights", "/nonexistent/ckpt"}, "bench:"},
-		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge"},
-		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short"},
+		{[]string{"--weights", ""}, "--weights is required", true},
+		{[]string{"--weights", "x", "--grid", "24by44"}, `--grid "24by44"`, true},
+		{[]string{"--weights", "x", "--grid", "0x4"}, "positive sides", true},
+		{[]string{"--weights", "x", "--tokens", "0"}, "must be positive", true},
+		{[]string{"--weights", "x", "--bogus"}, "flag provided but not defined", true},
+		{[]string{"--weights", "/nonexistent/ckpt"}, "bench:", false},
+		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge", true},
+		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short", true},
 	} {
 		err := Run(c.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
+		if errors.Is(err, ErrUsage) != c.usage {
+			t.Errorf("%v: errors.Is(%v, ErrUsage) = %v, want %v", c.args, err, !c.usage, c.usage)
 		}
 	}
 }

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"errors"
 	"io"
 
 	"github.com/locateanything/detect/bench"
 )
 
 // runBench implements `worker bench`: the CPU backend's stages timed against the
-// machine's own ceilings. The command lives in package bench; see bench.Run.
+// machine's own ceilings. The command lives in package bench (see bench.Run); an error of
+// its command line becomes a usageError, so the worker exits 2 on it.
 func runBench(args []string, stdout io.Writer) error {
-	return bench.Run(args, stdout)
+	err := bench.Run(args, stdout)
+	if errors.Is(err, bench.ErrUsage) {
+		return usageError{err}
+	}
+	return err
 }
