@@ -97,7 +97,7 @@ func connectTopologyURL(t testing.TB, url string, cfg TopologyConfig) (jetstream
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
-	topo, err := EnsureTopology(t.Context(), js, cfg)
+	topo, err := EnsureTopology(t.Context(), js, completeTopology(cfg))
 	if err != nil {
 		t.Fatalf("ensure topology: %v", err)
 	}
@@ -115,7 +115,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // testRunnerConfig is fast: short polls and retry delays.
 func (e *testEnv) runnerConfig(worker string) RunnerConfig {
 	return RunnerConfig{
-		Worker: worker, DefaultOutput: defaultOutput, PollWait: 200 * time.Millisecond,
+		Worker: worker, DefaultOutput: defaultOutput, Prefetch: 2, PollWait: 200 * time.Millisecond,
 		RetryDelay: 50 * time.Millisecond, RetryDelayMax: 500 * time.Millisecond,
 		OpTimeout: 10 * time.Second, Grace: 10 * time.Second, Logger: e.log,
 	}
@@ -233,9 +233,19 @@ func (e *testEnv) storedResult(t *testing.T, output, id string) Result {
 	return r
 }
 
-// dlqRecord returns the dead-letter record of id, or nil if there is none.
+// dlqRecord returns the dead-letter record of id, or nil if there is none. Call it once
+// the job has ended: it first waits for the job's terminal state, which is written after
+// the result is published and the DLQ record stored, so a record still being written is
+// not taken for none.
 func (e *testEnv) dlqRecord(t *testing.T, id string) *DLQRecord {
 	t.Helper()
+	testwait.Until(t, 30*time.Second, "the terminal state of "+id, func() bool {
+		st, ok, err := e.topo.State.Get(t.Context(), id)
+		if err != nil {
+			t.Fatalf("read state of %s: %v", id, err)
+		}
+		return ok && st.Status.Terminal()
+	})
 	m, err := e.topo.DLQ.GetLastMsgForSubject(t.Context(), DLQSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
@@ -272,4 +282,34 @@ func pngHeader(w, h uint32) []byte {
 	b.Write(chunk)
 	_ = binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
 	return b.Bytes()
+}
+
+// completeTopology fills the settings a test leaves zero with the worker's values (its
+// defaults in package config), so each test names only what it is about.
+func completeTopology(c TopologyConfig) TopologyConfig {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.ResultsMaxAge == 0 {
+		c.ResultsMaxAge = 7 * 24 * time.Hour
+	}
+	if c.DLQMaxAge == 0 {
+		c.DLQMaxAge = 30 * 24 * time.Hour
+	}
+	if c.StateMaxAge == 0 {
+		c.StateMaxAge = 7 * 24 * time.Hour
+	}
+	if c.AckWait == 0 {
+		c.AckWait = time.Minute
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 10
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 1024
+	}
+	return c
 }
