@@ -141,7 +141,8 @@ int machine_stream(size_t bytes_per_array, int threads, int reps, double *copy_g
     size_t n = bytes_per_array / sizeof(float);
     if (n == 0 || threads < 1 || reps < 1)
         return errorf(err, errlen, "stream: need a positive size, threads and repetitions");
-    stream_run r = {.n = n, .nthreads = threads, .reps = reps, .best_copy = 1e30, .best_triad = 1e30};
+    stream_run r = {.n = n, .nthreads = threads, .reps = reps,
+                    .best_copy = 1e30, .best_triad = 1e30};
     r.a = malloc(n * sizeof(float));
     r.b = malloc(n * sizeof(float));
     r.c = malloc(n * sizeof(float));
