@@ -31,7 +31,7 @@ type maxDeliveriesAdvisory struct {
 }
 
 // DeadLetterConfig tunes a MaxDeliveriesWatcher; the fields mean what they mean in
-// RunnerConfig.
+// RunnerConfig, and Worker, DefaultOutput and OpTimeout are required.
 type DeadLetterConfig struct {
 	Worker        string
 	DefaultOutput string
@@ -55,13 +55,21 @@ func NewMaxDeliveriesWatcher(nc *nats.Conn, topo *Topology, store storage.Store,
 	if nc == nil || topo == nil || store == nil {
 		return nil, errors.New("new max-deliveries watcher: connection, topology and store are required")
 	}
-	rc := RunnerConfig{Worker: cfg.Worker, DefaultOutput: cfg.DefaultOutput, OpTimeout: cfg.OpTimeout, Logger: cfg.Logger}.withDefaults(time.Second)
-	if rc.DefaultOutput == "" {
+	switch {
+	case !ValidToken(cfg.Worker):
+		return nil, fmt.Errorf("new max-deliveries watcher: worker name %q: want 1-128 characters of [A-Za-z0-9_-]", cfg.Worker)
+	case cfg.DefaultOutput == "":
 		return nil, errors.New("new max-deliveries watcher: a default output prefix is required")
+	case cfg.OpTimeout <= 0:
+		return nil, fmt.Errorf("new max-deliveries watcher: op timeout %s must be positive", cfg.OpTimeout)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &MaxDeliveriesWatcher{nc: nc, sink: &sink{
-		topo: topo, store: store, worker: rc.Worker, defaultOutput: rc.DefaultOutput,
-		opTimeout: rc.OpTimeout, log: rc.Logger.With("component", "max-deliveries"), metrics: cfg.Metrics,
+		topo: topo, store: store, worker: cfg.Worker, defaultOutput: cfg.DefaultOutput,
+		opTimeout: cfg.OpTimeout, log: log.With("component", "max-deliveries"), metrics: cfg.Metrics,
 	}}, nil
 }
 

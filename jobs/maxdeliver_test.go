@@ -22,7 +22,7 @@ func TestMaxDeliveriesEndsInDLQWithFailedResult(t *testing.T) {
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 
 	w, err := NewMaxDeliveriesWatcher(natstest.Connect(t, e.nats), e.topo, e.store,
-		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, Logger: e.log})
+		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, OpTimeout: 10 * time.Second, Logger: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -29,56 +28,48 @@ var errExpired = errors.New("deadline passed")
 // shutdown ran out; the job is given back to the queue unfinished.
 var ErrShuttingDown = errors.New("worker shutting down")
 
-// RunnerConfig tunes one Runner. Zero values take the defaults noted.
+// RunnerConfig tunes one Runner. The settings are required (the worker's configuration,
+// package config, states their defaults); the fields after them are wiring.
 type RunnerConfig struct {
-	Worker        string        // name in results, state and logs; default host-pid
-	Prefetch      int           // job messages held at once, running or being prepared; default 2
-	DefaultOutput string        // result URL prefix for jobs without `output`; required
+	Worker        string        // name in results, state and logs
+	Prefetch      int           // job messages held at once, running or being prepared
+	DefaultOutput string        // result URL prefix for jobs without `output`
 	MaxImageBytes int64         // image size limit; 0 = the store's own limit
-	Grace         time.Duration // after Run's ctx ends, time in-flight jobs get to finish; default 30 s
-	PollWait      time.Duration // how long one pull waits for a job (also the stop latency); default 2 s
-	Heartbeat     time.Duration // InProgress period of held messages; default a third of AckWait
-	RetryDelay    time.Duration // NakWithDelay after the first transient failure, doubling; default 5 s
-	RetryDelayMax time.Duration // cap of the growing delay; default 5 min
-	OpTimeout     time.Duration // limit of one storage or NATS call; default 30 s
-	Logger        *slog.Logger  // default slog.Default()
-	Metrics       *Metrics      // nil records nothing
+	Grace         time.Duration // after Run's ctx ends, time in-flight jobs get to finish
+	PollWait      time.Duration // how long one pull waits for a job (also the stop latency)
+	RetryDelay    time.Duration // NakWithDelay after the first transient failure, doubling
+	RetryDelayMax time.Duration // cap of the growing delay
+	OpTimeout     time.Duration // limit of one storage or NATS call
+
+	// Heartbeat is the InProgress period of held messages; 0 derives it from the consumer:
+	// a third of its ack wait (or of its first back-off step when that is shorter).
+	Heartbeat time.Duration
+	Logger    *slog.Logger // nil discards
+	Metrics   *Metrics     // nil records nothing
 
 	// Now is the clock job deadlines are checked against; nil means time.Now. A test moves
 	// it forward to let a deadline pass without waiting for it.
 	Now func() time.Time
 }
 
-func (c RunnerConfig) withDefaults(ackWait time.Duration) RunnerConfig {
-	if c.Worker == "" {
-		host, _ := os.Hostname()
-		c.Worker = host + "-" + strconv.Itoa(os.Getpid())
+// validate reports the first required setting that is missing or makes no sense.
+func (c RunnerConfig) validate() error {
+	switch {
+	case !ValidToken(c.Worker):
+		return fmt.Errorf("worker name %q: want 1-128 characters of [A-Za-z0-9_-]", c.Worker)
+	case c.DefaultOutput == "":
+		return errors.New("a default output prefix is required")
+	case c.Prefetch < 1:
+		return fmt.Errorf("prefetch %d: must be at least 1", c.Prefetch)
+	case c.Grace <= 0 || c.PollWait <= 0 || c.RetryDelay <= 0 || c.OpTimeout <= 0:
+		return fmt.Errorf("grace %s, poll wait %s, retry delay %s and op timeout %s must be positive",
+			c.Grace, c.PollWait, c.RetryDelay, c.OpTimeout)
+	case c.RetryDelayMax < c.RetryDelay:
+		return fmt.Errorf("retry delay max %s is shorter than the retry delay %s", c.RetryDelayMax, c.RetryDelay)
+	case c.MaxImageBytes < 0:
+		return fmt.Errorf("max image bytes %d is negative", c.MaxImageBytes)
 	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 2
-	}
-	if c.Grace == 0 {
-		c.Grace = 30 * time.Second
-	}
-	if c.PollWait == 0 {
-		c.PollWait = 2 * time.Second
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = ackWait / 3
-	}
-	if c.RetryDelay == 0 {
-		c.RetryDelay = 5 * time.Second
-	}
-	if c.RetryDelayMax == 0 {
-		c.RetryDelayMax = 5 * time.Minute
-	}
-	if c.OpTimeout == 0 {
-		c.OpTimeout = 30 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
+	return nil
 }
 
 // Runner moves jobs from the shared consumer through one chip. Create one per chip.
@@ -99,17 +90,19 @@ func NewRunner(topo *Topology, store storage.Store, c *chip.Chip, cfg RunnerConf
 	if topo == nil || store == nil || c == nil {
 		return nil, errors.New("new runner: topology, store and chip are required")
 	}
-	if cfg.DefaultOutput == "" {
-		return nil, errors.New("new runner: a default output prefix is required")
-	}
-	if cfg.Prefetch < 0 {
-		return nil, fmt.Errorf("new runner: prefetch %d is negative", cfg.Prefetch)
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new runner: %w", err)
 	}
 	ackWait := topo.Consumer.CachedInfo().Config.AckWait
 	if bo := topo.Consumer.CachedInfo().Config.BackOff; len(bo) > 0 && bo[0] < ackWait {
 		ackWait = bo[0]
 	}
-	cfg = cfg.withDefaults(ackWait)
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = ackWait / 3
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	if cfg.Heartbeat <= 0 || (ackWait > 0 && cfg.Heartbeat >= ackWait) {
 		return nil, fmt.Errorf("new runner: heartbeat %s must be positive and shorter than the ack wait %s", cfg.Heartbeat, ackWait)
 	}

@@ -9,8 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// TopologyConfig sets up the streams, the shared consumer and the state bucket.
-// Zero values take the defaults of DefaultTopologyConfig.
+// TopologyConfig sets up the streams, the shared consumer and the state bucket. Every field
+// is required (the worker's configuration, package config, states the defaults); JobsMaxAge
+// and BackOff may be zero or empty, meaning no limit and no back-off.
 type TopologyConfig struct {
 	Replicas        int           // stream and bucket replicas (1, 3 or 5)
 	DuplicateWindow time.Duration // LA_JOBS dedupe window for Nats-Msg-Id
@@ -25,53 +26,8 @@ type TopologyConfig struct {
 	MaxAckPending int             // jobs in flight across all workers
 }
 
-// DefaultTopologyConfig is what a worker uses when nothing is configured.
-func DefaultTopologyConfig() TopologyConfig {
-	return TopologyConfig{
-		Replicas:        1,
-		DuplicateWindow: 2 * time.Minute,
-		ResultsMaxAge:   7 * 24 * time.Hour,
-		DLQMaxAge:       30 * 24 * time.Hour,
-		StateMaxAge:     7 * 24 * time.Hour,
-		AckWait:         60 * time.Second,
-		MaxDeliver:      10,
-		BackOff:         []time.Duration{60 * time.Second, 2 * time.Minute, 5 * time.Minute},
-		MaxAckPending:   1024,
-	}
-}
-
-func (c TopologyConfig) withDefaults() TopologyConfig {
-	d := DefaultTopologyConfig()
-	if c.Replicas == 0 {
-		c.Replicas = d.Replicas
-	}
-	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = d.DuplicateWindow
-	}
-	if c.ResultsMaxAge == 0 {
-		c.ResultsMaxAge = d.ResultsMaxAge
-	}
-	if c.DLQMaxAge == 0 {
-		c.DLQMaxAge = d.DLQMaxAge
-	}
-	if c.StateMaxAge == 0 {
-		c.StateMaxAge = d.StateMaxAge
-	}
-	if c.AckWait == 0 {
-		c.AckWait = d.AckWait
-	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = d.MaxDeliver
-	}
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = d.MaxAckPending
-	}
-	return c
-}
-
 // Validate reports the first setting that JetStream would refuse or that makes no sense.
 func (c TopologyConfig) Validate() error {
-	c = c.withDefaults()
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("replicas %d: must be 1-5", c.Replicas)
@@ -83,8 +39,10 @@ func (c TopologyConfig) Validate() error {
 		return fmt.Errorf("back-off has %d steps: must be fewer than max deliver (%d)", len(c.BackOff), c.MaxDeliver)
 	case c.MaxAckPending < 1:
 		return fmt.Errorf("max ack pending %d: must be at least 1", c.MaxAckPending)
-	case c.DuplicateWindow < 0 || c.JobsMaxAge < 0 || c.ResultsMaxAge < 0 || c.DLQMaxAge < 0 || c.StateMaxAge < 0:
-		return errors.New("durations must not be negative")
+	case c.DuplicateWindow <= 0 || c.ResultsMaxAge <= 0 || c.DLQMaxAge <= 0 || c.StateMaxAge <= 0:
+		return errors.New("the duplicate window and the results, dead-letter and state max ages must be positive")
+	case c.JobsMaxAge < 0:
+		return errors.New("the jobs max age must not be negative (0 = forever)")
 	}
 	if c.JobsMaxAge > 0 && c.DuplicateWindow > c.JobsMaxAge {
 		return fmt.Errorf("duplicate window %s is longer than the jobs max age %s", c.DuplicateWindow, c.JobsMaxAge)
@@ -100,7 +58,7 @@ type Topology struct {
 	DLQ      jetstream.Stream
 	Consumer jetstream.Consumer
 	State    *StateStore
-	Config   TopologyConfig // with defaults applied
+	Config   TopologyConfig
 }
 
 // EnsureTopology creates or updates LA_JOBS, LA_RESULTS, LA_DLQ, the shared durable pull
@@ -110,7 +68,6 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("topology config: %w", err)
 	}
-	cfg = cfg.withDefaults()
 	t := &Topology{JS: js, Config: cfg}
 	var err error
 	if t.Jobs, err = ensureStream(ctx, js, cfg, JobsStream, JobSubjectPrefix,

@@ -15,10 +15,10 @@ func TestEnsureTopologyAppliesConfigAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := TopologyConfig{
+	cfg := completeTopology(TopologyConfig{
 		DuplicateWindow: time.Minute, ResultsMaxAge: time.Hour, AckWait: 20 * time.Second,
 		MaxDeliver: 4, BackOff: []time.Duration{20 * time.Second, time.Minute}, MaxAckPending: 7,
-	}
+	})
 	first, err := EnsureTopology(t.Context(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -54,17 +54,22 @@ func TestEnsureTopologyAppliesConfigAndIsIdempotent(t *testing.T) {
 
 func TestTopologyConfigRejectsBadSettings(t *testing.T) {
 	for name, cfg := range map[string]TopologyConfig{
-		"replicas":     {Replicas: 7},
-		"ack wait":     {AckWait: time.Millisecond},
-		"back-off":     {MaxDeliver: 2, BackOff: []time.Duration{time.Second, time.Second}},
-		"max pending":  {MaxAckPending: -1},
-		"dedupe > age": {DuplicateWindow: time.Hour, JobsMaxAge: time.Minute},
+		"replicas":          {Replicas: 7},
+		"ack wait":          {AckWait: time.Millisecond},
+		"back-off":          {MaxDeliver: 2, BackOff: []time.Duration{time.Second, time.Second}},
+		"max pending":       {MaxAckPending: -1},
+		"dedupe > age":      {DuplicateWindow: time.Hour, JobsMaxAge: time.Minute},
+		"negative jobs age": {JobsMaxAge: -time.Second},
 	} {
-		if err := cfg.Validate(); err == nil {
+		if err := completeTopology(cfg).Validate(); err == nil {
 			t.Errorf("%s: %+v accepted", name, cfg)
 		}
 	}
-	if err := DefaultTopologyConfig().Validate(); err != nil {
-		t.Errorf("defaults rejected: %v", err)
+	if err := completeTopology(TopologyConfig{}).Validate(); err != nil {
+		t.Errorf("a complete configuration rejected: %v", err)
+	}
+	// No setting falls back to a default of its own: a zero one is refused.
+	if err := (TopologyConfig{}).Validate(); err == nil {
+		t.Error("an empty configuration was accepted")
 	}
 }

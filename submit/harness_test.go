@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/enginetest"
@@ -116,7 +118,7 @@ func startSystem(t *testing.T, eng *enginetest.Engine, opts systemOptions) *syst
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		t.Fatal(err)
 	}
-	if s.topo, err = jobs.EnsureTopology(t.Context(), s.js, opts.topology); err != nil {
+	if s.topo, err = jobs.EnsureTopology(t.Context(), s.js, workerTopology(t, opts.topology)); err != nil {
 		t.Fatalf("topology: %v", err)
 	}
 	// The CLI reads the same variables as a worker.
@@ -243,4 +245,28 @@ func countPublished(dir string) int {
 func countLines(path string) int {
 	data, _ := os.ReadFile(path)
 	return bytes.Count(data, []byte("\n"))
+}
+
+// workerTopology is the worker's default topology (package config) with the settings a
+// test gives (its non-zero fields) in their place.
+func workerTopology(t *testing.T, own jobs.TopologyConfig) jobs.TopologyConfig {
+	t.Helper()
+	var defaults config.Topology
+	if err := envconfig.Process("", &defaults); err != nil {
+		t.Fatal(err)
+	}
+	c := defaults.Jobs()
+	if own.DuplicateWindow != 0 {
+		c.DuplicateWindow = own.DuplicateWindow
+	}
+	if own.AckWait != 0 {
+		c.AckWait = own.AckWait
+	}
+	if own.MaxDeliver != 0 {
+		c.MaxDeliver = own.MaxDeliver
+	}
+	if own.BackOff != nil {
+		c.BackOff = own.BackOff
+	}
+	return c
 }

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/pipeline"
@@ -35,7 +37,11 @@ func TestHeldoutScenesThroughTheQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := jobs.EnsureTopology(ctx, js, jobs.DefaultTopologyConfig())
+	var worker config.Worker // the worker's defaults
+	if err := envconfig.Process("", &worker); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := jobs.EnsureTopology(ctx, js, worker.Topology.Jobs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +65,10 @@ func TestHeldoutScenesThroughTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	runner, err := jobs.NewRunner(topo, store, c, jobs.RunnerConfig{
-		Worker: "tiny", DefaultOutput: "file://" + out + "/", PollWait: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	rc := worker.RunnerConfig("tiny", 0)
+	rc.DefaultOutput, rc.PollWait = "file://"+out+"/", 200*time.Millisecond
+	rc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	runner, err := jobs.NewRunner(topo, store, c, rc)
 	if err != nil {
 		t.Fatal(err)
 	}
