@@ -227,13 +227,12 @@ func (s *fileStore) get(_ context.Context, loc Location, maxBytes int64) ([]byte
 }
 
 // put writes to a temporary file next to the target and renames it into place, so a reader
-// sees the old file or the new one, never a part; temporary files that writers killed
-// mid-Put left in the folder are removed first (file_temp.go). The content type is not
-// stored. The
+// sees the old file or the new one, never a part. The content type is not stored. The
 // target's folder is created, resolved again and held open (an os.Root on it) while the
-// file is written, so the writing happens in the folder that was checked; the target is
-// checked once more there: a FIFO, device or folder in its place is refused, never
-// written into or replaced.
+// file is written, so the writing happens in the folder that was checked; temporary files
+// that writers killed mid-Put left there are removed first (file_temp.go). The target is
+// checked once more in that folder: a FIFO, device or folder in its place is refused,
+// never written into or replaced.
 func (s *fileStore) put(_ context.Context, loc Location, data []byte) error {
 	t, err := s.resolve(loc.Path, s.writing)
 	if err != nil {
