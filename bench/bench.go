@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 
 	"github.com/locateanything/detect/bench/machine"
@@ -59,9 +58,10 @@ type shapes struct {
 
 // Run implements `worker bench` with the arguments after the subcommand name, writing
 // the report to stdout. Every error starts with "bench:"; errors of the command line match
-// ErrUsage, and those of the flags alone end with Usage.
-func Run(args []string, stdout io.Writer) error {
-	o, err := parseFlags(args)
+// ErrUsage, and those of the flags alone end with Usage. weights is the default of
+// --weights (the worker passes $LA_WEIGHTS_DIR: only commands read the environment).
+func Run(args []string, weights string, stdout io.Writer) error {
+	o, err := parseFlags(args, weights)
 	if err != nil {
 		return err
 	}
@@ -99,11 +99,11 @@ func Run(args []string, stdout io.Writer) error {
 
 // parseFlags reads the command line into options and checks what can be checked without
 // the checkpoint: required flags, the grid's syntax, positive counts.
-func parseFlags(args []string) (options, error) {
+func parseFlags(args []string, weights string) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var o options
-	fs.StringVar(&o.weights, "weights", os.Getenv("LA_WEIGHTS_DIR"), "checkpoint directory (default $LA_WEIGHTS_DIR)")
+	fs.StringVar(&o.weights, "weights", weights, "checkpoint directory (default $LA_WEIGHTS_DIR)")
 	fs.IntVar(&o.threads, "threads", 0, "backend threads (0 = one per CPU)")
 	fs.IntVar(&o.tokens, "tokens", 64, "decode steps per run")
 	grid := fs.String("grid", "24x44", "vision grid HxW in 14-px patches")

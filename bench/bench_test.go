@@ -12,7 +12,7 @@ import (
 func TestBenchReportsEveryStage(t *testing.T) {
 	var out bytes.Buffer
 	err := Run([]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x10",
-		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, &out)
+		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, "", &out)
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
@@ -60,7 +60,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge", true},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short", true},
 	} {
-		err := Run(c.args, &bytes.Buffer{})
+		err := Run(c.args, "", &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
 		}
