@@ -246,41 +246,63 @@ func Loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Validate reports every setting that makes no sense, one per line.
+// Validate reports every setting that makes no sense, joined by "; ".
 func (c Worker) Validate() error {
 	var errs []string
 	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-
-	if !slices.Contains([]string{"cpu", "ttnn"}, c.Engine.Backend) {
-		add("LA_ENGINE is %q, want cpu or ttnn", c.Engine.Backend)
-	}
-	positive(add, "LA_CHIPS", c.Engine.Chips)
-	notNegative(add, "LA_THREADS", c.Engine.Threads)
-	notNegative(add, "LA_IN_TOKEN_LIMIT", c.Engine.InTokenLimit)
-	positive(add, "LA_MAX_SEQ_LEN", c.Engine.MaxSeqLen)
-	if c.Engine.MaxNewTokens < 1 || c.Engine.MaxNewTokens > c.Engine.MaxNewTokensCap {
-		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", c.Engine.MaxNewTokens, c.Engine.MaxNewTokensCap)
-	}
-	if !slices.Contains([]string{"accuracy", "bfp8attn"}, c.TTNN.Precision) {
-		add("LA_PREC is %q, want accuracy or bfp8attn", c.TTNN.Precision)
-	}
-	positive(add, "LA_TRACE_REGION_SIZE", c.TTNN.TraceRegionSize)
-	positive(add, "LA_WARMUP_RUNS", c.TTNN.WarmupRuns)
-	positive(add, "LA_WARMUP_DECODE_STEPS", c.TTNN.WarmupDecode)
-	if c.TTNN.DeviceID != "" && strings.Trim(c.TTNN.DeviceID, "0123456789") != "" {
-		add("TT_DEVICE_ID is %q, want a device number", c.TTNN.DeviceID)
-	}
-
-	positive(add, "LA_HTTP_MAX_BODY_BYTES", c.HTTP.MaxBodyBytes)
-	positive(add, "LA_HTTP_MAX_PENDING", c.HTTP.MaxPending)
-	positiveDuration(add, "LA_HTTP_READ_HEADER_TIMEOUT", c.HTTP.ReadHeaderTimeout)
-	positiveDuration(add, "LA_HTTP_READ_TIMEOUT", c.HTTP.ReadTimeout)
-	positiveDuration(add, "LA_HTTP_WRITE_TIMEOUT", c.HTTP.WriteTimeout)
-	positiveDuration(add, "LA_HTTP_IDLE_TIMEOUT", c.HTTP.IdleTimeout)
-	positiveDuration(add, "LA_HTTP_SHUTDOWN_TIMEOUT", c.HTTP.ShutdownTimeout)
+	c.Engine.validate(add)
+	c.TTNN.validate(add)
+	c.HTTP.validate(add)
 	positiveDuration(add, "LA_NATS_TIMEOUT", c.NATS.Timeout)
+	c.Topology.validate(add)
+	c.Runner.validate(add)
+	c.Observe.validate(add)
+	c.Storage.validate(add)
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
 
-	t := c.Topology
+// adder collects one complaint.
+type adder func(format string, args ...any)
+
+func (e Engine) validate(add adder) {
+	if !slices.Contains([]string{"cpu", "ttnn"}, e.Backend) {
+		add("LA_ENGINE is %q, want cpu or ttnn", e.Backend)
+	}
+	positive(add, "LA_CHIPS", e.Chips)
+	notNegative(add, "LA_THREADS", e.Threads)
+	notNegative(add, "LA_IN_TOKEN_LIMIT", e.InTokenLimit)
+	positive(add, "LA_MAX_SEQ_LEN", e.MaxSeqLen)
+	if e.MaxNewTokens < 1 || e.MaxNewTokens > e.MaxNewTokensCap {
+		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", e.MaxNewTokens, e.MaxNewTokensCap)
+	}
+}
+
+func (t TTNN) validate(add adder) {
+	if !slices.Contains([]string{"accuracy", "bfp8attn"}, t.Precision) {
+		add("LA_PREC is %q, want accuracy or bfp8attn", t.Precision)
+	}
+	positive(add, "LA_TRACE_REGION_SIZE", t.TraceRegionSize)
+	positive(add, "LA_WARMUP_RUNS", t.WarmupRuns)
+	positive(add, "LA_WARMUP_DECODE_STEPS", t.WarmupDecode)
+	if t.DeviceID != "" && strings.Trim(t.DeviceID, "0123456789") != "" {
+		add("TT_DEVICE_ID is %q, want a device number", t.DeviceID)
+	}
+}
+
+func (h HTTP) validate(add adder) {
+	positive(add, "LA_HTTP_MAX_BODY_BYTES", h.MaxBodyBytes)
+	positive(add, "LA_HTTP_MAX_PENDING", h.MaxPending)
+	positiveDuration(add, "LA_HTTP_READ_HEADER_TIMEOUT", h.ReadHeaderTimeout)
+	positiveDuration(add, "LA_HTTP_READ_TIMEOUT", h.ReadTimeout)
+	positiveDuration(add, "LA_HTTP_WRITE_TIMEOUT", h.WriteTimeout)
+	positiveDuration(add, "LA_HTTP_IDLE_TIMEOUT", h.IdleTimeout)
+	positiveDuration(add, "LA_HTTP_SHUTDOWN_TIMEOUT", h.ShutdownTimeout)
+}
+
+func (t Topology) validate(add adder) {
 	if t.Replicas < 1 || t.Replicas > 5 {
 		add("LA_REPLICAS is %d, want 1 to 5", t.Replicas)
 	}
@@ -305,8 +327,9 @@ func (c Worker) Validate() error {
 	if t.JobsMaxAge > 0 && t.DuplicateWindow > t.JobsMaxAge {
 		add("LA_DUPLICATE_WINDOW %s is longer than LA_JOBS_MAX_AGE %s", t.DuplicateWindow, t.JobsMaxAge)
 	}
+}
 
-	r := c.Runner
+func (r Runner) validate(add adder) {
 	if r.WorkerName != "" && !jobs.ValidToken(r.WorkerName) {
 		add("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", r.WorkerName)
 	}
@@ -318,42 +341,43 @@ func (c Worker) Validate() error {
 	if r.RetryDelayMax < r.RetryDelay {
 		add("LA_RETRY_DELAY_MAX %s is shorter than LA_RETRY_DELAY %s", r.RetryDelayMax, r.RetryDelay)
 	}
-
-	if !slices.Contains([]string{"auto", "text", "json"}, c.Observe.LogFormat) {
-		add("LA_LOG_FORMAT is %q, want auto, text or json", c.Observe.LogFormat)
-	}
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(c.Observe.LogLevel)) {
-		add("LA_LOG_LEVEL is %q, want debug, info, warn or error", c.Observe.LogLevel)
-	}
-	positive(add, "LA_MAX_IMAGE_BYTES", c.Storage.MaxImageBytes)
-	if !slices.Contains([]string{"auto", "true", "false"}, c.Storage.PathStyle) {
-		add("LA_S3_PATH_STYLE is %q, want auto, true or false", c.Storage.PathStyle)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return nil
 }
 
-func positive[T int | int64](add func(string, ...any), name string, v T) {
+func (o Observe) validate(add adder) {
+	if !slices.Contains([]string{"auto", "text", "json"}, o.LogFormat) {
+		add("LA_LOG_FORMAT is %q, want auto, text or json", o.LogFormat)
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(o.LogLevel)) {
+		add("LA_LOG_LEVEL is %q, want debug, info, warn or error", o.LogLevel)
+	}
+}
+
+func (s Storage) validate(add adder) {
+	positive(add, "LA_MAX_IMAGE_BYTES", s.MaxImageBytes)
+	if !slices.Contains([]string{"auto", "true", "false"}, s.PathStyle) {
+		add("LA_S3_PATH_STYLE is %q, want auto, true or false", s.PathStyle)
+	}
+}
+
+func positive[T int | int64](add adder, name string, v T) {
 	if v < 1 {
 		add("%s is %d, want at least 1", name, v)
 	}
 }
 
-func notNegative(add func(string, ...any), name string, v int) {
+func notNegative(add adder, name string, v int) {
 	if v < 0 {
 		add("%s is %d, want 0 or more", name, v)
 	}
 }
 
-func positiveDuration(add func(string, ...any), name string, d time.Duration) {
+func positiveDuration(add adder, name string, d time.Duration) {
 	if d <= 0 {
 		add("%s is %s, want a positive duration", name, d)
 	}
 }
 
-func notNegativeDuration(add func(string, ...any), name string, d time.Duration) {
+func notNegativeDuration(add adder, name string, d time.Duration) {
 	if d < 0 {
 		add("%s is %s, want 0 (no limit) or a positive duration", name, d)
 	}
