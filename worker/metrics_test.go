@@ -10,11 +10,12 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/jobs"
 )
 
 func TestMetricsEndpointServesJobAndDeviceSeries(t *testing.T) {
-	c, err := chip.Open(func() (engine.Engine, error) { return newBlockingEngine(), nil })
+	c, err := chip.Open(func() (engine.Engine, error) { return enginetest.New(), nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,9 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"image"
 	_ "image/jpeg"
 	"log/slog"
 	"os"
@@ -23,65 +20,11 @@ import (
 
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/internal/syncbuf"
 	"github.com/locateanything/detect/jobs"
 )
-
-// blockingEngine is a test double: the query "block" runs until release is closed (or its
-// ctx ends); every other query answers at once with one box over the whole image.
-type blockingEngine struct {
-	started chan string
-	release chan struct{}
-
-	mu    sync.Mutex
-	calls []string
-}
-
-func newBlockingEngine() *blockingEngine {
-	return &blockingEngine{started: make(chan string, 16), release: make(chan struct{})}
-}
-
-func (b *blockingEngine) Prepare(_ context.Context, req engine.Request) (*engine.Prepared, error) {
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(req.Image))
-	if err != nil {
-		return nil, engine.InputErrorf(engine.CodeBadImage, "image cannot be decoded: %v", err)
-	}
-	return &engine.Prepared{Request: req, Width: cfg.Width, Height: cfg.Height}, nil
-}
-
-func (b *blockingEngine) Generate(ctx context.Context, p *engine.Prepared) (*engine.Prediction, error) {
-	b.mu.Lock()
-	b.calls = append(b.calls, p.Request.Query)
-	b.mu.Unlock()
-	b.started <- p.Request.Query
-	if p.Request.Query == "block" {
-		select {
-		case <-b.release:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("decode: %w", ctx.Err())
-		}
-	}
-	return &engine.Prediction{Query: p.Request.Query, Width: p.Width, Height: p.Height,
-		Detections: []engine.Detection{{Label: p.Request.Query, Box: [4]float64{0, 0, float64(p.Width), float64(p.Height)}}}}, nil
-}
-
-func (b *blockingEngine) Overlay(*engine.Prepared, *engine.Prediction) ([]byte, error) {
-	return nil, errors.New("no overlay in this double")
-}
-func (b *blockingEngine) Info() engine.Info { return engine.Info{Model: "double", Backend: "test"} }
-func (b *blockingEngine) Close() error      { return nil }
-
-func (b *blockingEngine) ran(query string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, q := range b.calls {
-		if q == query {
-			return true
-		}
-	}
-	return false
-}
 
 // testImages holds the photographs the tests send (dog.jpg).
 const testImages = "../testdata/images"
@@ -255,12 +198,14 @@ func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	dataDir := t.TempDir()
 	addr := freeport.MustAddr(t)
 	cfg := singleMachineConfig(t, dataDir, addr)
-	eng := newBlockingEngine()
+	started, release := make(chan string, 16), make(chan struct{})
+	eng := enginetest.New()
+	eng.Started, eng.Release = started, release // every job holds the chip until release
 	w := startWorker(t, cfg, eng)
 	js := publisher(t, addr)
 
 	publishJob(t, js, "in-flight", "block")
-	if q := <-eng.started; q != "block" {
+	if q := <-started; q != "block" {
 		t.Fatalf("first job run: %q", q)
 	}
 	publishJob(t, js, "queued-1", "q1")
@@ -272,7 +217,7 @@ func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 		t.Fatalf("worker exited (%v) before its running job finished", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(eng.release)
+	close(release)
 	if err := w.wait(); err != nil {
 		t.Fatalf("worker exit after drain: %v; want nil (exit 0)", err)
 	}
@@ -286,7 +231,7 @@ func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	}
 
 	// The queued jobs survive in the embedded store; the next start runs them.
-	eng2 := newBlockingEngine()
+	eng2 := enginetest.New()
 	startWorker(t, cfg, eng2)
 	deadline := time.Now().Add(time.Minute)
 	for _, id := range []string{"queued-1", "queued-2"} {
@@ -303,7 +248,7 @@ func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if eng2.ran("block") {
+	if eng2.Calls("block") != 0 {
 		t.Error("the drained job ran again after the restart")
 	}
 }
