@@ -178,7 +178,8 @@ type Storage struct {
 	Secure          bool     `envconfig:"LA_S3_SECURE" default:"true"`
 	PathStyle       string   `envconfig:"LA_S3_PATH_STYLE" default:"auto"` // auto, true, false
 	CAFile          string   `envconfig:"LA_S3_CA_FILE"`
-	FileRoots       []string `envconfig:"LA_FILE_ROOTS"` // directories file:// may use
+	FileRoots       []string `envconfig:"LA_FILE_ROOTS"`   // directories file:// may read (and write, without LA_OUTPUT_ROOTS)
+	OutputRoots     []string `envconfig:"LA_OUTPUT_ROOTS"` // the only directories file:// may write, when set
 	MaxImageBytes   int64    `envconfig:"LA_MAX_IMAGE_BYTES" default:"33554432"`
 }
 
@@ -203,9 +204,10 @@ func OtherTools() []string {
 
 // Finish resolves what depends on other settings and validates the whole tree. It makes
 // the data directory absolute and, when LA_RESULTS_URL is empty, puts the results under it.
-// With no LA_FILE_ROOTS, file:// may use the data directory and, on the single-machine
-// default (embedded NATS on loopback), also read below the working directory: the tree
-// `make run` and `submit DIR` are started from. workDir is that directory.
+// With no LA_FILE_ROOTS and LA_OUTPUT_ROOTS, file:// writes only below the data directory
+// and reads below it and, on the single-machine default (embedded NATS on loopback), below
+// the working directory: the tree `make run` and `submit DIR` are started from. workDir is
+// that directory. storage never serves /etc, /proc, /sys, /dev or /run under a wider root.
 func (c *Worker) Finish(workDir string) error {
 	if c.DataDir == "" {
 		return fmt.Errorf("LA_DATA_DIR must not be empty")
@@ -217,11 +219,16 @@ func (c *Worker) Finish(workDir string) error {
 	c.DataDir = abs
 	if c.Runner.ResultsURL == "" {
 		c.Runner.ResultsURL = "file://" + filepath.Join(c.DataDir, "results") + "/"
-		if len(c.Storage.FileRoots) == 0 && c.EmbeddedLoopback() {
-			c.Storage.FileRoots = []string{workDir}
+		if len(c.Storage.FileRoots) == 0 && len(c.Storage.OutputRoots) == 0 {
+			c.Storage.OutputRoots = []string{c.DataDir}
+			if c.EmbeddedLoopback() {
+				c.Storage.FileRoots = []string{workDir}
+			}
 		}
-		if !slices.Contains(c.Storage.FileRoots, c.DataDir) {
-			c.Storage.FileRoots = append(c.Storage.FileRoots, c.DataDir)
+		for _, roots := range []*[]string{&c.Storage.FileRoots, &c.Storage.OutputRoots} {
+			if (len(*roots) > 0 || roots == &c.Storage.FileRoots) && !slices.Contains(*roots, c.DataDir) {
+				*roots = append(*roots, c.DataDir) // the default results location must stay usable
+			}
 		}
 	}
 	return c.Validate()

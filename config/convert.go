@@ -27,7 +27,7 @@ func (s Storage) Store() storage.Config {
 	return storage.Config{
 		Endpoint: s.Endpoint, Region: s.Region, AccessKey: s.AccessKey, SecretKey: s.SecretKey,
 		CredentialsFile: s.CredentialsFile, Secure: s.Secure, PathStyle: s.PathStyle,
-		CAFile: s.CAFile, FileRoots: s.FileRoots, MaxImageBytes: s.MaxImageBytes,
+		CAFile: s.CAFile, FileRoots: s.FileRoots, OutputRoots: s.OutputRoots, MaxImageBytes: s.MaxImageBytes,
 	}
 }
 

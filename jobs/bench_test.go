@@ -34,7 +34,7 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 			if err := os.WriteFile(imgPath, img, 0o644); err != nil {
 				b.Fatal(err)
 			}
-			store, err := storage.Open(storage.Config{FileRoots: []string{dir}})
+			store, err := storage.Open(storage.Config{FileRoots: []string{dir}, MaxImageBytes: 32 << 20})
 			if err != nil {
 				b.Fatal(err)
 			}

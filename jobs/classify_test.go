@@ -48,7 +48,7 @@ func TestStorageErrorsAreClassified(t *testing.T) {
 	open := func(access, secret string) *storage.Router {
 		st, err := storage.Open(storage.Config{
 			Endpoint: srv.Endpoint, Region: s3test.Region, AccessKey: access, SecretKey: secret,
-			Secure: false, PathStyle: "true", FileRoots: []string{dir},
+			Secure: false, PathStyle: "true", FileRoots: []string{dir}, MaxImageBytes: 32 << 20,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -154,6 +154,7 @@ func TestUnusableStorageEndsTheJobOnTheFirstDelivery(t *testing.T) {
 	store, err := storage.Open(storage.Config{
 		Endpoint: "http://" + e.s3.Endpoint, Region: s3test.Region,
 		AccessKey: e.s3.AccessKey, SecretKey: e.s3.SecretKey, PathStyle: "true", FileRoots: []string{dir},
+		MaxImageBytes: 32 << 20,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func newTestEnvOn(t *testing.T, url string, cfg TopologyConfig) *testEnv {
 	var err error
 	e.store, err = storage.Open(storage.Config{
 		Endpoint: "http://" + e.s3.Endpoint, Region: s3test.Region,
-		AccessKey: e.s3.AccessKey, SecretKey: e.s3.SecretKey, PathStyle: "true",
+		AccessKey: e.s3.AccessKey, SecretKey: e.s3.SecretKey, PathStyle: "true", MaxImageBytes: 32 << 20,
 	})
 	if err != nil {
 		t.Fatalf("open storage: %v", err)

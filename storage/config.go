@@ -9,12 +9,10 @@ import (
 	"strings"
 )
 
-// DefaultMaxImageBytes is the size limit Get applies when the caller passes none.
-const DefaultMaxImageBytes = 32 << 20
-
-// Config selects and configures the backends. The worker fills it from the environment
-// with envconfig; the tags carry the full variable names, so they apply with or without a
-// prefix. Empty Endpoint turns s3:// off; empty FileRoots turns file:// off.
+// Config selects and configures the backends; the worker and submit fill it from LA_S3_*,
+// LA_FILE_ROOTS, LA_OUTPUT_ROOTS and LA_MAX_IMAGE_BYTES (package config states the
+// defaults). Empty Endpoint turns s3:// off; empty FileRoots and OutputRoots turn file://
+// off. MaxImageBytes is required.
 type Config struct {
 	// Endpoint is the S3 service's host[:port], e.g. "s3.amazonaws.com" or "minio:9000".
 	// An "http://" or "https://" in front decides TLS and overrides Secure.
@@ -40,12 +38,12 @@ type Config struct {
 	CAFile string `envconfig:"LA_S3_CA_FILE"`
 	// FileRoots are the directories file:// may read below, and write below too unless
 	// OutputRoots is set. Each must exist.
-	FileRoots []string `envconfig:"LA_FILE_ROOTS"`
+	FileRoots []string
 	// OutputRoots, when set, are the only directories file:// may write below (results,
 	// overlays); reads stay below FileRoots. A directory may be in both. Each must exist.
-	OutputRoots []string `envconfig:"LA_OUTPUT_ROOTS"`
+	OutputRoots []string
 	// MaxImageBytes is the limit Get applies when called with maxBytes <= 0.
-	MaxImageBytes int64 `envconfig:"LA_MAX_IMAGE_BYTES" default:"33554432"`
+	MaxImageBytes int64
 }
 
 const redacted = "[redacted]"

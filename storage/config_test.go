@@ -9,40 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kelseyhightower/envconfig"
-
 	"github.com/locateanything/detect/storage"
 )
 
-func TestConfigFromEnvironment(t *testing.T) {
-	t.Setenv("LA_S3_ENDPOINT", "minio:9000")
-	t.Setenv("LA_S3_SECURE", "false")
-	t.Setenv("LA_S3_PATH_STYLE", "true")
-	t.Setenv("LA_FILE_ROOTS", "/data,/srv/frames")
-	t.Setenv("LA_MAX_IMAGE_BYTES", "1000")
-	// The worker processes its whole config with the LA prefix; the full names still apply.
-	for _, prefix := range []string{"", "LA"} {
-		var cfg storage.Config
-		if err := envconfig.Process(prefix, &cfg); err != nil {
-			t.Fatalf("prefix %q: %v", prefix, err)
-		}
-		want := storage.Config{
-			Endpoint: "minio:9000", Region: "us-east-1", Secure: false, PathStyle: "true",
-			FileRoots: []string{"/data", "/srv/frames"}, MaxImageBytes: 1000,
-		}
-		if cfg.String() != want.String() {
-			t.Errorf("prefix %q: got %v, want %v", prefix, cfg, want)
-		}
-	}
-}
-
-func TestConfigDefaults(t *testing.T) {
-	var cfg storage.Config
-	if err := envconfig.Process("", &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if !cfg.Secure || cfg.Region != "us-east-1" || cfg.PathStyle != "auto" || cfg.MaxImageBytes != storage.DefaultMaxImageBytes {
-		t.Errorf("defaults: %v", cfg)
+func TestOpenNeedsAnImageLimit(t *testing.T) {
+	if _, err := storage.Open(storage.Config{FileRoots: []string{t.TempDir()}}); err == nil ||
+		!strings.Contains(err.Error(), "LA_MAX_IMAGE_BYTES") {
+		t.Errorf("Open without MaxImageBytes: %v; want an error naming LA_MAX_IMAGE_BYTES (no default of its own)", err)
 	}
 }
 
@@ -94,6 +67,7 @@ func TestOpenRejectsBadS3Settings(t *testing.T) {
 		"CA not PEM":            {Endpoint: "https://h:1", CAFile: notPEM},
 	}
 	for name, cfg := range cases {
+		cfg.MaxImageBytes = 1 << 20 // so each case fails for its own reason
 		if _, err := storage.Open(cfg); err == nil {
 			t.Errorf("%s: Open succeeded", name)
 		} else if strings.Contains(err.Error(), "wJalr") {
@@ -107,7 +81,7 @@ func TestCredentialsFileErrorsDoNotQuoteTheFile(t *testing.T) {
 	if err := os.WriteFile(p, []byte("AKIAEXAMPLEACCESS\nwJalrEXAMPLESECRET\nextra\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := storage.Open(storage.Config{Endpoint: "h:1", CredentialsFile: p})
+	_, err := storage.Open(storage.Config{Endpoint: "h:1", CredentialsFile: p, MaxImageBytes: 1 << 20})
 	if err == nil || strings.Contains(err.Error(), "EXAMPLE") {
 		t.Fatalf("Open = %v; want an error that does not quote the file", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -77,12 +76,8 @@ func TestFileOutputRootsConfineWrites(t *testing.T) {
 	if _, err := only.Get(ctx, u(out, "3.json"), 0); !errors.Is(err, storage.ErrNotAllowed) {
 		t.Errorf("Get with output roots only: %v; want ErrNotAllowed", err)
 	}
-	if _, err := storage.Open(storage.Config{OutputRoots: []string{filepath.Join(base, "missing")}}); err == nil || !strings.Contains(err.Error(), "LA_OUTPUT_ROOTS") {
+	if _, err := storage.Open(storage.Config{OutputRoots: []string{filepath.Join(base, "missing")}, MaxImageBytes: 1 << 20}); err == nil || !strings.Contains(err.Error(), "LA_OUTPUT_ROOTS") {
 		t.Errorf("Open with a missing output root: %v; want an error naming LA_OUTPUT_ROOTS", err)
-	}
-	field, _ := reflect.TypeOf(storage.Config{}).FieldByName("OutputRoots")
-	if tag := field.Tag.Get("envconfig"); tag != "LA_OUTPUT_ROOTS" {
-		t.Errorf("OutputRoots is read from %q, want LA_OUTPUT_ROOTS", tag)
 	}
 }
 

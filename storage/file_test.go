@@ -225,7 +225,7 @@ func TestFileOffUnlessConfigured(t *testing.T) {
 
 func TestFileRootsMustBeAbsoluteExistingDirectories(t *testing.T) {
 	for _, roots := range [][]string{{"relative/dir"}, {filepath.Join(t.TempDir(), "missing")}} {
-		if _, err := storage.Open(storage.Config{FileRoots: roots}); err == nil {
+		if _, err := storage.Open(storage.Config{FileRoots: roots, MaxImageBytes: 1 << 20}); err == nil {
 			t.Errorf("Open with roots %q succeeded", roots)
 		}
 	}

@@ -18,10 +18,10 @@ var _ Store = (*Router)(nil)
 // Open builds a Router from cfg. It checks the configuration and opens the file roots but
 // makes no network request: an S3 service that is down shows in the first operations.
 func Open(cfg Config) (*Router, error) {
-	r := &Router{maxBytes: cfg.MaxImageBytes}
-	if r.maxBytes <= 0 {
-		r.maxBytes = DefaultMaxImageBytes
+	if cfg.MaxImageBytes <= 0 {
+		return nil, fmt.Errorf("storage: MaxImageBytes %d must be positive (LA_MAX_IMAGE_BYTES)", cfg.MaxImageBytes)
 	}
+	r := &Router{maxBytes: cfg.MaxImageBytes}
 	if cfg.Endpoint != "" {
 		s3, err := newS3Store(cfg)
 		if err != nil {

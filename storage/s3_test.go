@@ -32,8 +32,16 @@ func openS3(t testing.TB) (*s3test.Server, *storage.Router) {
 	})
 }
 
+// testMaxImageBytes is the worker's LA_MAX_IMAGE_BYTES default, the limit tests run with
+// unless they are about the limit.
+const testMaxImageBytes = 32 << 20
+
+// openRouter opens cfg, with testMaxImageBytes when it sets no limit.
 func openRouter(t testing.TB, cfg storage.Config) *storage.Router {
 	t.Helper()
+	if cfg.MaxImageBytes == 0 {
+		cfg.MaxImageBytes = testMaxImageBytes
+	}
 	r, err := storage.Open(cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)

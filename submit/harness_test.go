@@ -99,7 +99,7 @@ func startSystem(t *testing.T, eng *enginetest.Engine, opts systemOptions) *syst
 	s.s3.CreateBucket(t, "results")
 	s.storeCfg = storage.Config{
 		Endpoint: s.s3.URL(), Region: s3test.Region,
-		AccessKey: s.s3.AccessKey, SecretKey: s.s3.SecretKey, PathStyle: "true",
+		AccessKey: s.s3.AccessKey, SecretKey: s.s3.SecretKey, PathStyle: "true", MaxImageBytes: 32 << 20,
 	}
 	if opts.fileRoot != "" {
 		s.storeCfg.FileRoots = []string{opts.fileRoot}

@@ -106,6 +106,9 @@ func TestConfigSingleMachineDefaults(t *testing.T) {
 	if want := []string{wd, dir}; strings.Join(cfg.FileRoots, ",") != strings.Join(want, ",") {
 		t.Errorf("file roots %v, want %v", cfg.FileRoots, want)
 	}
+	if want := []string{dir}; strings.Join(cfg.OutputRoots, ",") != strings.Join(want, ",") {
+		t.Errorf("output roots %v, want %v: a job writes below LA_DATA_DIR only", cfg.OutputRoots, want)
+	}
 }
 
 func TestConfigReadsNATSAndStorageVariables(t *testing.T) {

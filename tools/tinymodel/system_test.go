@@ -50,7 +50,7 @@ func TestHeldoutScenesThroughTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	store, err := storage.Open(storage.Config{FileRoots: []string{images, out}})
+	store, err := storage.Open(storage.Config{FileRoots: []string{images, out}, MaxImageBytes: 32 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
