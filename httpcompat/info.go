@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/locateanything/detect/engine"
@@ -154,11 +155,24 @@ func (s *Server) info(in engine.Info) infoBody {
 	return body
 }
 
+// modelID names the loaded checkpoint: its Hub repository when it is one, else the
+// engine's model name (the bundled "tiny-shapes"), never a repository it did not load.
 func modelID(in engine.Info) string {
-	if in.WeightsRepo != "" {
+	switch {
+	case in.WeightsRepo != "":
 		return in.WeightsRepo
+	case in.Model != "":
+		return in.Model
 	}
 	return defaultModelID
+}
+
+// ownedBy is /v1/models' owned_by: nvidia for its repository, else this service.
+func ownedBy(id string) string {
+	if strings.HasPrefix(id, "nvidia/") {
+		return "nvidia"
+	}
+	return "locateanything-detect"
 }
 
 // readSource reads the module path and VCS stamp the Go toolchain writes into the binary.
@@ -201,6 +215,6 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	}
 	s.writeJSON(w, http.StatusOK, modelsBody{
 		Object: "list",
-		Data:   []modelEntry{{ID: id, Object: "model", Created: s.started.Unix(), OwnedBy: "nvidia"}},
+		Data:   []modelEntry{{ID: id, Object: "model", Created: s.started.Unix(), OwnedBy: ownedBy(id)}},
 	})
 }
