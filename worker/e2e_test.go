@@ -18,6 +18,7 @@ import (
 
 	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/internal/syncbuf"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -136,18 +137,14 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 // waitHealthy polls /health until it says ok.
 func waitHealthy(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
+	testwait.Until(t, 2*time.Minute, "/health to say ok", func() bool {
 		resp, err := http.Get(base + "/health")
-		if err == nil {
-			var h struct{ Status string }
-			_ = json.NewDecoder(resp.Body).Decode(&h)
-			resp.Body.Close()
-			if h.Status == "ok" {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("/health never said ok")
+		defer resp.Body.Close()
+		var h struct{ Status string }
+		_ = json.NewDecoder(resp.Body).Decode(&h)
+		return h.Status == "ok"
+	})
 }

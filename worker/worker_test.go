@@ -23,6 +23,7 @@ import (
 	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/internal/syncbuf"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -137,36 +138,30 @@ func checkLogLines(t *testing.T, logs string) {
 	}
 }
 
-// publisher connects to the worker's embedded NATS once it is up.
+// publisher connects to the worker's embedded NATS once it is up and has its streams.
 func publisher(t *testing.T, addr string) jetstream.JetStream {
 	t.Helper()
 	var nc *nats.Conn
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.Until(t, time.Minute, "the worker's NATS server", func() bool {
 		var err error
-		if nc, err = nats.Connect("nats://" + addr); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker's NATS never came up: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		nc, err = nats.Connect("nats://" + addr)
+		return err == nil
+	})
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait for the worker to create the topology.
-	for {
-		if _, err := js.Stream(t.Context(), jobs.JobsStream); err == nil {
-			return js
+	testwait.Until(t, time.Minute, "the worker's streams and consumer", func() bool {
+		for _, stream := range []string{jobs.JobsStream, jobs.ResultsStream, jobs.DLQStream} {
+			if _, err := js.Stream(t.Context(), stream); err != nil {
+				return false
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("worker never created its streams")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		_, err := js.Consumer(t.Context(), jobs.JobsStream, jobs.ConsumerName)
+		return err == nil
+	})
+	return js
 }
 
 func publishJob(t *testing.T, js jetstream.JetStream, id, query string) {
@@ -233,19 +228,15 @@ func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	// The queued jobs survive in the embedded store; the next start runs them.
 	eng2 := enginetest.New()
 	startWorker(t, cfg, eng2)
-	deadline := time.Now().Add(time.Minute)
 	for _, id := range []string{"queued-1", "queued-2"} {
-		for {
-			if r, ok := readResult(t, dataDir, id); ok {
-				if r.Status != jobs.StatusSucceeded || r.Worker != "w1" {
-					t.Errorf("%s: status %s worker %s", id, r.Status, r.Worker)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never finished after the restart", id)
-			}
-			time.Sleep(20 * time.Millisecond)
+		var r jobs.Result
+		testwait.Until(t, time.Minute, id+" finished after the restart", func() bool {
+			var ok bool
+			r, ok = readResult(t, dataDir, id)
+			return ok
+		})
+		if r.Status != jobs.StatusSucceeded || r.Worker != "w1" {
+			t.Errorf("%s: status %s worker %s", id, r.Status, r.Worker)
 		}
 	}
 	if eng2.Calls("block") != 0 {
