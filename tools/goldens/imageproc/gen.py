@@ -6,7 +6,7 @@ Run with Debian's interpreter (PIL 9.4, numpy) from the repository root:
     /usr/bin/python3 tools/goldens/imageproc/gen.py
 
 It writes into engine/imageproc/testdata/:
-  - the input images (photos copied from /work/shared/testdata/images, synthetic edge cases),
+  - the input images (photos from testdata/images, synthetic edge cases),
   - <case>.decoded.png: PIL's Image.open(f).convert("RGB") of the input, 8-bit RGB,
   - <case>.want.png: the 8-bit RGB image the model sees after the processor's rescale
     (in_token_limit, then the stretch to multiples of 28) and, when a canonical grid is
@@ -30,7 +30,7 @@ from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 OUT = os.path.join(ROOT, "engine", "imageproc", "testdata")
-SHARED = "/work/shared/testdata/images"
+PHOTOS = os.path.join(ROOT, "testdata", "images")  # the repository's photographs
 PATCH = 14
 DECODED = {"dog.jpg", "ycc420.jpg", "ycc422.jpg", "ycc444.jpg", "cmyk.jpg"}
 MERGE = 2
@@ -149,9 +149,9 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(20261202)
     for f in ("dog.jpg", "person.jpg"):
-        shutil.copyfile(os.path.join(SHARED, f), os.path.join(OUT, f))
+        shutil.copyfile(os.path.join(PHOTOS, f), os.path.join(OUT, f))
     # The 1080p benchmark input (4:2:0, the encoder's default), made from kite.jpg.
-    Image.open(os.path.join(SHARED, "kite.jpg")).convert("RGB").resize((1920, 1080), Image.BICUBIC).save(
+    Image.open(os.path.join(PHOTOS, "kite.jpg")).convert("RGB").resize((1920, 1080), Image.BICUBIC).save(
         os.path.join(OUT, "bench_1920x1080.jpg"), quality=90)
     descs = make_inputs(rng)
     descs.update({"dog.jpg": "photo 768x576, 4:4:0",
