@@ -98,8 +98,8 @@ def init_tensor(name, shape, seed, text_hidden):
 
 
 def default_tokenizer_dir():
-    for d in (os.path.join(REPO_ROOT, "..", "shared", "reference", "qwen2-tokenizer"),
-              "/work/shared/reference/qwen2-tokenizer"):
+    # The repository's own copy of the Qwen2 tokenizer files (the tokenizer tests' data).
+    for d in (os.path.join(REPO_ROOT, "engine", "tokenizer", "testdata"),):
         if os.path.isdir(d):
             return d
     return None
