@@ -1,0 +1,53 @@
+package config_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// outsideReferences are names of documents and folders that live beside the repository in
+// its development workspace, not in it; docs/background.md restates what the project
+// takes from them.
+var outsideReferences = []string{"SERVING.md", "LOCATE_ANYTHING.md", "DESIGN.md", "/work/shared", "../shared/"}
+
+// TestNoReferenceOutsideTheRepository: the repository stands on its own.
+func TestNoReferenceOutsideTheRepository(t *testing.T) {
+	root := ".."
+	self := filepath.Join("config", "selfcontained_test.go")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "la-data") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil || info.Size() > 4<<20 || rel == self {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.IndexByte(data, 0) >= 0 {
+			return nil // binary
+		}
+		for _, ref := range outsideReferences {
+			if bytes.Contains(data, []byte(ref)) {
+				t.Errorf("%s names %q, which is outside the repository (point at docs/background.md)", rel, ref)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
