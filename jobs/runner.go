@@ -263,7 +263,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		err = msg.DoubleAck(actx)
 		cancel()
 	case settleNak:
-		err = msg.NakWithDelay(s.delay)
+		err = r.nak(ctx, msg, s.delay)
 	case settleTerm:
 		err = msg.TermWithReason(s.reason)
 	}
@@ -271,6 +271,50 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		// The message comes back after AckWait; its terminal state short-circuits it then.
 		r.log.Warn("settling a job message failed", "err", err)
 	}
+}
+
+// nak gives msg back for redelivery delay from now (0: at once) and returns once the
+// server has taken it.
+//
+// JetStream reads a NAK's delay as an offset from "one ack wait ago", but when the consumer
+// has a BackOff it compares the message's age with the BackOff step of the message's
+// delivery count rather than with the ack wait (nats-server, consumer.go: processNak and
+// checkPending). A plain NakWithDelay(d) on delivery n therefore comes back after
+// d + BackOff[n-1] - AckWait: 70 s instead of 10 s on the second delivery with the
+// defaults. nakDelay corrects the delay sent for that, which can make it negative, so the
+// NAK is written by hand: NakWithDelay sends a plain NAK for any delay <= 0.
+//
+// A NAK with a delay also moves the message's timestamp in the consumer's stored state,
+// while a plain NAK only puts the message on an in-memory redelivery queue that a server
+// restart forgets (the embedded server stops with the worker: its given-back jobs would
+// wait out a whole ack wait). So "at once" is sent as a delay too, and as a request: the
+// server answers once it has processed the NAK, so a connection closed right after loses
+// nothing.
+func (r *Runner) nak(ctx context.Context, msg jetstream.Msg, delay time.Duration) error {
+	delivered := 1
+	if meta, err := msg.Metadata(); err == nil {
+		delivered = int(meta.NumDelivered)
+	}
+	d := nakDelay(r.topo.Consumer.CachedInfo().Config, delivered, delay)
+	body := fmt.Appendf(nil, `-NAK {"delay": %d}`, d.Nanoseconds())
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+	defer cancel()
+	if _, err := r.topo.JS.Conn().RequestWithContext(ctx, msg.Reply(), body); err != nil {
+		return fmt.Errorf("nak: %w", err)
+	}
+	return nil
+}
+
+// nakDelay is the delay to put in a NAK of a message delivered n times so that JetStream
+// redelivers it after want: the server redelivers once now - (t_nak - AckWait + delay)
+// reaches the deadline of the delivery, BackOff[min(n, len)-1] when the consumer has a
+// BackOff and AckWait otherwise.
+func nakDelay(cc jetstream.ConsumerConfig, n int, want time.Duration) time.Duration {
+	deadline := cc.AckWait
+	if len(cc.BackOff) > 0 {
+		deadline = cc.BackOff[max(min(n, len(cc.BackOff)), 1)-1]
+	}
+	return want + cc.AckWait - deadline
 }
 
 // attemptInfo is what one delivery knows before the job is decoded.
@@ -547,7 +591,14 @@ func (r *Runner) retry(ctx context.Context, log *slog.Logger, a attemptInfo, err
 	}
 	delay = min(delay, r.cfg.RetryDelayMax)
 	r.cfg.Metrics.outcome(OutcomeRetried)
-	log.Warn("job failed for now; will retry", "err", err, "retry_in", delay)
+	if last := r.topo.Consumer.CachedInfo().Config.MaxDeliver; last > 0 && a.attempt >= last {
+		// No delivery follows: given back at once, the message reaches its max-deliveries
+		// advisory (and the dead-letter queue) now rather than after one more delay.
+		delay = 0
+		log.Warn("job failed on its last delivery; it goes to the dead-letter queue", "err", err)
+	} else {
+		log.Warn("job failed for now; will retry", "err", err, "retry_in", delay)
+	}
 	// Best effort, briefly: the state says why the job is waiting, and a dead-letter record
 	// after the last delivery can say what kept failing. NATS itself may be what failed.
 	sctx, cancel := context.WithTimeout(ctx, min(r.cfg.OpTimeout, 2*time.Second))
