@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,12 +63,15 @@ type Topology struct {
 	Config   TopologyConfig
 }
 
-// EnsureTopology creates or updates LA_JOBS, LA_RESULTS, LA_DLQ, the shared durable pull
-// consumer and the state bucket. Calling it again with the same config changes nothing, so
+// EnsureTopology checks the connected server's version (MinServerVersion), then creates or
+// updates LA_JOBS, LA_RESULTS, LA_DLQ, the shared durable pull consumer and the state bucket. Calling it again with the same config changes nothing, so
 // every worker calls it at start-up.
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("topology config: %w", err)
+	}
+	if err := CheckServerVersion(js.Conn().ConnectedServerVersion()); err != nil {
+		return nil, err
 	}
 	t := &Topology{JS: js, Config: cfg}
 	var err error
@@ -108,6 +113,68 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	}
 	t.State = &StateStore{kv: kv}
 	return t, nil
+}
+
+// MinServerVersion is the oldest nats-server EnsureTopology accepts (docs/worker.md, "Server
+// version"): a 2.9 server (2.9.10) was seen keeping jobs it had already acknowledged in
+// LA_JOBS after a kill -9, so they ran again.
+const MinServerVersion = "2.10.0"
+
+// serverVersionRE reads major.minor.patch and an optional pre-release suffix.
+var serverVersionRE = regexp.MustCompile(`^v?(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
+// CheckServerVersion reports an error naming both versions when found, the version a server
+// announces ("2.10.7", "2.11.0-RC.1"), is older than MinServerVersion or is no version. A
+// pre-release of a version counts as older than that version.
+func CheckServerVersion(found string) error {
+	older, err := versionOlder(found, MinServerVersion)
+	if err != nil {
+		return fmt.Errorf("nats-server version %q: %w; %s or newer is required", found, err, MinServerVersion)
+	}
+	if older {
+		return fmt.Errorf("nats-server %s is too old: %s or newer is required (docs/worker.md, \"Server version\")", found, MinServerVersion)
+	}
+	return nil
+}
+
+// versionOlder reports whether version a comes before version b.
+func versionOlder(a, b string) (bool, error) {
+	pa, err := parseVersion(a)
+	if err != nil {
+		return false, err
+	}
+	pb, err := parseVersion(b)
+	if err != nil {
+		return false, err
+	}
+	for i := range 3 {
+		if pa.num[i] != pb.num[i] {
+			return pa.num[i] < pb.num[i], nil
+		}
+	}
+	return pa.pre && !pb.pre, nil
+}
+
+type version struct {
+	num [3]int
+	pre bool // a pre-release (-beta.1, -RC.2) of num
+}
+
+func parseVersion(s string) (version, error) {
+	m := serverVersionRE.FindStringSubmatch(s)
+	if m == nil {
+		return version{}, errors.New("not a major.minor.patch version")
+	}
+	var v version
+	for i := range 3 {
+		n, err := strconv.Atoi(m[i+1])
+		if err != nil {
+			return version{}, fmt.Errorf("version part %q: %w", m[i+1], err)
+		}
+		v.num[i] = n
+	}
+	v.pre = m[4] != ""
+	return v, nil
 }
 
 // ensureStream creates or updates one of the file-backed streams, bound to prefix + ">".

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +72,45 @@ func TestTopologyConfigRejectsBadSettings(t *testing.T) {
 	// No setting falls back to a default of its own: a zero one is refused.
 	if err := (TopologyConfig{}).Validate(); err == nil {
 		t.Error("an empty configuration was accepted")
+	}
+}
+
+func TestCheckServerVersionComparesWithTheMinimum(t *testing.T) {
+	// A pre-release of the minimum (2.10.0-beta.1) comes before it.
+	for v, ok := range map[string]bool{
+		"2.10.0": true, "2.10.7": true, "2.11.0": true, "2.15.3": true, "3.0.0": true, "v2.12.1": true,
+		"2.10.1-RC.1": true, "2.10.0+build.5": true,
+		"2.9.10": false, "2.9.25": false, "2.2.0": false, "1.99.99": false, "2.10.0-beta.1": false,
+		"": false, "2.10": false, "two.ten.zero": false, "2.10.0 ": false,
+	} {
+		err := CheckServerVersion(v)
+		if (err == nil) != ok {
+			t.Errorf("%q: error %v; want accepted %v", v, err, ok)
+		}
+		if err != nil && (!strings.Contains(err.Error(), MinServerVersion) || !strings.Contains(err.Error(), v)) {
+			t.Errorf("%q: error %q does not name the version found and the one required", v, err)
+		}
+	}
+}
+
+func TestEnsureTopologyChecksTheServerVersion(t *testing.T) {
+	s := natstest.Start(t)
+	nc := natstest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := nc.ConnectedServerVersion()
+	if err := CheckServerVersion(found); err != nil {
+		t.Fatalf("the embedded server is refused: %v", err)
+	}
+	if _, err := EnsureTopology(t.Context(), js, completeTopology(TopologyConfig{})); err != nil {
+		t.Fatalf("EnsureTopology on the embedded nats-server %s: %v", found, err)
+	}
+	// A connection that is gone announces no version: refused with the reason, not a panic.
+	nc.Close()
+	_, err = EnsureTopology(t.Context(), js, completeTopology(TopologyConfig{}))
+	if err == nil || !strings.Contains(err.Error(), MinServerVersion) {
+		t.Errorf("EnsureTopology over a closed connection: %v; want the version check to refuse it", err)
 	}
 }
