@@ -1,8 +1,14 @@
 // Package natsembed runs a NATS server with JetStream inside the worker process, for the
 // single-machine default (no LA_NATS_URL configured) and for tests.
+//
+// A server that listens beyond the loopback interface must authenticate its clients (a user
+// and password, a token, or client certificates): anyone who can publish a job can make the
+// worker read and write files, so Start refuses an open server on the network.
 package natsembed
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -27,6 +33,53 @@ type Options struct {
 	Logger *slog.Logger
 	// Cluster, when its Name is set, makes the server one node of a JetStream cluster.
 	Cluster ClusterOptions
+
+	// User and Password, or Token, are what clients must present (not both kinds).
+	User, Password string
+	Token          string
+	// TLS, when set, is the server's TLS configuration: clients must connect with TLS. With
+	// ClientAuth tls.RequireAndVerifyClientCert and ClientCAs set, clients must also present
+	// a certificate signed by one of those CAs (mutual TLS), which authenticates them.
+	TLS *tls.Config
+	// TLSTimeout bounds a client's TLS handshake; 5 s if zero.
+	TLSTimeout time.Duration
+}
+
+// Authenticated reports whether clients must prove who they are: a user and password, a
+// token, or a client certificate.
+func (o Options) Authenticated() bool {
+	return o.User != "" || o.Token != "" || o.mutualTLS()
+}
+
+func (o Options) mutualTLS() bool {
+	return o.TLS != nil && o.TLS.ClientAuth == tls.RequireAndVerifyClientCert && o.TLS.ClientCAs != nil
+}
+
+// checkAuth refuses contradictory credentials and an unauthenticated server reachable
+// from the network.
+func (o Options) checkAuth(host string) error {
+	switch {
+	case (o.User == "") != (o.Password == ""):
+		return errors.New("embedded NATS: a user needs a password and a password a user")
+	case o.User != "" && o.Token != "":
+		return errors.New("embedded NATS: authenticate clients by user and password or by token, not both")
+	case o.TLS != nil && len(o.TLS.Certificates) == 0 && o.TLS.GetCertificate == nil:
+		return errors.New("embedded NATS: TLS needs the server's certificate")
+	case !loopbackHost(host) && !o.Authenticated():
+		return fmt.Errorf("embedded NATS: listen address %q is not on the loopback interface, and clients "+
+			"would not be authenticated: anyone on the network could publish jobs; give the server a user "+
+			"and password, a token or client certificates, or listen on 127.0.0.1", o.Listen)
+	}
+	return nil
+}
+
+// loopbackHost reports whether host names the loopback interface only.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ClusterOptions join a server to a cluster. Every node needs a distinct ServerName.
@@ -50,8 +103,14 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: listen address %q: %w", o.Listen, err)
 	}
+	if err := o.checkAuth(host); err != nil {
+		return nil, err
+	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 10 * time.Second
+	}
+	if o.TLSTimeout == 0 {
+		o.TLSTimeout = 5 * time.Second
 	}
 	opts := &server.Options{
 		ServerName: o.ServerName,
@@ -61,6 +120,15 @@ func Start(o Options) (*Server, error) {
 		StoreDir:   o.StoreDir,
 		NoSigs:     true, // the worker owns signal handling
 		NoLog:      o.Logger == nil,
+
+		Username:      o.User,
+		Password:      o.Password,
+		Authorization: o.Token,
+	}
+	if o.TLS != nil {
+		opts.TLSConfig = o.TLS.Clone()
+		opts.TLSTimeout = o.TLSTimeout.Seconds()
+		opts.TLSVerify = o.mutualTLS()
 	}
 	if o.Cluster.Name != "" {
 		if o.ServerName == "" {
@@ -69,6 +137,11 @@ func Start(o Options) (*Server, error) {
 		chost, cport, err := splitListen(o.Cluster.Listen)
 		if err != nil || o.Cluster.Listen == "" {
 			return nil, fmt.Errorf("embedded NATS: cluster listen address %q: want host:port", o.Cluster.Listen)
+		}
+		if !loopbackHost(chost) {
+			// Routes are not authenticated here: a peer on the network could join as a
+			// route and read every message.
+			return nil, fmt.Errorf("embedded NATS: cluster listen address %q: routes are not authenticated, so they listen on loopback only", o.Cluster.Listen)
 		}
 		opts.Cluster = server.ClusterOpts{Name: o.Cluster.Name, Host: chost, Port: cport}
 		opts.Routes = server.RoutesFromStr(strings.Join(o.Cluster.Routes, ","))
@@ -89,8 +162,13 @@ func Start(o Options) (*Server, error) {
 	return &Server{ns: ns}, nil
 }
 
-// ClientURL is the nats:// URL clients connect to.
+// ClientURL is the URL clients connect to: nats://host:port, or tls://host:port when the
+// server requires TLS.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// InProcessConn is a connection to the server that does not leave the process (no TLS is
+// needed; authentication still is): for nats.InProcessServer.
+func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
 
 // Shutdown stops the server and waits until it has flushed its store and stopped.
 func (s *Server) Shutdown() {
