@@ -47,10 +47,15 @@ func (c Config) Options(name string, log *slog.Logger) ([]nats.Option, error) {
 					log.Warn("disconnected from NATS", "err", err)
 				}
 			}),
-			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted()) }))
+			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", "url", RedactURL(nc.ConnectedUrl())) }))
 	}
 	switch {
 	case c.Creds != "":
+		// nats.go reads the file only while connecting, and its errors do not say which
+		// setting named it: read it once here.
+		if _, err := os.ReadFile(c.Creds); err != nil {
+			return nil, fmt.Errorf("LA_NATS_CREDS: %w", err)
+		}
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	case c.NKeyFile != "":
 		o, err := nats.NkeyOptionFromSeed(c.NKeyFile)
@@ -101,7 +106,8 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
-// Connect connects to url (c.URL when empty) with c's options.
+// Connect connects to url (c.URL when empty) with c's options. A failure says which
+// LA_NATS_* setting to check, and never quotes a secret.
 func (c Config) Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
 	if url == "" {
 		url = c.URL
@@ -112,12 +118,102 @@ func (c Config) Connect(url, name string, log *slog.Logger) (*nats.Conn, error) 
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
+		return nil, c.connectError(RedactURL(url), err)
 	}
 	return nc, nil
 }
 
-// RedactURL hides passwords in nats://user:pass@host URLs (each of a comma-separated list).
+// ConnectInProcess connects to a server running in this process (the worker's embedded
+// one) without the network: with c's credentials, but no TLS, which would protect nothing.
+func (c Config) ConnectInProcess(server nats.InProcessConnProvider, name string, log *slog.Logger) (*nats.Conn, error) {
+	c.TLSCA, c.TLSCert, c.TLSKey = "", "", ""
+	opts, err := c.Options(name, log)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect("", append(opts, nats.InProcessServer(server))...)
+	if err != nil {
+		return nil, c.connectError("the embedded server", err)
+	}
+	return nc, nil
+}
+
+// connectError wraps a failed connection with what to check.
+func (c Config) connectError(where string, err error) error {
+	if hint := c.hint(where, err); hint != "" {
+		return fmt.Errorf("connect to NATS at %s: %w (%s)", where, err, hint)
+	}
+	return fmt.Errorf("connect to NATS at %s: %w", where, err)
+}
+
+// hint names the settings behind a refused connection to url (redacted): authentication,
+// or TLS.
+func (c Config) hint(url string, err error) string {
+	var unknownCA x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var host x509.HostnameError
+	switch {
+	case errors.Is(err, nats.ErrAuthorization):
+		if set := c.authSettings(url); set != "" {
+			return "the server refused the credentials: check " + set
+		}
+		return "the server requires authentication: set LA_NATS_CREDS, LA_NATS_NKEY_FILE, " +
+			"LA_NATS_USER and LA_NATS_PASSWORD, or LA_NATS_TOKEN"
+	case errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		errors.Is(err, nats.ErrAccountAuthExpired):
+		return "the credentials have expired or were revoked: renew the file LA_NATS_CREDS names"
+	case errors.As(err, &unknownCA), errors.As(err, &invalid):
+		if c.TLSCA == "" {
+			return "the server's TLS certificate is not signed by a CA this machine trusts: " +
+				"set LA_NATS_TLS_CA to the PEM file of the CA that signs it"
+		}
+		return "the server's TLS certificate is not signed by the CA in LA_NATS_TLS_CA, " +
+			"or is not valid now: check LA_NATS_TLS_CA"
+	case errors.As(err, &host):
+		return "the server's TLS certificate does not name the host in LA_NATS_URL: " +
+			"connect by a name or address the certificate lists"
+	case errors.Is(err, nats.ErrSecureConnWanted):
+		return "the server does not offer TLS: check LA_NATS_URL, " +
+			"or unset LA_NATS_TLS_CA, LA_NATS_TLS_CERT and LA_NATS_TLS_KEY"
+	case errors.Is(err, nats.ErrTLS), strings.Contains(err.Error(), "remote error: tls"):
+		// The handshake completed on our side and the server hung up or sent an alert:
+		// what it refused is the client certificate, or its absence.
+		if c.TLSCert == "" {
+			if strings.Contains(err.Error(), "certificate required") {
+				return "the server requires a client certificate (mutual TLS): set LA_NATS_TLS_CERT and LA_NATS_TLS_KEY"
+			}
+			return "TLS failed; if the server requires client certificates (mutual TLS), " +
+				"set LA_NATS_TLS_CERT and LA_NATS_TLS_KEY"
+		}
+		return "TLS failed: check that LA_NATS_TLS_CERT (with LA_NATS_TLS_KEY) is signed " +
+			"by a CA the server trusts for clients, and LA_NATS_TLS_CA"
+	}
+	return ""
+}
+
+// authSettings names the authentication settings in use, for a refusal.
+func (c Config) authSettings(url string) string {
+	var set []string
+	if strings.Contains(url, "@") {
+		set = append(set, "the credentials in LA_NATS_URL")
+	}
+	switch {
+	case c.Creds != "":
+		set = append(set, "LA_NATS_CREDS")
+	case c.NKeyFile != "":
+		set = append(set, "LA_NATS_NKEY_FILE")
+	}
+	if c.User != "" || c.Password != "" {
+		set = append(set, "LA_NATS_USER and LA_NATS_PASSWORD")
+	}
+	if c.Token != "" {
+		set = append(set, "LA_NATS_TOKEN")
+	}
+	return strings.Join(set, ", ")
+}
+
+// RedactURL hides the credentials in nats://user:pass@host and nats://token@host URLs
+// (each of a comma-separated list): the password, or the whole token.
 func RedactURL(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, u := range parts {
@@ -125,10 +221,14 @@ func RedactURL(urls string) string {
 		if !ok {
 			continue
 		}
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
-				parts[i] = scheme + "://" + user + ":[redacted]" + rest[at:]
-			}
+		at := strings.LastIndex(rest, "@")
+		if at < 0 {
+			continue
+		}
+		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
+			parts[i] = scheme + "://" + user + ":[redacted]" + rest[at:]
+		} else {
+			parts[i] = scheme + "://[redacted]" + rest[at:] // nats.go takes a lone user as a token
 		}
 	}
 	return strings.Join(parts, ",")

@@ -47,8 +47,21 @@ func TestBadSettingsNameTheVariable(t *testing.T) {
 }
 
 func TestRedactURL(t *testing.T) {
-	got := RedactURL("nats://app:s3cret@n1:4222,nats://n2:4222,tls://u:p@n3")
+	got := RedactURL("nats://app:s3cret@n1:4222,nats://n2:4222,tls://u:p@n3,nats://t0ken@n4")
 	if strings.Contains(got, "s3cret") || strings.Contains(got, ":p@") || !strings.Contains(got, "nats://app:[redacted]@n1:4222") || !strings.Contains(got, "nats://n2:4222") {
 		t.Errorf("RedactURL = %q", got)
 	}
+	// nats.go takes a user without a password as a token: all of it is the secret.
+	if strings.Contains(got, "t0ken") || !strings.Contains(got, "nats://[redacted]@n4") {
+		t.Errorf("RedactURL = %q; want the token hidden", got)
+	}
+}
+
+func must(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
