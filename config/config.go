@@ -105,7 +105,10 @@ type HTTP struct {
 	WriteTimeout      time.Duration `envconfig:"LA_HTTP_WRITE_TIMEOUT" default:"10m"` // end of headers to end of response
 	IdleTimeout       time.Duration `envconfig:"LA_HTTP_IDLE_TIMEOUT" default:"2m"`
 	ShutdownTimeout   time.Duration `envconfig:"LA_HTTP_SHUTDOWN_TIMEOUT" default:"90s"` // under the 120 s `tt-model stop` allows
-	MaxPending        int           `envconfig:"LA_HTTP_MAX_PENDING" default:"64"`       // /predict requests in the server at once
+	MaxPending        int           `envconfig:"LA_HTTP_MAX_PENDING" default:"64"`       // /predict requests past their body at once
+	MaxUploading      int           `envconfig:"LA_HTTP_MAX_UPLOADING" default:"256"`    // /predict requests still sending their body
+	BodyTimeout       time.Duration `envconfig:"LA_HTTP_BODY_TIMEOUT" default:"10s"`     // longest pause in a body; grace before the rate
+	MinBodyRate       int64         `envconfig:"LA_HTTP_MIN_BODY_RATE" default:"65536"`  // bytes/s a body must average after the grace
 }
 
 // Enabled reports whether the /predict server runs.
@@ -302,6 +305,9 @@ func (t TTNN) validate(add adder) {
 func (h HTTP) validate(add adder) {
 	positive(add, "LA_HTTP_MAX_BODY_BYTES", h.MaxBodyBytes)
 	positive(add, "LA_HTTP_MAX_PENDING", h.MaxPending)
+	positive(add, "LA_HTTP_MAX_UPLOADING", h.MaxUploading)
+	positiveDuration(add, "LA_HTTP_BODY_TIMEOUT", h.BodyTimeout)
+	positive(add, "LA_HTTP_MIN_BODY_RATE", h.MinBodyRate)
 	positiveDuration(add, "LA_HTTP_READ_HEADER_TIMEOUT", h.ReadHeaderTimeout)
 	positiveDuration(add, "LA_HTTP_READ_TIMEOUT", h.ReadTimeout)
 	positiveDuration(add, "LA_HTTP_WRITE_TIMEOUT", h.WriteTimeout)

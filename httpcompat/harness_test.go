@@ -223,7 +223,8 @@ func testConfig(own Config) Config {
 	c := Config{
 		Addr: "127.0.0.1:0", MaxBodyBytes: 64 << 20, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 2 * time.Minute, WriteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute,
-		ShutdownTimeout: 90 * time.Second, MaxPending: 64,
+		ShutdownTimeout: 90 * time.Second, MaxPending: 64, MaxUploading: 256, BodyTimeout: 10 * time.Second,
+		MinBodyRate: 64 << 10,
 	}
 	for _, set := range []struct {
 		ok  bool
@@ -237,6 +238,9 @@ func testConfig(own Config) Config {
 		{own.IdleTimeout != 0, func() { c.IdleTimeout = own.IdleTimeout }},
 		{own.ShutdownTimeout != 0, func() { c.ShutdownTimeout = own.ShutdownTimeout }},
 		{own.MaxPending != 0, func() { c.MaxPending = own.MaxPending }},
+		{own.MaxUploading != 0, func() { c.MaxUploading = own.MaxUploading }},
+		{own.BodyTimeout != 0, func() { c.BodyTimeout = own.BodyTimeout }},
+		{own.MinBodyRate != 0, func() { c.MinBodyRate = own.MinBodyRate }},
 	} {
 		if set.ok {
 			set.set()

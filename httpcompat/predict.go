@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -33,12 +32,22 @@ func limitsFor(in engine.Info) limits {
 	return l
 }
 
-// handlePredict is POST /predict: read and check the body, prepare on this goroutine, wait
-// for the chip ahead of queued jobs, draw the overlay after the chip is released.
+// handlePredict is POST /predict: receive and check the body, prepare on this goroutine, wait
+// for the chip ahead of queued jobs, draw the overlay after the chip is released. A request
+// takes an upload slot (MaxUploading) while its body arrives and is decoded, and a pending
+// slot (MaxPending) only after that, so slow clients cannot keep others from the chip.
 func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 	st := s.ready.Load()
 	if st == nil {
 		s.writeStarting(w)
+		return
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), s.predictBudget())
+	defer cancel()
+
+	ereq, wantOverlay, ok := s.receive(w, r, st, start) // the body and its base64 image die there
+	if !ok {
 		return
 	}
 	if n := s.pending.Add(1); n > int64(s.cfg.MaxPending) {
@@ -50,32 +59,6 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.pending.Add(-1)
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(r.Context(), s.predictBudget())
-	defer cancel()
-
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			s.writeDetail(w, http.StatusRequestEntityTooLarge,
-				"request body is over the %d-byte limit (LA_HTTP_MAX_BODY_BYTES)", tooBig.Limit)
-			return
-		}
-		s.writeDetail(w, http.StatusBadRequest, "cannot read the request body: %v", err)
-		return
-	}
-	req, invalid := parsePredictRequest(body)
-	if len(invalid) > 0 {
-		s.writeJSON(w, http.StatusUnprocessableEntity, validationErrors{Detail: invalid})
-		return
-	}
-	ereq, err := checkRequest(req, limitsFor(st.info))
-	if err != nil {
-		s.writeDetail(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	wantOverlay := req.ReturnOverlay // req (and its base64 copy of the image) dies here
 
 	eng := st.dev.Engine()
 	prep, err := eng.Prepare(ctx, ereq)
@@ -102,6 +85,36 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("predict", "status", http.StatusOK, "query", pred.Query, "boxes", len(pred.Detections),
 		"points", len(pred.Points), "tokens", pred.NumGeneratedTokens, "eos", pred.StoppedOnEOS,
 		"device_ms", pred.TimingMS.Total, "ms", time.Since(start).Milliseconds())
+}
+
+// receive reads, parses and checks a /predict body while the request holds an upload slot,
+// and answers what is wrong with it: the engine's request, and whether an overlay is wanted.
+func (s *Server) receive(w http.ResponseWriter, r *http.Request, st *readyState, start time.Time) (ereq engine.Request, overlay, ok bool) {
+	if n := s.uploading.Add(1); n > int64(s.cfg.MaxUploading) {
+		s.uploading.Add(-1)
+		s.log.Warn("predict refused: too many requests uploading", "max", s.cfg.MaxUploading)
+		w.Header().Set("Retry-After", "5")
+		s.writeDetail(w, http.StatusServiceUnavailable,
+			"%d requests are already sending their bodies (LA_HTTP_MAX_UPLOADING); retry later", s.cfg.MaxUploading)
+		return ereq, false, false
+	}
+	defer s.uploading.Add(-1)
+	body, err := s.readBody(w, r, start)
+	if err != nil {
+		s.writeBodyError(w, err)
+		return ereq, false, false
+	}
+	req, invalid := parsePredictRequest(body)
+	if len(invalid) > 0 {
+		s.writeJSON(w, http.StatusUnprocessableEntity, validationErrors{Detail: invalid})
+		return ereq, false, false
+	}
+	ereq, err = checkRequest(req, limitsFor(st.info))
+	if err != nil {
+		s.writeDetail(w, http.StatusBadRequest, "%v", err)
+		return ereq, false, false
+	}
+	return ereq, req.ReturnOverlay, true
 }
 
 // predictBudget is how long one /predict may take: the write timeout less a margin to

@@ -50,10 +50,20 @@ type Config struct {
 	WriteTimeout    time.Duration
 	IdleTimeout     time.Duration
 	ShutdownTimeout time.Duration // Serve's drain when its ctx ends
-	// MaxPending bounds the /predict requests being read, prepared, waiting for the chip or
-	// running; one more is answered 503 at once. Each waiting request holds its decoded
-	// image, so this bounds memory under a burst.
+	// MaxPending bounds the /predict requests whose body has arrived and been decoded and
+	// that are being prepared, waiting for the chip or running; one more is answered 503 at
+	// once. A request still sending its body is not pending (MaxUploading bounds those), so
+	// slow clients cannot keep others from the chip.
 	MaxPending int
+	// MaxUploading bounds the /predict requests still sending their body (and being parsed);
+	// one more is answered 503 at once.
+	MaxUploading int
+	// BodyTimeout is the longest pause allowed while a /predict body arrives, and the grace
+	// before MinBodyRate applies: a body that stalls that long, or whose average rate since
+	// the headers falls below MinBodyRate once BodyTimeout has passed, is cut with 408.
+	BodyTimeout time.Duration
+	// MinBodyRate is the slowest average a /predict body may arrive at, in bytes per second.
+	MinBodyRate int64
 }
 
 // Validate reports the first setting the server cannot run with. Every field is required:
@@ -69,7 +79,8 @@ func (c Config) Validate() error {
 		{"LA_HTTP_MAX_BODY_BYTES", c.MaxBodyBytes}, {"LA_HTTP_MAX_PENDING", int64(c.MaxPending)},
 		{"LA_HTTP_READ_HEADER_TIMEOUT", int64(c.ReadHeaderTimeout)}, {"LA_HTTP_READ_TIMEOUT", int64(c.ReadTimeout)},
 		{"LA_HTTP_WRITE_TIMEOUT", int64(c.WriteTimeout)}, {"LA_HTTP_IDLE_TIMEOUT", int64(c.IdleTimeout)},
-		{"LA_HTTP_SHUTDOWN_TIMEOUT", int64(c.ShutdownTimeout)},
+		{"LA_HTTP_SHUTDOWN_TIMEOUT", int64(c.ShutdownTimeout)}, {"LA_HTTP_MAX_UPLOADING", int64(c.MaxUploading)},
+		{"LA_HTTP_BODY_TIMEOUT", int64(c.BodyTimeout)}, {"LA_HTTP_MIN_BODY_RATE", c.MinBodyRate},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("http config: %s must be positive", f.name)
@@ -100,8 +111,9 @@ type Server struct {
 	source  sourceInfo
 	handler http.Handler
 
-	ready   atomic.Pointer[readyState] // nil while starting
-	pending atomic.Int64               // /predict requests in the server now
+	ready     atomic.Pointer[readyState] // nil while starting
+	uploading atomic.Int64               // /predict requests sending their body now
+	pending   atomic.Int64               // /predict requests past their body now
 
 	mu       sync.Mutex
 	hs       *http.Server // set by Serve
