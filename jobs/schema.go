@@ -3,9 +3,11 @@ package jobs
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -161,6 +163,14 @@ type Result struct {
 	Task       engine.Task     `json:"task"`
 	TimingMS   JobTiming       `json:"timing_ms"`
 	FinishedAt time.Time       `json:"finished_at"`
+
+	// ResultURL is where this result is stored in full (<output>/<id>.json, or under the
+	// worker's default output when the job's own refused it); absent when it could not be
+	// stored.
+	ResultURL string `json:"result_url,omitempty"`
+	// Truncated marks a published result too large for one NATS message: metadata,
+	// raw_text, detections and points are left out (the lists empty); ResultURL has them.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
@@ -177,6 +187,11 @@ func DecodeJob(data []byte) (*Job, error) {
 	dec.DisallowUnknownFields()
 	var j Job
 	if err := dec.Decode(&j); err != nil {
+		// time.Time's errors do not say which field they are about; deadline is the one.
+		var perr *time.ParseError
+		if errors.As(err, &perr) || strings.HasPrefix(err.Error(), "Time.UnmarshalJSON: ") {
+			return nil, fmt.Errorf("field deadline: %w", err)
+		}
 		return nil, fmt.Errorf("job is not valid JSON of the job schema: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
