@@ -109,6 +109,9 @@ type HTTP struct {
 	MaxUploading      int           `envconfig:"LA_HTTP_MAX_UPLOADING" default:"256"`    // /predict requests still sending their body
 	BodyTimeout       time.Duration `envconfig:"LA_HTTP_BODY_TIMEOUT" default:"10s"`     // longest pause in a body; grace before the rate
 	MinBodyRate       int64         `envconfig:"LA_HTTP_MIN_BODY_RATE" default:"65536"`  // bytes/s a body must average after the grace
+	// MaxDecodedBytes is the image memory all pending /predict requests share, as estimated
+	// from each image's header: 2 GiB holds four 36-megapixel 16-bit PNGs being prepared.
+	MaxDecodedBytes int64 `envconfig:"LA_HTTP_MAX_DECODED_BYTES" default:"2147483648"`
 }
 
 // Enabled reports whether the /predict server runs.
@@ -308,6 +311,7 @@ func (h HTTP) validate(add adder) {
 	positive(add, "LA_HTTP_MAX_UPLOADING", h.MaxUploading)
 	positiveDuration(add, "LA_HTTP_BODY_TIMEOUT", h.BodyTimeout)
 	positive(add, "LA_HTTP_MIN_BODY_RATE", h.MinBodyRate)
+	positive(add, "LA_HTTP_MAX_DECODED_BYTES", h.MaxDecodedBytes)
 	positiveDuration(add, "LA_HTTP_READ_HEADER_TIMEOUT", h.ReadHeaderTimeout)
 	positiveDuration(add, "LA_HTTP_READ_TIMEOUT", h.ReadTimeout)
 	positiveDuration(add, "LA_HTTP_WRITE_TIMEOUT", h.WriteTimeout)

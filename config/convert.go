@@ -37,7 +37,7 @@ func (h HTTP) Server() httpcompat.Config {
 		Addr: h.Addr, MaxBodyBytes: h.MaxBodyBytes, ReadHeaderTimeout: h.ReadHeaderTimeout,
 		ReadTimeout: h.ReadTimeout, WriteTimeout: h.WriteTimeout, IdleTimeout: h.IdleTimeout,
 		ShutdownTimeout: h.ShutdownTimeout, MaxPending: h.MaxPending, MaxUploading: h.MaxUploading,
-		BodyTimeout: h.BodyTimeout, MinBodyRate: h.MinBodyRate,
+		BodyTimeout: h.BodyTimeout, MinBodyRate: h.MinBodyRate, MaxDecodedBytes: h.MaxDecodedBytes,
 	}
 }
 

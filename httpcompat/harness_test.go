@@ -224,7 +224,7 @@ func testConfig(own Config) Config {
 		Addr: "127.0.0.1:0", MaxBodyBytes: 64 << 20, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 2 * time.Minute, WriteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute,
 		ShutdownTimeout: 90 * time.Second, MaxPending: 64, MaxUploading: 256, BodyTimeout: 10 * time.Second,
-		MinBodyRate: 64 << 10,
+		MinBodyRate: 64 << 10, MaxDecodedBytes: 2 << 30,
 	}
 	for _, set := range []struct {
 		ok  bool
@@ -241,6 +241,7 @@ func testConfig(own Config) Config {
 		{own.MaxUploading != 0, func() { c.MaxUploading = own.MaxUploading }},
 		{own.BodyTimeout != 0, func() { c.BodyTimeout = own.BodyTimeout }},
 		{own.MinBodyRate != 0, func() { c.MinBodyRate = own.MinBodyRate }},
+		{own.MaxDecodedBytes != 0, func() { c.MaxDecodedBytes = own.MaxDecodedBytes }},
 	} {
 		if set.ok {
 			set.set()

@@ -59,6 +59,11 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.pending.Add(-1)
+	reserved, ok := s.reserveMemory(ctx, w, r, ereq.Image, wantOverlay)
+	if !ok {
+		return
+	}
+	defer s.memory.release(reserved) // the decoded image and the overlay are dropped by then
 
 	eng := st.dev.Engine()
 	prep, err := eng.Prepare(ctx, ereq)
@@ -115,6 +120,39 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, st *readyState,
 		return ereq, false, false
 	}
 	return ereq, req.ReturnOverlay, true
+}
+
+// reserveMemory takes from the memory budget (MaxDecodedBytes) what the request's image
+// will hold once decoded (imageCost), waiting for it as long as the request may take, and
+// returns the bytes to release. When it cannot it answers: 413 for an image that needs more
+// than the whole budget, 503 when the others did not leave room in time.
+func (s *Server) reserveMemory(ctx context.Context, w http.ResponseWriter, r *http.Request, img []byte, overlay bool) (int64, bool) {
+	cost, width, height := imageCost(img, overlay)
+	what := fmt.Sprintf("the %dx%d image", width, height)
+	if width == 0 {
+		what = fmt.Sprintf("the %d-byte image", len(img))
+	}
+	if cost > s.cfg.MaxDecodedBytes {
+		s.log.Warn("predict refused: image over the memory budget", "status", http.StatusRequestEntityTooLarge,
+			"width", width, "height", height, "bytes", cost, "budget", s.cfg.MaxDecodedBytes)
+		s.writeDetail(w, http.StatusRequestEntityTooLarge,
+			"%s needs about %d bytes of memory to decode and prepare, more than the %d bytes all requests share (LA_HTTP_MAX_DECODED_BYTES)",
+			what, cost, s.cfg.MaxDecodedBytes)
+		return 0, false
+	}
+	if err := s.memory.acquire(ctx, cost); err != nil {
+		if r.Context().Err() != nil {
+			s.fail(w, r, fmt.Errorf("waiting for image memory: %w", err))
+			return 0, false
+		}
+		s.log.Warn("predict timed out waiting for image memory", "bytes", cost, "budget", s.cfg.MaxDecodedBytes)
+		w.Header().Set("Retry-After", "5")
+		s.writeDetail(w, http.StatusServiceUnavailable,
+			"%s needs about %d bytes of memory, and the requests ahead of it held the %d bytes all requests share (LA_HTTP_MAX_DECODED_BYTES) for longer than %v; retry later",
+			what, cost, s.cfg.MaxDecodedBytes, s.predictBudget())
+		return 0, false
+	}
+	return cost, true
 }
 
 // predictBudget is how long one /predict may take: the write timeout less a margin to

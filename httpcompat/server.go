@@ -64,6 +64,11 @@ type Config struct {
 	BodyTimeout time.Duration
 	// MinBodyRate is the slowest average a /predict body may arrive at, in bytes per second.
 	MinBodyRate int64
+	// MaxDecodedBytes is the memory the pending /predict requests may hold for their images
+	// at once, as estimated from each image's header before it is decoded (imageCost). A
+	// request that does not fit waits for it as long as it may wait for the chip; an image
+	// that alone needs more is refused with 413.
+	MaxDecodedBytes int64
 }
 
 // Validate reports the first setting the server cannot run with. Every field is required:
@@ -81,6 +86,7 @@ func (c Config) Validate() error {
 		{"LA_HTTP_WRITE_TIMEOUT", int64(c.WriteTimeout)}, {"LA_HTTP_IDLE_TIMEOUT", int64(c.IdleTimeout)},
 		{"LA_HTTP_SHUTDOWN_TIMEOUT", int64(c.ShutdownTimeout)}, {"LA_HTTP_MAX_UPLOADING", int64(c.MaxUploading)},
 		{"LA_HTTP_BODY_TIMEOUT", int64(c.BodyTimeout)}, {"LA_HTTP_MIN_BODY_RATE", c.MinBodyRate},
+		{"LA_HTTP_MAX_DECODED_BYTES", c.MaxDecodedBytes},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("http config: %s must be positive", f.name)
@@ -114,6 +120,7 @@ type Server struct {
 	ready     atomic.Pointer[readyState] // nil while starting
 	uploading atomic.Int64               // /predict requests sending their body now
 	pending   atomic.Int64               // /predict requests past their body now
+	memory    *memoryBudget              // MaxDecodedBytes, shared by the pending requests
 
 	mu       sync.Mutex
 	hs       *http.Server // set by Serve
@@ -152,6 +159,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		log:     opts.Logger,
 		started: time.Now(),
 		source:  readSource(),
+		memory:  newMemoryBudget(cfg.MaxDecodedBytes),
 		drained: make(chan struct{}),
 	}
 	s.handler = s.routes()

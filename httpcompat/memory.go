@@ -1,0 +1,256 @@
+package httpcompat
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"slices"
+	"sync"
+
+	"golang.org/x/image/webp"
+
+	"github.com/locateanything/detect/engine/imageproc"
+)
+
+// memoryBudget is a semaphore counted in bytes: the memory the pending /predict requests
+// hold for their images (Config.MaxDecodedBytes). A request that fits in what is free goes
+// at once, even past older requests waiting for more than that: an ordinary photo is not
+// held up behind a 36-megapixel scan. Freed bytes go to the waiters that fit, oldest first.
+// A large image can therefore wait while smaller ones keep the budget busy, up to its
+// request's deadline; the chip, which serves one request at a time, keeps such streams short.
+type memoryBudget struct {
+	mu      sync.Mutex
+	size    int64
+	used    int64
+	waiters []*budgetWaiter // oldest first; at most MaxPending
+}
+
+type budgetWaiter struct {
+	n     int64
+	ready chan struct{} // closed when the bytes are granted
+}
+
+func newMemoryBudget(size int64) *memoryBudget { return &memoryBudget{size: size} }
+
+// acquire reserves n bytes, waiting until they fit or ctx ends (then it returns ctx's error
+// and holds nothing). n must not exceed the budget's size.
+func (b *memoryBudget) acquire(ctx context.Context, n int64) error {
+	b.mu.Lock()
+	if b.used+n <= b.size {
+		b.used += n
+		b.mu.Unlock()
+		return nil
+	}
+	wt := &budgetWaiter{n: n, ready: make(chan struct{})}
+	b.waiters = append(b.waiters, wt)
+	b.mu.Unlock()
+	select {
+	case <-wt.ready:
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-wt.ready: // granted as ctx ended: give it back
+		b.used -= n
+	default:
+		b.waiters = slices.DeleteFunc(b.waiters, func(o *budgetWaiter) bool { return o == wt })
+	}
+	b.grant() // the next waiter may fit now
+	return ctx.Err()
+}
+
+// release returns n bytes that acquire granted.
+func (b *memoryBudget) release(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+	if b.used < 0 {
+		panic("httpcompat: memory budget released more than it granted")
+	}
+	b.grant()
+}
+
+// grant hands the free bytes to every waiter that fits, oldest first.
+func (b *memoryBudget) grant() {
+	b.waiters = slices.DeleteFunc(b.waiters, func(wt *budgetWaiter) bool {
+		if b.used+wt.n > b.size {
+			return false
+		}
+		b.used += wt.n
+		close(wt.ready)
+		return true
+	})
+}
+
+// inUse is the bytes granted and not yet released, and the requests waiting for more.
+func (b *memoryBudget) inUse() (used int64, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used, len(b.waiters)
+}
+
+// Bytes per pixel a /predict holds beyond the decoded image, measured with the engine's own
+// steps (imageproc.Preprocess, overlay.Draw and its PNG encoder) on photographs and synthetic
+// images of 1-4 megapixels.
+const (
+	// prepareBytesPerPixel is Prepare's 8-bit RGB copy at the original size (3) and the
+	// first resize pass working on it.
+	prepareBytesPerPixel = 4
+	// overlayBytesPerPixel is the overlay, drawn after the chip: its RGBA canvas (4) and the
+	// PNG, its base64 and the JSON answer carrying it (2-3 bytes a pixel each for a photo).
+	// Prepare's working copies are garbage by then, so it replaces prepareBytesPerPixel.
+	overlayBytesPerPixel = 12
+)
+
+// imageCost estimates from the image's header alone, reading no pixel, the bytes a /predict
+// holds for it at its peak: the encoded bytes, the decoded image as the decoder lays it out
+// (decodedBytesPerPixel), and Prepare's working copies or, with an overlay, the overlay's.
+// For bytes whose header cannot be read it is the encoded size alone: Prepare refuses those
+// before decoding anything. w and h are the header's size (0 when unread).
+func imageCost(img []byte, overlay bool) (cost int64, w, h int) {
+	cost = int64(len(img))
+	format := imageproc.Sniff(img)
+	cfg, ok := imageHeader(format, img)
+	if !ok || cfg.Width <= 0 || cfg.Height <= 0 {
+		return cost, 0, 0
+	}
+	perPixel := decodedBytesPerPixel(format, cfg.ColorModel, img) + prepareBytesPerPixel
+	if overlay {
+		perPixel += overlayBytesPerPixel - prepareBytesPerPixel
+	}
+	if format == imageproc.FormatGIF {
+		cfg.Width, cfg.Height = gifCanvas(img, cfg.Width, cfg.Height)
+	}
+	px := int64(cfg.Width) * int64(cfg.Height) // below 2^62: each side is below 2^31
+	if px > (1<<62)/perPixel {
+		return 1 << 62, cfg.Width, cfg.Height
+	}
+	return cost + px*perPixel, cfg.Width, cfg.Height
+}
+
+// headerDecoders read the header of the formats the engine decodes (imageproc.Decode),
+// with the same decoders.
+var headerDecoders = map[string]func(io.Reader) (image.Config, error){
+	imageproc.FormatJPEG: jpeg.DecodeConfig,
+	imageproc.FormatPNG:  png.DecodeConfig,
+	imageproc.FormatGIF:  gif.DecodeConfig,
+	imageproc.FormatWebP: webp.DecodeConfig,
+}
+
+// imageHeader reads the image's header as the engine's decoder will.
+func imageHeader(format string, img []byte) (cfg image.Config, ok bool) {
+	decodeConfig, known := headerDecoders[format]
+	if !known {
+		return cfg, false
+	}
+	defer func() {
+		if recover() != nil { // a decoder bug on hostile bytes: let Prepare refuse them
+			ok = false
+		}
+	}()
+	cfg, err := decodeConfig(bytes.NewReader(img))
+	return cfg, err == nil
+}
+
+// decodedBytesPerPixel is what the standard decoders allocate per pixel for an image of
+// this format and colour model, working buffers included.
+func decodedBytesPerPixel(format string, m color.Model, img []byte) int64 {
+	if _, paletted := m.(color.Palette); paletted { // compare no further: a Palette is a slice
+		return 1
+	}
+	var bpp, components int64
+	switch m {
+	case color.GrayModel:
+		bpp, components = 1, 1
+	case color.Gray16Model:
+		bpp, components = 2, 1
+	case color.YCbCrModel: // Y, Cb and Cr at full resolution at worst (4:4:4), or a decoder's RGBA
+		bpp, components = 4, 3
+	case color.NYCbCrAModel:
+		bpp, components = 4, 4
+	case color.RGBAModel, color.NRGBAModel:
+		bpp, components = 4, 4
+	case color.CMYKModel: // Go's JPEG decoder keeps the 4 planes and builds a CMYK image
+		bpp, components = 8, 4
+	default: // 16-bit colour and anything unexpected
+		bpp, components = 8, 4
+	}
+	switch format {
+	case imageproc.FormatJPEG:
+		if jpegProgressive(img) {
+			bpp += 4 * components // an int32 coefficient per sample, kept until the last scan
+		}
+	case imageproc.FormatPNG:
+		if len(img) > 28 && img[28] == 1 { // IHDR interlace method Adam7: passes, then merged
+			bpp *= 2
+		}
+	case imageproc.FormatWebP:
+		// Lossy WebP is turned into NRGBA with libwebp's colours (imageproc's webpColours);
+		// lossless decodes through a 32-bit ARGB buffer.
+		bpp += 4
+	}
+	return bpp
+}
+
+// jpegProgressive reports whether the JPEG's frame header, before its first scan, is a
+// progressive one (SOF2).
+func jpegProgressive(b []byte) bool {
+	for i := 2; i+4 <= len(b); {
+		if b[i] != 0xFF {
+			return false
+		}
+		switch m := b[i+1]; {
+		case m == 0xFF: // fill byte
+			i++
+		case m == 0x01 || (m >= 0xD0 && m <= 0xD8): // markers without a length
+			i += 2
+		case m == 0xDA: // start of scan: no progressive frame header came first
+			return false
+		case m == 0xC2:
+			return true
+		default:
+			i += 2 + (int(b[i+2])<<8 | int(b[i+3]))
+		}
+	}
+	return false
+}
+
+// gifCanvas is the size of the canvas PIL opens a GIF on: its logical screen (w x h), grown
+// to hold the first frame where that reaches past it. It reads the blocks up to the first
+// image descriptor; on anything unexpected it keeps w x h.
+func gifCanvas(b []byte, w, h int) (int, int) {
+	const screenEnd = 13 // "GIF89a", then the logical screen descriptor
+	if len(b) < screenEnd {
+		return w, h
+	}
+	i := screenEnd
+	if packed := b[10]; packed&0x80 != 0 { // global colour table
+		i += 3 << (packed&7 + 1)
+	}
+	for i < len(b) {
+		switch b[i] {
+		case 0x21: // extension: label, then sub-blocks up to an empty one
+			i += 2
+			for i < len(b) && b[i] != 0 {
+				i += 1 + int(b[i])
+			}
+			i++
+		case 0x2C: // image descriptor: left, top, width, height, little-endian
+			if i+9 > len(b) {
+				return w, h
+			}
+			u16 := func(at int) int { return int(b[at]) | int(b[at+1])<<8 }
+			return max(w, u16(i+1)+u16(i+5)), max(h, u16(i+3)+u16(i+7))
+		default:
+			return w, h
+		}
+	}
+	return w, h
+}

@@ -1,0 +1,283 @@
+package httpcompat
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
+)
+
+// pngHeader is a PNG that stops after its IHDR chunk: a header claiming a w x h image of
+// the given bit depth and colour type (2 = RGB), with no pixel data. The engine double
+// prepares from the header alone, so it stands for a large image costing nothing to send,
+// like the 280 KB, 36-megapixel 16-bit PNG that costs the real engine 250-380 MB.
+func pngHeader(w, h int, depth, colorType, interlace byte) []byte {
+	var b bytes.Buffer
+	b.WriteString("\x89PNG\r\n\x1a\n")
+	chunk := []byte("IHDR\x00\x00\x00\x00\x00\x00\x00\x00")
+	binary.BigEndian.PutUint32(chunk[4:], uint32(w))
+	binary.BigEndian.PutUint32(chunk[8:], uint32(h))
+	chunk = append(chunk, depth, colorType, 0, 0, interlace)
+	_ = binary.Write(&b, binary.BigEndian, uint32(len(chunk)-4))
+	b.Write(chunk)
+	_ = binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
+	return b.Bytes()
+}
+
+// bigPNG is a 6000x6000 16-bit RGB header: 36 megapixels at 8 bytes decoded plus 4 of
+// Prepare's working copies.
+var bigPNG = pngHeader(6000, 6000, 16, 2, 0)
+
+const bigCost = 6000*6000*(8+prepareBytesPerPixel) + 33 // 33: the header's own bytes
+
+func TestImageCostReadsTheHeaderOnly(t *testing.T) {
+	dog, err := os.ReadFile("testdata/dog.jpg") // 768x576 baseline YCbCr
+	if err != nil {
+		t.Fatal(err)
+	}
+	progressive := []byte("\xff\xd8\xff\xe0\x00\x04ab\xff\xc2\x00\x11\x08\x02\x00\x03\x00\x03\x01\x11\x00\x02\x11\x00\x03\x11\x00")
+	for _, c := range []struct {
+		name    string
+		img     []byte
+		overlay bool
+		want    int64
+	}{
+		{"16-bit RGB PNG", bigPNG, false, bigCost},
+		{"16-bit RGB PNG with an overlay", bigPNG, true, 6000*6000*(8+overlayBytesPerPixel) + 33},
+		{"8-bit RGB PNG", pngHeader(1000, 1000, 8, 2, 0), false, 1000*1000*(4+prepareBytesPerPixel) + 33},
+		{"8-bit gray PNG", pngHeader(1000, 1000, 8, 0, 0), false, 1000*1000*(1+prepareBytesPerPixel) + 33},
+		{"interlaced 16-bit PNG", pngHeader(1000, 1000, 16, 2, 1), false, 1000*1000*(16+prepareBytesPerPixel) + 33},
+		{"baseline JPEG", dog, false, 768*576*(4+prepareBytesPerPixel) + int64(len(dog))},
+		{"no image", []byte("this is not a picture"), false, 21},
+		{"a truncated header", bigPNG[:20], false, 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got, _, _ := imageCost(c.img, c.overlay); got != c.want {
+				t.Errorf("imageCost = %d, want %d", got, c.want)
+			}
+		})
+	}
+	if !jpegProgressive(progressive) || jpegProgressive(dog) {
+		t.Error("jpegProgressive does not tell a progressive frame header (SOF2) from a baseline one")
+	}
+	// A GIF whose first frame reaches past its logical screen is opened on a canvas that
+	// holds the frame.
+	gif := []byte("GIF89a\x0a\x00\x0a\x00\x00\x00\x00" + "\x21\xf9\x04\x00\x00\x00\x00\x00" +
+		"\x2c\x05\x00\x06\x00\x00\x10\x00\x08\x00")
+	if w, h := gifCanvas(gif, 10, 10); w != 5+4096 || h != 6+2048 {
+		t.Errorf("gifCanvas = %dx%d, want the frame's reach 4101x2054", w, h)
+	}
+}
+
+func TestMemoryBudgetGrantsWhatFitsAndHandsBackOnCancel(t *testing.T) {
+	b := newMemoryBudget(100)
+	ctx := t.Context()
+	if err := b.acquire(ctx, 60); err != nil {
+		t.Fatal(err)
+	}
+	bigGot := make(chan error, 1)
+	go func() { bigGot <- b.acquire(ctx, 70) }()
+	testwait.Until(t, time.Minute, "the large reservation to wait", func() bool { _, n := b.inUse(); return n == 1 })
+	if err := b.acquire(ctx, 40); err != nil { // fits beside the first, past the waiting one
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	gone := make(chan error, 1)
+	go func() { gone <- b.acquire(cctx, 50) }()
+	testwait.Until(t, time.Minute, "two reservations to wait", func() bool { _, n := b.inUse(); return n == 2 })
+	cancel()
+	if err := <-gone; err == nil {
+		t.Fatal("a cancelled wait reported success")
+	}
+	b.release(60)
+	b.release(40)
+	if err := <-bigGot; err != nil {
+		t.Fatal(err)
+	}
+	if used, waiting := b.inUse(); used != 70 || waiting != 0 {
+		t.Fatalf("in use %d, waiting %d; want 70 and 0", used, waiting)
+	}
+	b.release(70)
+
+	// Many holders and waiters, some giving up: every byte comes back.
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%7)*time.Millisecond)
+			defer cancel()
+			n := int64(1 + i%60)
+			if b.acquire(ctx, n) == nil {
+				time.Sleep(time.Duration(i%3) * time.Millisecond)
+				b.release(n)
+			}
+		})
+	}
+	wg.Wait()
+	if used, waiting := b.inUse(); used != 0 || waiting != 0 {
+		t.Fatalf("after the crowd: in use %d, waiting %d; want nothing", used, waiting)
+	}
+}
+
+// TestLargeImagesWaitForTheMemoryBudgetAndSmallOnesPass: six 36-megapixel 16-bit PNGs at
+// once took 2.3 GB, and the 64 pending requests could have taken 16 GB: admission counted
+// requests, not their decoded size. Now only what fits in LA_HTTP_MAX_DECODED_BYTES is
+// prepared; the rest wait, while an ordinary photo that fits goes ahead.
+func TestLargeImagesWaitForTheMemoryBudgetAndSmallOnesPass(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan string, 16)
+	const budget = 1_000_000_000 // two large images, not three
+	h := newHarness(t, setup{
+		cfg:       Config{MaxDecodedBytes: budget},
+		configure: func(e *enginetest.Engine) { e.Release, e.Started = release, started },
+	})
+	big := base64.StdEncoding.EncodeToString(bigPNG)
+	const larges = 4
+	var replies []<-chan string
+	for i := range larges {
+		replies = append(replies, asyncPredict(t.Context(), h.url, big, fmt.Sprintf("big-%d", i)))
+	}
+	<-started // one on the chip, one waiting for it, two waiting for memory
+	testwait.Until(t, time.Minute, "two large images admitted and two waiting", func() bool {
+		used, waiting := h.srv.memory.inUse()
+		return used == 2*bigCost && waiting == larges-2 && h.chip.Waiting() == 1
+	})
+	replies = append(replies, asyncPredict(t.Context(), h.url, dogB64(t), "small"))
+	waitQueued(t, h.chip, 2) // the photo reached the chip past the large images waiting for memory
+	if used, waiting := h.srv.memory.inUse(); used > budget || waiting != larges-2 {
+		t.Fatalf("in use %d (budget %d), waiting %d", used, budget, waiting)
+	}
+	close(release)
+	for _, r := range replies {
+		if got := <-r; !strings.HasPrefix(got, "200 ") {
+			t.Errorf("got %q, want 200", got)
+		}
+	}
+	waitBudgetFree(t, h)
+}
+
+// waitBudgetFree waits until every reservation is released: the handlers return just after
+// their answers are written.
+func waitBudgetFree(t *testing.T, h *harness) {
+	t.Helper()
+	testwait.Until(t, time.Minute, "the memory budget to be free", func() bool {
+		used, waiting := h.srv.memory.inUse()
+		return used == 0 && waiting == 0 && h.srv.pending.Load() == 0
+	})
+}
+
+func TestImageOverTheWholeMemoryBudgetIs413(t *testing.T) {
+	h := newHarness(t, setup{cfg: Config{MaxDecodedBytes: 100 << 20}})
+	status, body := h.predict(t, map[string]any{"image": base64.StdEncoding.EncodeToString(bigPNG), "query": "dog"})
+	if status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d %s, want 413", status, body)
+	}
+	if d := detailString(t, body); !strings.Contains(d, "6000x6000") || !strings.Contains(d, "LA_HTTP_MAX_DECODED_BYTES") {
+		t.Fatalf("detail %q should give the size and name LA_HTTP_MAX_DECODED_BYTES", d)
+	}
+	if status, body := h.predict(t, map[string]any{"image": dogB64(t), "query": "dog"}); status != http.StatusOK {
+		t.Fatalf("an ordinary photo after it: %d %s", status, body)
+	}
+	if n := len(h.eng.Seen()); n != 1 {
+		t.Fatalf("%d requests reached the chip, want the photo alone", n)
+	}
+	waitBudgetFree(t, h)
+}
+
+// holdInPrepare makes the request with query "holder" stop inside Prepare, its memory
+// reserved, until the returned func is called.
+func holdInPrepare(e *enginetest.Engine) (unblock func()) {
+	gate := make(chan struct{})
+	e.OnCall = func(method, query string) {
+		if method == "Prepare" && query == "holder" {
+			<-gate
+		}
+	}
+	return sync.OnceFunc(func() { close(gate) })
+}
+
+func TestMemoryWaitEndsIn503OrWhenTheClientLeaves(t *testing.T) {
+	var unblock func()
+	gone := &messageSignal{msg: "predict: client went away", seen: make(chan struct{}, 4)}
+	h := newHarness(t, setup{
+		cfg:       Config{MaxDecodedBytes: bigCost, WriteTimeout: time.Second},
+		opts:      Options{Logger: slog.New(gone)},
+		configure: func(e *enginetest.Engine) { unblock = holdInPrepare(e) },
+	})
+	defer unblock()
+	big := base64.StdEncoding.EncodeToString(bigPNG)
+	holder := asyncPredict(t.Context(), h.url, big, "holder")
+	testwait.Until(t, time.Minute, "the holder to reserve", func() bool { used, _ := h.srv.memory.inUse(); return used == bigCost })
+
+	ctx, hangUp := context.WithCancel(t.Context())
+	leaving := asyncPredict(ctx, h.url, big, "leaving")
+	testwait.Until(t, time.Minute, "a request to wait for memory", func() bool { _, n := h.srv.memory.inUse(); return n == 1 })
+	hangUp()
+	<-gone.seen
+	if got := <-leaving; !strings.HasPrefix(got, "error:") {
+		t.Fatalf("the client hung up, yet got %q", got)
+	}
+
+	status, body := h.predict(t, map[string]any{"image": big, "query": "late"})
+	if status != http.StatusServiceUnavailable || !strings.Contains(detailString(t, body), "LA_HTTP_MAX_DECODED_BYTES") {
+		t.Fatalf("a request that waited past its deadline for memory: %d %s, want 503 naming LA_HTTP_MAX_DECODED_BYTES", status, body)
+	}
+	unblock()
+	<-holder
+	waitBudgetFree(t, h)
+	if n := len(h.eng.Seen()); n != 0 {
+		t.Fatalf("%d requests reached the chip; the holder ran out of time and the others never had memory", n)
+	}
+}
+
+// TestMemoryBudgetIsReleasedAfterManyRequests: whatever way a request ends (answered,
+// refused by the engine, failed on the device, its overlay failing) its reservation comes
+// back, and a crowd of large images over the budget is served one after another.
+func TestMemoryBudgetIsReleasedAfterManyRequests(t *testing.T) {
+	h := newHarness(t, setup{
+		cfg:       Config{MaxDecodedBytes: 6000*6000*(8+overlayBytesPerPixel) + 10<<20}, // one large image at a time
+		configure: func(e *enginetest.Engine) { e.Description.MaxSeqLen = 1500 },
+	})
+	big := base64.StdEncoding.EncodeToString(bigPNG)
+	small := dogB64(t)
+	var wg sync.WaitGroup
+	results := make(chan string, 100)
+	for i := range 40 {
+		wg.Go(func() {
+			body := map[string]any{"image": big, "query": fmt.Sprintf("big-%d", i)}
+			switch i % 4 {
+			case 1:
+				body["image"] = small
+			case 2:
+				body["return_overlay"] = true // the double cannot draw on a bare header: 500
+			case 3:
+				body["query"] = strings.Repeat("d", 900) // Prepare refuses it: prompt + budget over 1500
+				body["max_new_tokens"] = 1024
+			}
+			status, _ := postPredict(t, t.Context(), h.url, body)
+			results <- fmt.Sprint(i%4, " ", status)
+		})
+	}
+	wg.Wait()
+	close(results)
+	counts := map[string]int{}
+	for r := range results {
+		counts[r]++
+	}
+	want := map[string]int{"0 200": 10, "1 200": 10, "2 500": 10, "3 400": 10}
+	if fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("outcomes %v, want %v", counts, want)
+	}
+	waitBudgetFree(t, h)
+}
