@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,9 +9,11 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -26,6 +29,9 @@ type DLQRecord struct {
 	FailedAt  time.Time       `json:"failed_at"`
 	Job       json.RawMessage `json:"job,omitempty"`        // the original bytes, when they are JSON
 	JobBase64 []byte          `json:"job_base64,omitempty"` // the original bytes otherwise
+	// JobURL is where the original bytes are stored when the record would be too large for
+	// a NATS message with them (Job and JobBase64 are then empty).
+	JobURL string `json:"job_url,omitempty"`
 }
 
 // DLQSubject is the subject of job id's dead-letter record.
@@ -33,6 +39,10 @@ func DLQSubject(id string) string { return DLQSubjectPrefix + id }
 
 // ResultURL is where the result JSON of job id is stored under output prefix.
 func ResultURL(output, id string) string { return joinURL(output, id+".json") }
+
+// JobURL is where the original message of job id is stored under output prefix when its
+// dead-letter record cannot carry it.
+func JobURL(output, id string) string { return joinURL(output, id+".job.json") }
 
 // OverlayURL is where the overlay PNG of job id is stored under output prefix.
 func OverlayURL(output, id string) string { return joinURL(output, id+".png") }
@@ -102,15 +112,18 @@ func (s *sink) putOverlay(ctx context.Context, job *Job, png []byte) (string, er
 // nothing, while a job published again (a replay) gets fresh result and DLQ messages.
 // When the output location itself is refused (bad URL, not allowed), the result cannot be
 // stored: it becomes a failed result that is still published and dead-lettered.
+// A result or record too large for one NATS message is published without its bulky parts,
+// naming where they are stored (Result.reference, DLQRecord.JobURL).
 func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original, deadLetter bool) error {
 	res.Worker = s.worker
 	res.FinishedAt = time.Now().UTC()
-	url := ResultURL(s.output(job), res.ID)
-	body, err := json.Marshal(res)
+	output := s.output(job)
+	res.ResultURL = ResultURL(output, res.ID)
+	body, err := encodeJSON(res)
 	if err != nil {
 		return fmt.Errorf("encode result of job %s: %w", res.ID, err)
 	}
-	if err := s.put(ctx, url, body); err != nil {
+	if err := s.put(ctx, "result", res.ResultURL, body, "application/json"); err != nil {
 		if isTransient(err) {
 			return err
 		}
@@ -119,17 +132,19 @@ func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original
 		res.Status = StatusFailed
 		res.Error = &ErrorInfo{Code: CodeBadURL, Message: "field output: " + err.Error()}
 		res.OverlayURL = nil
-		if body, err = json.Marshal(res); err != nil {
-			return fmt.Errorf("encode result of job %s: %w", res.ID, err)
-		}
+		res.ResultURL = ""
+		output = ""
 		deadLetter = true
+	}
+	if body, err = s.resultMessage(res); err != nil {
+		return err
 	}
 	msgID := fmt.Sprintf("%s-%d", res.ID, orig.streamSeq)
 	if err := s.publish(ctx, ResultSubject(res.Batch, res.ID), body, msgID); err != nil {
 		return err
 	}
 	if deadLetter {
-		if err := s.deadLetter(ctx, res, orig, msgID); err != nil {
+		if err := s.deadLetter(ctx, res, orig, msgID, output); err != nil {
 			return err
 		}
 	}
@@ -145,11 +160,83 @@ func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original
 	return nil
 }
 
-func (s *sink) put(ctx context.Context, url string, body []byte) error {
+// payloadHeadroom is what a message body leaves of the connection's max payload for the
+// message's headers (Nats-Msg-Id).
+const payloadHeadroom = 4 << 10
+
+// maxBody is the largest result or dead-letter record published whole: the max payload the
+// server announced (1 MiB by default) less payloadHeadroom.
+func (s *sink) maxBody() int {
+	limit := s.topo.JS.Conn().MaxPayload()
+	if limit <= 0 {
+		limit = 1 << 20 // not announced yet: the server's default
+	}
+	return int(limit) - payloadHeadroom
+}
+
+// resultMessage is res as published: whole when it fits in a message, else its reference.
+func (s *sink) resultMessage(res *Result) ([]byte, error) {
+	body, err := encodeJSON(res)
+	if err != nil || len(body) <= s.maxBody() {
+		return body, err
+	}
+	ref := res.reference()
+	if ref.ResultURL == "" {
+		s.log.Error("result too large to publish and not stored: published without metadata and the answer's lists",
+			"id", res.ID, "bytes", len(body))
+	}
+	if body, err = encodeJSON(ref); err != nil || len(body) <= s.maxBody() {
+		return body, err
+	}
+	// Only a huge image URL or error message gets here; the stored result keeps them.
+	ref.Image = ""
+	if ref.Error != nil {
+		ref.Error = &ErrorInfo{Code: ref.Error.Code, Message: cut(ref.Error.Message, 1024)}
+	}
+	return encodeJSON(ref)
+}
+
+// reference is r as published when it is too large for one NATS message: the bulky parts
+// (metadata, raw_text, detections, points) left out and Truncated set; ResultURL names the
+// whole result.
+func (r Result) reference() Result {
+	r.Metadata = nil
+	r.RawText = ""
+	r.Detections = []engine.Detection{}
+	r.Points = []engine.Point{}
+	r.Truncated = true
+	return r
+}
+
+// cut is s in at most n bytes, on a rune boundary, marked when shortened.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + " [...]"
+}
+
+// encodeJSON is json.Marshal without HTML escaping: metadata echoed from a job keeps its
+// size (json.Marshal writes each <, > and & as a six-byte \u escape).
+func encodeJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// put stores body at url; what names it in the error ("result", "job").
+func (s *sink) put(ctx context.Context, what, url string, body []byte, contentType string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	if err := s.store.Put(ctx, url, body, "application/json"); err != nil {
-		return classifyStoreWrite(fmt.Errorf("store result %s: %w", url, err))
+	if err := s.store.Put(ctx, url, body, contentType); err != nil {
+		return classifyStoreWrite(fmt.Errorf("store %s %s: %w", what, url, err))
 	}
 	return nil
 }
@@ -163,7 +250,11 @@ func (s *sink) publish(ctx context.Context, subject string, body []byte, msgID s
 	return nil
 }
 
-func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgID string) error {
+// deadLetter publishes the record of a job that failed for good. When the record would be
+// too large for a message with the job's bytes in it, the bytes are stored at
+// <output>/<id>.job.json (output: where the result went, else the worker's default) and
+// the record names them instead.
+func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgID, output string) error {
 	rec := DLQRecord{
 		ID:        res.ID,
 		Attempts:  res.Attempt,
@@ -180,15 +271,50 @@ func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgI
 	} else {
 		rec.JobBase64 = orig.data
 	}
-	body, err := json.Marshal(rec)
+	body, err := encodeJSON(rec)
 	if err != nil {
 		return fmt.Errorf("encode dead-letter record of job %s: %w", res.ID, err)
+	}
+	if len(body) > s.maxBody() {
+		rec.Job, rec.JobBase64 = nil, nil
+		if rec.JobURL, err = s.putJob(ctx, res.ID, orig.data, output); err != nil {
+			return err
+		}
+		rec.Reason = cut(rec.Reason, 4096)
+		if body, err = encodeJSON(rec); err != nil {
+			return fmt.Errorf("encode dead-letter record of job %s: %w", res.ID, err)
+		}
 	}
 	if err := s.publish(ctx, DLQSubject(res.ID), body, msgID); err != nil {
 		return err
 	}
 	s.metrics.deadLettered()
 	return nil
+}
+
+// putJob stores the bytes of a job message for its dead-letter record under output, or the
+// worker's default output when output is empty or refuses them, and returns their URL; ""
+// when both refuse (the record then holds no job), an error when storage failed for now.
+func (s *sink) putJob(ctx context.Context, id string, data []byte, output string) (string, error) {
+	contentType := "application/octet-stream"
+	if json.Valid(data) {
+		contentType = "application/json"
+	}
+	var err error
+	for _, prefix := range []string{output, s.defaultOutput} {
+		if prefix == "" {
+			continue
+		}
+		url := JobURL(prefix, id)
+		if err = s.put(ctx, "job", url, data, contentType); err == nil {
+			return url, nil
+		}
+		if isTransient(err) {
+			return "", err
+		}
+	}
+	s.log.Error("dead-letter record without its job: too large to carry, and no output takes it", "id", id, "err", err)
+	return "", nil
 }
 
 // classifyStoreWrite makes a write that can never succeed (a bad or refused location, a

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/storage"
 )
 
 // ErrUnknownJob is wrapped by the errors about a job id the system has no record of.
@@ -21,15 +22,18 @@ var ErrUnknownJob = errors.New("unknown job")
 type Admin struct {
 	js    jetstream.JetStream
 	state *jobs.StateStore
+	store storage.Store // nil when no storage is configured
 }
 
-// NewAdmin opens the state bucket; the streams are opened as needed.
-func NewAdmin(ctx context.Context, js jetstream.JetStream) (*Admin, error) {
+// NewAdmin opens the state bucket; the streams are opened as needed. store, which may be
+// nil, reads what a worker stored instead of publishing it: the whole result behind a
+// reference (status), a dead-lettered job's bytes (replay).
+func NewAdmin(ctx context.Context, js jetstream.JetStream, store storage.Store) (*Admin, error) {
 	kv, err := js.KeyValue(ctx, jobs.StateBucket)
 	if err != nil {
 		return nil, fmt.Errorf("state bucket %s: %w (start a worker once: it creates the bucket)", jobs.StateBucket, err)
 	}
-	return &Admin{js: js, state: jobs.NewStateStore(kv)}, nil
+	return &Admin{js: js, state: jobs.NewStateStore(kv), store: store}, nil
 }
 
 // JobStatus is what the system knows about one job.
@@ -67,6 +71,13 @@ func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
 		var res jobs.Result
 		if err := json.Unmarshal(msg.Data, &res); err != nil {
 			return s, fmt.Errorf("result of job %s on %s is not valid JSON: %w", id, msg.Subject, err)
+		}
+		if res.Truncated && a.store != nil {
+			// Best effort, once: the reference says enough for a status line.
+			full, err := fullResult(ctx, a.store, res, func(error) bool { return false })
+			if err == nil {
+				res = full
+			}
 		}
 		s.Result = &res
 	}
@@ -329,7 +340,8 @@ func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
 
 // DLQReplay publishes the dead-lettered job id again, after its cause is fixed: it sets
 // the job's state back to queued and clears any cancel request (a worker skips a job whose
-// state is terminal), publishes the original job bytes to their original subject, and
+// state is terminal), publishes the original job bytes (from the record, or from its
+// job_url for a job too large to carry) to their original subject, and
 // removes every dead-letter record of the job. A `submit run` over the same inputs then
 // waits for the job's new result instead of reporting the old failure. The publish carries a fresh Nats-Msg-Id
 // (<id>-replay-<dlq sequence>) so that the duplicate window does not swallow it.
@@ -338,9 +350,9 @@ func (a *Admin) DLQReplay(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	data := []byte(e.Record.Job)
-	if len(data) == 0 {
-		data = e.Record.JobBase64
+	data, err := a.dlqJob(ctx, e.Record)
+	if err != nil {
+		return err
 	}
 	job, err := jobs.DecodeJob(data)
 	if err != nil {
@@ -368,6 +380,29 @@ func (a *Admin) DLQReplay(ctx context.Context, id string) error {
 		return fmt.Errorf("replay job %s: published, but its dead-letter record stays: %w", id, err)
 	}
 	return nil
+}
+
+// maxJobBytes bounds a dead-lettered job read from storage; a job is one NATS message.
+const maxJobBytes = 64 << 20
+
+// dlqJob is the original job message of a dead-letter record: carried in it, or, for a job
+// too large to carry, read from where the worker stored it (job_url).
+func (a *Admin) dlqJob(ctx context.Context, rec jobs.DLQRecord) ([]byte, error) {
+	switch {
+	case len(rec.Job) > 0:
+		return rec.Job, nil
+	case len(rec.JobBase64) > 0:
+		return rec.JobBase64, nil
+	case rec.JobURL == "":
+		return nil, fmt.Errorf("job %s cannot be replayed: its dead-letter record holds no job (it was too large to carry and could not be stored)", rec.ID)
+	case a.store == nil:
+		return nil, fmt.Errorf("job %s is stored at %s: storage is not configured (LA_S3_* or LA_FILE_ROOTS)", rec.ID, rec.JobURL)
+	}
+	data, err := a.store.Get(ctx, rec.JobURL, maxJobBytes)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: read %s: %w", rec.ID, rec.JobURL, err)
+	}
+	return data, nil
 }
 
 // DLQReplayAll replays every dead-lettered job and returns the ids replayed. It stops at

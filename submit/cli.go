@@ -250,17 +250,25 @@ func idOrBatch(name string, args []string, cio IO, withReason bool) (id, batch, 
 	return "", "", "", usagef("%s: give one job ID or --batch B", name)
 }
 
+// adminFor connects to NATS and opens the storage (when configured) for the admin
+// commands; the function returned closes both.
 func adminFor(ctx context.Context, cfg Config) (*Admin, func(), error) {
 	js, closeNATS, err := connect(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := NewAdmin(ctx, js)
+	store, closeStore, err := openStore(cfg)
 	if err != nil {
 		closeNATS()
 		return nil, nil, err
 	}
-	return a, closeNATS, nil
+	closeAll := func() { closeStore(); closeNATS() }
+	a, err := NewAdmin(ctx, js, store)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return a, closeAll, nil
 }
 
 func statusCmd(ctx context.Context, args []string, cfg Config, cio IO) int {

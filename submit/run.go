@@ -274,7 +274,7 @@ func (r *batchRun) execute(parent context.Context) (sum Summary, err error) {
 	pubDone := make(chan published)
 	r.startPublishers(pubCtx, &wg, pubCh, pubDone)
 	resultsCh := make(chan collected, 64)
-	wg.Go(func() { collectResults(ctx, r.env.JS, r.cfg.Defaults.Batch, resultsCh) })
+	wg.Go(func() { collectResults(ctx, r.env.JS, r.env.Store, r.cfg.Defaults.Batch, resultsCh) })
 
 	prog := &progress{w: r.env.Progress, terminal: r.env.Terminal}
 	defer prog.finish()
