@@ -203,6 +203,9 @@ func parseEntry(name string, raw json.RawMessage, data []byte) (Tensor, error) {
 		}
 		elements *= d
 	}
+	if elements > math.MaxInt64/int64(dt.Size()) {
+		return Tensor{}, fmt.Errorf("tensor %q: shape %v of %s overflows", name, e.Shape, dt)
+	}
 	if want := elements * int64(dt.Size()); end-begin != want {
 		return Tensor{}, fmt.Errorf("tensor %q: %d data bytes, but shape %v of %s needs %d", name, end-begin, e.Shape, dt, want)
 	}
