@@ -10,7 +10,7 @@ GO        ?= go
 BIN       := bin
 VERSITYGW_VERSION := v1.8.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
-APT_PACKAGES := libopenblas-dev pkg-config libpython3.11 python3 python3-numpy python3-uvicorn systemd
+APT_PACKAGES := libopenblas-dev libjpeg62-turbo-dev pkg-config libpython3.11 python3 python3-numpy python3-uvicorn systemd
 
 .PHONY: run demo test deps build vet
 

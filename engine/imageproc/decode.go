@@ -4,12 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"image"
-	"image/gif"
-	"image/jpeg"
-	"image/png"
-	"io"
-
-	"golang.org/x/image/webp"
 
 	"github.com/locateanything/detect/engine"
 )
@@ -26,18 +20,20 @@ const (
 	FormatWebP = "webp"
 )
 
+// codec reads a format's header (the size PIL would give the image) and decodes it into
+// the image.Image ToRGB turns into what PIL's to_rgb gives (see rgb.go).
 type codec struct {
-	config func(io.Reader) (image.Config, error)
-	decode func(io.Reader) (image.Image, error)
+	config func(data []byte) (image.Config, error)
+	decode func(data []byte, cfg image.Config) (image.Image, error)
 }
 
 // codecs is chosen by magic bytes, not by image.RegisterFormat, so that the set of
 // accepted formats is exactly this list whatever else the binary imports.
 var codecs = map[string]codec{
-	FormatJPEG: {jpeg.DecodeConfig, jpeg.Decode},
-	FormatPNG:  {png.DecodeConfig, png.Decode},
-	FormatGIF:  {gif.DecodeConfig, gif.Decode}, // the first frame only
-	FormatWebP: {webp.DecodeConfig, webp.Decode},
+	FormatJPEG: {jpegConfig, decodeJPEG},      // libjpeg-turbo, as PIL (jpeg.go)
+	FormatPNG:  {pngConfig, decodePNG},        // image/png, alpha as PIL's modes (alpha.go)
+	FormatGIF:  {gifConfig, decodeGIF},        // the first frame on PIL's canvas (gif.go)
+	FormatWebP: {webpConfig, decodeWebPImage}, // x/image/webp, libwebp's colours (webp.go)
 }
 
 // Sniff names the format of encoded image bytes from their signature, or returns "".
@@ -61,9 +57,12 @@ func Sniff(data []byte) string {
 // nothing. Errors are *engine.InputError: CodeImageTooLarge over the budget, CodeBadImage
 // for empty, unknown, corrupt or truncated bytes. The returned string is the format.
 //
-// A lossy WebP comes back as *image.NRGBA with libwebp's colours (see webp.go); JPEG
-// stays *image.YCbCr, which ToRGB converts the libjpeg way. EXIF orientation is ignored,
-// as it is by the reference (PIL's Image.open).
+// The image comes back in a type that tells ToRGB which of PIL's modes the file opens
+// as: a JPEG is *image.RGBA (opaque), *image.Gray or *image.CMYK (as PIL stores it);
+// *image.NRGBA and *image.NRGBA64 carry alpha only for what PIL opens as "RGBA" (the
+// alpha PIL drops, of gray+alpha or a tRNS colour, is dropped here already); a GIF is
+// its first frame on PIL's canvas with PIL's palette. EXIF orientation is ignored, as it
+// is by the reference (PIL's Image.open).
 func Decode(data []byte, maxPixels int64) (image.Image, string, error) {
 	return decode(data, maxPixels, nil)
 }
@@ -98,15 +97,15 @@ func decode(data []byte, maxPixels int64, checkSize func(w, h int) error) (img i
 		return nil, "", engine.InputErrorf(engine.CodeBadImage,
 			"unrecognised image format (%d bytes); accepted: JPEG, PNG, GIF, WebP", len(data))
 	}
-	// The standard decoders return errors on bad input; this guard only makes sure that a
-	// decoder bug on hostile bytes fails the one request instead of the whole worker.
+	// The decoders return errors on bad input; this guard only makes sure that a decoder
+	// bug on hostile bytes fails the one request instead of the whole worker.
 	defer func() {
 		if r := recover(); r != nil {
 			img = nil
 			err = engine.InputErrorf(engine.CodeBadImage, "%s: decoder failed on malformed data: %v", format, r)
 		}
 	}()
-	cfg, err := c.config(bytes.NewReader(data))
+	cfg, err := c.config(data)
 	if err != nil {
 		return nil, format, &engine.InputError{Code: engine.CodeBadImage,
 			Err: fmt.Errorf("%s header: %w", format, err)}
@@ -124,17 +123,14 @@ func decode(data []byte, maxPixels int64, checkSize func(w, h int) error) (img i
 			return nil, format, err
 		}
 	}
-	img, err = c.decode(bytes.NewReader(data))
+	img, err = c.decode(data, cfg)
 	if err != nil {
 		return nil, format, &engine.InputError{Code: engine.CodeBadImage,
 			Err: fmt.Errorf("decode %s %dx%d: %w", format, cfg.Width, cfg.Height, err)}
 	}
-	if b := img.Bounds(); int64(b.Dx())*int64(b.Dy()) > maxPixels || b.Empty() {
+	if b := img.Bounds(); b.Dx() != cfg.Width || b.Dy() != cfg.Height {
 		return nil, format, engine.InputErrorf(engine.CodeBadImage,
 			"%s decoded to %dx%d, not the %dx%d its header claims", format, b.Dx(), b.Dy(), cfg.Width, cfg.Height)
-	}
-	if format == FormatWebP {
-		img = webpColours(img)
 	}
 	return img, format, nil
 }

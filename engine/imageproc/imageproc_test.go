@@ -134,7 +134,8 @@ func TestDecodeBadBytes(t *testing.T) {
 }
 
 func TestToRGBConversions(t *testing.T) {
-	// Premultiplied RGBA with partial alpha converts to straight colour, as PIL stores it.
+	// Premultiplied RGBA with partial alpha is made straight (255, 127, 0), as PIL stores
+	// it, then pasted onto white: PIL gives (255, 191, 127).
 	rgba := image.NewRGBA(image.Rect(0, 0, 1, 1))
 	rgba.SetRGBA(0, 0, color.RGBA{128, 64, 0, 128}) // premultiplied
 	// Gray16 above 255 clips (PIL mode "I"), below 256 keeps its value.
@@ -145,16 +146,21 @@ func TestToRGBConversions(t *testing.T) {
 	cmyk.SetCMYK(0, 0, color.CMYK{C: 255, M: 0, Y: 128, K: 64})
 	sub := image.NewNRGBA(image.Rect(0, 0, 4, 4))
 	sub.SetNRGBA(2, 3, color.NRGBA{1, 2, 3, 0})
+	sub.SetNRGBA(0, 0, color.NRGBA{9, 8, 7, 255})
+	pal := image.NewPaletted(image.Rect(0, 0, 2, 1), color.Palette{color.NRGBA{10, 20, 30, 0}, color.NRGBA{40, 50, 60, 128}})
+	pal.Pix[1] = 1
 	cases := []struct {
 		name string
 		img  image.Image
 		want []uint8
 	}{
-		{"rgba partial alpha", rgba, []uint8{255, 127, 0}},
+		{"rgba partial alpha", rgba, []uint8{255, 191, 127}},
 		{"gray16", g16, []uint8{255, 255, 255, 77, 77, 77}},
 		// PIL: nk=191; c=255 -> 0; m=0 -> 191; y=128 -> 191-96 = 95.
 		{"cmyk", cmyk, []uint8{0, 191, 95}},
-		{"sub-image keeps straight colour", sub.SubImage(image.Rect(2, 3, 3, 4)), []uint8{1, 2, 3}},
+		{"sub-image, transparent: white", sub.SubImage(image.Rect(2, 3, 3, 4)), []uint8{255, 255, 255}},
+		{"sub-image, opaque: its colour", sub.SubImage(image.Rect(0, 0, 1, 1)), []uint8{9, 8, 7}},
+		{"palette ignores alpha", pal, []uint8{10, 20, 30, 40, 50, 60}},
 	}
 	for _, c := range cases {
 		got, err := ToRGB(c.img)
@@ -327,7 +333,8 @@ func TestResizeBicubicArguments(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, name := range []string{"tiny_1x1.png", "palette.gif", "lossless.webp", "lossy.webp", "ycc420.jpg", "cmyk.jpg", "gray16.png"} {
+	for _, name := range []string{"tiny_1x1.png", "palette.gif", "lossless.webp", "lossy.webp", "ycc420.jpg", "cmyk.jpg", "gray16.png",
+		"progressive.jpg", "restart_progressive.jpg", "ycck.jpg", "arith.jpg", "gif_small_frame_trns.gif", "rgba_lossy.webp"} {
 		data, err := readTestdata(name)
 		if err != nil {
 			f.Fatal(err)
