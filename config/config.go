@@ -131,7 +131,11 @@ type NATS struct {
 	Timeout  time.Duration `envconfig:"LA_NATS_TIMEOUT" default:"10s"` // connect timeout
 }
 
-// Embedded is the NATS server the worker starts when LA_NATS_URL is empty.
+// Embedded is the NATS server the worker starts when LA_NATS_URL is empty. It takes its
+// authentication from the NATS section: LA_NATS_USER and LA_NATS_PASSWORD, or
+// LA_NATS_TOKEN, are what its clients must present (the worker too); LA_NATS_TLS_CERT and
+// LA_NATS_TLS_KEY are its certificate, and LA_NATS_TLS_CA, when set with them, the CA its
+// clients' certificates must be signed by (mutual TLS).
 type Embedded struct {
 	Listen string `envconfig:"LA_NATS_LISTEN" default:"127.0.0.1:4222"`
 }
@@ -266,7 +270,10 @@ func (c Worker) Validate() error {
 	c.Engine.validate(add)
 	c.TTNN.validate(add)
 	c.HTTP.validate(add)
-	positiveDuration(add, "LA_NATS_TIMEOUT", c.NATS.Timeout)
+	c.NATS.validate(add)
+	if c.NATS.URL == "" {
+		c.validateEmbedded(add)
+	}
 	c.Topology.validate(add)
 	c.Runner.validate(add)
 	c.Observe.validate(add)
@@ -317,6 +324,52 @@ func (h HTTP) validate(add adder) {
 	positiveDuration(add, "LA_HTTP_WRITE_TIMEOUT", h.WriteTimeout)
 	positiveDuration(add, "LA_HTTP_IDLE_TIMEOUT", h.IdleTimeout)
 	positiveDuration(add, "LA_HTTP_SHUTDOWN_TIMEOUT", h.ShutdownTimeout)
+}
+
+func (n NATS) validate(add adder) {
+	positiveDuration(add, "LA_NATS_TIMEOUT", n.Timeout)
+	if n.Password != "" && n.User == "" {
+		add("LA_NATS_PASSWORD is set without LA_NATS_USER")
+	}
+	if n.Creds != "" && n.NKeyFile != "" {
+		add("LA_NATS_CREDS and LA_NATS_NKEY_FILE are both set; a .creds file holds its own NKey, set one")
+	}
+}
+
+// validateEmbedded checks the embedded server's settings. Whoever can publish a job can
+// make the worker read and write files (below its roots), so a server reachable from the
+// network must authenticate its clients.
+func (c Worker) validateEmbedded(add adder) {
+	n := c.NATS
+	for _, v := range [][2]string{{"LA_NATS_CREDS", n.Creds}, {"LA_NATS_NKEY_FILE", n.NKeyFile}} {
+		if v[1] != "" {
+			add("%s is set but LA_NATS_URL is empty: it applies to an external NATS server; the embedded "+
+				"one authenticates clients by LA_NATS_USER and LA_NATS_PASSWORD, or LA_NATS_TOKEN", v[0])
+		}
+	}
+	if n.User != "" && n.Password == "" {
+		add("LA_NATS_USER is set without LA_NATS_PASSWORD: the embedded NATS server needs both")
+	}
+	if n.User != "" && n.Token != "" {
+		add("LA_NATS_USER and LA_NATS_TOKEN are both set: the embedded NATS server authenticates by one of them")
+	}
+	if n.TLSCA != "" && (n.TLSCert == "" || n.TLSKey == "") {
+		add("LA_NATS_TLS_CA is set for the embedded NATS server (to check client certificates) without " +
+			"its own certificate: set LA_NATS_TLS_CERT and LA_NATS_TLS_KEY")
+	}
+	if !Loopback(c.Embedded.Listen) && !c.EmbeddedAuthenticated() {
+		add("LA_NATS_LISTEN=%s is not a loopback address and the embedded NATS server would not "+
+			"authenticate clients: anyone who reaches it could publish jobs that make this worker read "+
+			"and write files; set LA_NATS_USER and LA_NATS_PASSWORD, or LA_NATS_TOKEN (with "+
+			"LA_NATS_TLS_CERT and LA_NATS_TLS_KEY for TLS), or listen on 127.0.0.1", c.Embedded.Listen)
+	}
+}
+
+// EmbeddedAuthenticated reports whether the embedded server's clients must authenticate:
+// a user and password, a token, or a client certificate signed by LA_NATS_TLS_CA.
+func (c Worker) EmbeddedAuthenticated() bool {
+	n := c.NATS
+	return (n.User != "" && n.Password != "") || n.Token != "" || (n.TLSCA != "" && n.TLSCert != "" && n.TLSKey != "")
 }
 
 func (t Topology) validate(add adder) {

@@ -2,11 +2,13 @@ package config
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 
 	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
+	"github.com/locateanything/detect/jobs/natsembed"
 	"github.com/locateanything/detect/provision/extract"
 	"github.com/locateanything/detect/provision/weights"
 	"github.com/locateanything/detect/storage"
@@ -19,6 +21,16 @@ func (n NATS) Conn() natsconn.Config {
 	return natsconn.Config{
 		URL: n.URL, Creds: n.Creds, NKeyFile: n.NKeyFile, User: n.User, Password: n.Password,
 		Token: n.Token, TLSCA: n.TLSCA, TLSCert: n.TLSCert, TLSKey: n.TLSKey, Timeout: n.Timeout,
+	}
+}
+
+// EmbeddedServer is the embedded NATS server's settings, but for TLS (the certificate
+// files are read at start-up) and the logger: its address, store and the credentials its
+// clients must present.
+func (c Worker) EmbeddedServer() natsembed.Options {
+	return natsembed.Options{
+		Listen: c.Embedded.Listen, StoreDir: filepath.Join(c.DataDir, "jetstream"),
+		User: c.NATS.User, Password: c.NATS.Password, Token: c.NATS.Token,
 	}
 }
 
