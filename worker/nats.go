@@ -1,9 +1,12 @@
 package worker
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
+	"os"
 
 	"github.com/nats-io/nats.go"
 
@@ -12,26 +15,74 @@ import (
 )
 
 // connectNATS connects to LA_NATS_URL, or, when it is empty, starts the embedded server
-// (store under LA_DATA_DIR/jetstream, listening on LA_NATS_LISTEN) and connects to that.
+// (store under LA_DATA_DIR/jetstream, listening on LA_NATS_LISTEN, authenticating clients
+// by LA_NATS_USER and LA_NATS_PASSWORD or LA_NATS_TOKEN, TLS with LA_NATS_TLS_CERT and
+// LA_NATS_TLS_KEY) and connects to that in process, with the same credentials.
 // embedded is nil when an external server is used; the caller shuts it down after
 // closing the connection.
 func connectNATS(cfg config.Worker, log *slog.Logger) (nc *nats.Conn, embedded *natsembed.Server, err error) {
-	url := cfg.NATS.URL
-	if url == "" {
-		store := filepath.Join(cfg.DataDir, "jetstream")
-		embedded, err = natsembed.Start(natsembed.Options{Listen: cfg.Embedded.Listen, StoreDir: store, Logger: log})
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w (set LA_NATS_LISTEN to another address, or LA_NATS_URL to use an existing server)", err)
-		}
-		url = embedded.ClientURL()
-		log.Info("embedded NATS server started", "url", url, "store", store)
+	conn, name := cfg.NATS.Conn(), "la-worker "+cfg.Runner.WorkerName
+	if cfg.NATS.URL != "" {
+		nc, err = conn.Connect("", name, log)
+		return nc, nil, err
 	}
-	nc, err = cfg.NATS.Conn().Connect(url, "la-worker "+cfg.Runner.WorkerName, log)
+	opts := cfg.EmbeddedServer()
+	opts.Logger = log
+	if opts.TLS, err = embeddedTLS(cfg.NATS); err != nil {
+		return nil, nil, err
+	}
+	embedded, err = natsembed.Start(opts)
 	if err != nil {
-		if embedded != nil {
-			embedded.Shutdown()
-		}
+		return nil, nil, fmt.Errorf("%w (set LA_NATS_LISTEN to another address, or LA_NATS_URL to use an existing server)", err)
+	}
+	log.Info("embedded NATS server started", "url", embedded.ClientURL(), "store", opts.StoreDir,
+		"auth", embeddedAuth(cfg.NATS), "tls", opts.TLS != nil)
+	nc, err = conn.ConnectInProcess(embedded, name, log)
+	if err != nil {
+		embedded.Shutdown()
 		return nil, nil, err
 	}
 	return nc, embedded, nil
+}
+
+// embeddedAuth names how the embedded server's clients authenticate, for the log.
+func embeddedAuth(n config.NATS) string {
+	switch {
+	case n.User != "":
+		return "user and password"
+	case n.Token != "":
+		return "token"
+	case n.TLSCA != "":
+		return "client certificate"
+	}
+	return "none"
+}
+
+// embeddedTLS is the embedded server's TLS configuration, nil without a certificate:
+// LA_NATS_TLS_CERT and LA_NATS_TLS_KEY are its certificate, and LA_NATS_TLS_CA, when set,
+// the CA that must sign its clients' certificates.
+func embeddedTLS(n config.NATS) (*tls.Config, error) {
+	if n.TLSCert == "" && n.TLSKey == "" {
+		return nil, nil
+	}
+	if n.TLSCert == "" || n.TLSKey == "" {
+		return nil, errors.New("LA_NATS_TLS_CERT and LA_NATS_TLS_KEY must be set together")
+	}
+	cert, err := tls.LoadX509KeyPair(n.TLSCert, n.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("LA_NATS_TLS_CERT/LA_NATS_TLS_KEY (the embedded NATS server's certificate): %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if n.TLSCA != "" {
+		pem, err := os.ReadFile(n.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("LA_NATS_TLS_CA (the CA of the embedded NATS server's clients): %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("LA_NATS_TLS_CA %s: no PEM certificate in the file", n.TLSCA)
+		}
+		tc.ClientAuth, tc.ClientCAs = tls.RequireAndVerifyClientCert, pool
+	}
+	return tc, nil
 }
