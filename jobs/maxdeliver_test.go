@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine/enginetest"
@@ -55,4 +57,128 @@ func TestMaxDeliveriesEndsInDLQWithFailedResult(t *testing.T) {
 		_, err := e.topo.Jobs.GetMsg(t.Context(), rec.StreamSeq)
 		return errors.Is(err, jetstream.ErrMsgNotFound)
 	})
+}
+
+// startWatcher runs a max-deliveries watcher on a connection of its own until the test
+// ends, retrying every 200 ms at first.
+func startWatcher(t *testing.T, e *testEnv) {
+	t.Helper()
+	w, err := NewMaxDeliveriesWatcher(natstest.Connect(t, e.nats), e.topo, e.store,
+		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, OpTimeout: time.Second, Logger: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.retryDelay, w.retryDelayMax = 200*time.Millisecond, time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := w.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// advisories counts the max-deliveries advisories the server sends from now on.
+func advisories(t *testing.T, e *testEnv) func() int {
+	t.Helper()
+	var mu sync.Mutex
+	n := 0
+	nc := natstest.Connect(t, e.nats)
+	if _, err := nc.Subscribe(MaxDeliveriesSubject, func(*nats.Msg) { mu.Lock(); n++; mu.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// Storage is down while a job uses up its deliveries and when its advisory comes: the
+// watcher keeps the advisory and writes the result and record once storage is back.
+func TestMaxDeliveriesRidesOutAStorageOutage(t *testing.T) {
+	e := newTestEnv(t, TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 2})
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	startRunner(t, e.topo, e.store, enginetest.New(), e.runnerConfig("w1"))
+	startWatcher(t, e)
+	sent := advisories(t, e)
+
+	e.s3.Stop()
+	e.publishJob(t, Job{ID: "outage", Image: img, Query: "dog", Batch: "b3"})
+	testwait.Until(t, 30*time.Second, "the max-deliveries advisory", func() bool { return sent() == 1 })
+	time.Sleep(4 * time.Second) // the watcher tries (1 s each), and fails, a few times
+	if _, err := e.topo.Results.GetLastMsgForSubject(t.Context(), ResultSubject("b3", "outage")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("a result was published while storage was down (%v)", err)
+	}
+	e.s3.Restart()
+
+	res := e.publishedResult(t, "b3", "outage")
+	if res.Status != StatusFailed || res.Error == nil || res.Error.Code != CodeMaxDeliveries {
+		t.Fatalf("status %s error %+v; want failed with %s", res.Status, res.Error, CodeMaxDeliveries)
+	}
+	if e.storedResult(t, defaultOutput, "outage").Error.Code != CodeMaxDeliveries {
+		t.Error("the stored result is not the max_deliveries one")
+	}
+	rec := e.dlqRecord(t, "outage")
+	if rec == nil || rec.Code != CodeMaxDeliveries {
+		t.Fatalf("DLQ record %+v; want max_deliveries", rec)
+	}
+	testwait.Until(t, 30*time.Second, "the job to leave LA_JOBS", func() bool {
+		_, err := e.topo.Jobs.GetMsg(t.Context(), rec.StreamSeq)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	})
+}
+
+// A job whose own output refuses for good (its bucket does not exist) ran out of
+// deliveries: its result is stored under the worker's default output instead.
+func TestMaxDeliveriesFallsBackToTheDefaultOutput(t *testing.T) {
+	e := newTestEnv(t, TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 2})
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := enginetest.New()
+	eng.Err = errors.New("device busy")
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+	startWatcher(t, e)
+
+	e.publishJob(t, Job{ID: "no-bucket", Image: img, Query: "dog", Output: "s3://no-such-bucket/out/"})
+	res := e.publishedResult(t, DefaultBatch, "no-bucket")
+	if res.Status != StatusFailed || res.Error == nil || res.Error.Code != CodeBadURL ||
+		!strings.HasPrefix(res.Error.Message, "field output: ") || !strings.Contains(res.Error.Message, CodeMaxDeliveries) {
+		t.Fatalf("status %s error %+v; want bad_url for the output, saying the job had run out of deliveries", res.Status, res.Error)
+	}
+	if res.ResultURL != ResultURL(defaultOutput, "no-bucket") {
+		t.Errorf("result_url %q; want the default output's %s", res.ResultURL, ResultURL(defaultOutput, "no-bucket"))
+	}
+	if stored := e.storedResult(t, defaultOutput, "no-bucket"); stored.Error == nil || stored.Error.Code != CodeBadURL {
+		t.Errorf("stored result %+v; want the bad_url result", stored.Error)
+	}
+	if rec := e.dlqRecord(t, "no-bucket"); rec == nil || rec.Code != CodeBadURL || rec.Job == nil {
+		t.Errorf("DLQ record %+v; want bad_url with the job", rec)
+	}
+}
+
+// NATS refuses the result for a while (here LA_RESULTS is gone, as a stream without quorum
+// would be): the watcher keeps the advisory and publishes once the stream is back.
+func TestMaxDeliveriesRetriesWhileResultsCannotBePublished(t *testing.T) {
+	cfg := TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 2}
+	e := newTestEnv(t, cfg)
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := enginetest.New()
+	eng.Err = errors.New("device busy")
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+	startWatcher(t, e)
+	sent := advisories(t, e)
+
+	if err := e.js.DeleteStream(t.Context(), ResultsStream); err != nil {
+		t.Fatal(err)
+	}
+	e.publishJob(t, Job{ID: "no-stream", Image: img, Query: "dog"})
+	testwait.Until(t, 30*time.Second, "the max-deliveries advisory", func() bool { return sent() == 1 })
+	time.Sleep(time.Second) // the watcher tries, and fails, a few times
+	if _, err := EnsureTopology(t.Context(), e.js, completeTopology(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.publishedResult(t, DefaultBatch, "no-stream"); res.Error == nil || res.Error.Code != CodeMaxDeliveries {
+		t.Fatalf("result %+v; want max_deliveries", res.Error)
+	}
+	if rec := e.dlqRecord(t, "no-stream"); rec == nil || rec.Code != CodeMaxDeliveries {
+		t.Errorf("DLQ record %+v; want max_deliveries", rec)
+	}
 }

@@ -93,6 +93,13 @@ func TestUnusableOutputFailsWithoutRetry(t *testing.T) {
 	if rec := e.dlqRecord(t, "bad-output"); rec == nil || rec.Code != CodeBadURL || !strings.Contains(string(rec.Job), "ftp://elsewhere/out/") {
 		t.Errorf("DLQ record %+v; want bad_url with the original job", rec)
 	}
+	// The output it asked for refuses: the result is stored under the worker's default.
+	if res.ResultURL != ResultURL(defaultOutput, "bad-output") {
+		t.Errorf("result_url %q; want the default output's", res.ResultURL)
+	}
+	if stored := e.storedResult(t, defaultOutput, "bad-output"); stored.Error == nil || stored.Error.Code != CodeBadURL {
+		t.Errorf("stored result %+v; want the bad_url failure", stored.Error)
+	}
 }
 
 func TestReplayedJobRunsAgainWithinTheDuplicateWindow(t *testing.T) {

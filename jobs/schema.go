@@ -164,8 +164,9 @@ type Result struct {
 	TimingMS   JobTiming       `json:"timing_ms"`
 	FinishedAt time.Time       `json:"finished_at"`
 
-	// ResultURL is where this result is stored in full (<output>/<id>.json); absent when it
-	// could not be stored.
+	// ResultURL is where this result is stored in full: <output>/<id>.json, or under the
+	// worker's default output when the job's own refused it; absent when it could not be
+	// stored.
 	ResultURL string `json:"result_url,omitempty"`
 	// Truncated marks a published result too large for one NATS message: metadata,
 	// raw_text, detections and points are left out (the lists empty); ResultURL has them.

@@ -110,33 +110,21 @@ func (s *sink) putOverlay(ctx context.Context, job *Job, png []byte) (string, er
 // error means nothing is lost by trying again later: every step is keyed by the job id and
 // the job message's stream sequence (orig), so a redelivery of the same message repeats
 // nothing, while a job published again (a replay) gets fresh result and DLQ messages.
-// When the output location itself is refused (bad URL, not allowed), the result cannot be
-// stored: it becomes a failed result that is still published and dead-lettered.
+// When the job's output location refuses for good (bad URL, not allowed, no such bucket),
+// the result becomes the bad_url failure that says so (storeResult), stored under the
+// worker's default output instead, published and dead-lettered.
 // A result or record too large for one NATS message is published without its bulky parts,
 // naming where they are stored (Result.reference, DLQRecord.JobURL).
 func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original, deadLetter bool) error {
 	res.Worker = s.worker
 	res.FinishedAt = time.Now().UTC()
-	output := s.output(job)
-	res.ResultURL = ResultURL(output, res.ID)
-	body, err := encodeJSON(res)
+	output, refused, err := s.storeResult(ctx, job, res)
 	if err != nil {
-		return fmt.Errorf("encode result of job %s: %w", res.ID, err)
+		return err
 	}
-	if err := s.put(ctx, "result", res.ResultURL, body, "application/json"); err != nil {
-		if isTransient(err) {
-			return err
-		}
-		// The output prefix is unusable: report that instead, without storing.
-		res.Answer = emptyAnswer(res.Query)
-		res.Status = StatusFailed
-		res.Error = &ErrorInfo{Code: CodeBadURL, Message: "field output: " + err.Error()}
-		res.OverlayURL = nil
-		res.ResultURL = ""
-		output = ""
-		deadLetter = true
-	}
-	if body, err = s.resultMessage(res); err != nil {
+	deadLetter = deadLetter || refused
+	body, err := s.resultMessage(res)
+	if err != nil {
 		return err
 	}
 	msgID := fmt.Sprintf("%s-%d", res.ID, orig.streamSeq)
@@ -158,6 +146,54 @@ func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original
 		return transient(err)
 	}
 	return nil
+}
+
+// storeResult stores res at <output>/<id>.json and sets its ResultURL; output is the prefix
+// it went under ("" when none took it). When the job's own output refuses it for good, res
+// becomes the bad_url failure that says so (refused), keeping what it said before in the
+// message, and is stored under the worker's default output instead; when that refuses too,
+// nowhere (a worker whose default output refuses is misconfigured: the result is still
+// published). A transient failure is returned: nothing is lost by trying again.
+func (s *sink) storeResult(ctx context.Context, job *Job, res *Result) (output string, refused bool, err error) {
+	output = s.output(job)
+	err = s.putResult(ctx, output, res)
+	if !refusedForGood(err) {
+		return output, false, err
+	}
+	// The output prefix is unusable: report that instead.
+	msg := "field output: " + err.Error()
+	if res.Error != nil {
+		msg += fmt.Sprintf(" (the job had failed before that: %s: %s)", res.Error.Code, res.Error.Message)
+	}
+	res.Answer = emptyAnswer(res.Query)
+	res.Status = StatusFailed
+	res.Error = &ErrorInfo{Code: CodeBadURL, Message: msg}
+	res.OverlayURL = nil
+	if output != s.defaultOutput {
+		output = s.defaultOutput
+		if err = s.putResult(ctx, output, res); !refusedForGood(err) {
+			return output, true, err
+		}
+	}
+	s.log.Error("result not stored: the worker's default output refuses it", "id", res.ID, "err", err)
+	res.ResultURL = ""
+	return "", true, nil
+}
+
+// refusedForGood reports whether err is a store write no retry can make succeed.
+func refusedForGood(err error) bool {
+	var je *jobError
+	return errors.As(err, &je)
+}
+
+// putResult stores res at <output>/<id>.json, which becomes its ResultURL.
+func (s *sink) putResult(ctx context.Context, output string, res *Result) error {
+	res.ResultURL = ResultURL(output, res.ID)
+	body, err := encodeJSON(res)
+	if err != nil {
+		return fmt.Errorf("encode result of job %s: %w", res.ID, err)
+	}
+	return s.put(ctx, "result", res.ResultURL, body, "application/json")
 }
 
 // payloadHeadroom is what a message body leaves of the connection's max payload for the
