@@ -6,7 +6,6 @@ import (
 	"image"
 	"image/color"
 	"image/gif"
-	"image/jpeg"
 	"image/png"
 	"io"
 	"slices"
@@ -117,11 +116,25 @@ const (
 func imageCost(img []byte, overlay bool) (cost int64, w, h int) {
 	cost = int64(len(img))
 	format := imageproc.Sniff(img)
-	cfg, ok := imageHeader(format, img)
-	if !ok || cfg.Width <= 0 || cfg.Height <= 0 {
+	var cfg image.Config
+	var perPixel int64
+	if format == imageproc.FormatJPEG {
+		f, ok := readJPEGFrame(img)
+		if !ok {
+			return cost, 0, 0
+		}
+		cfg.Width, cfg.Height, perPixel = f.width, f.height, f.bytesPerPixel()
+	} else {
+		var ok bool
+		if cfg, ok = imageHeader(format, img); !ok {
+			return cost, 0, 0
+		}
+		perPixel = decodedBytesPerPixel(format, cfg.ColorModel, img)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
 		return cost, 0, 0
 	}
-	perPixel := decodedBytesPerPixel(format, cfg.ColorModel, img) + prepareBytesPerPixel
+	perPixel += prepareBytesPerPixel
 	if overlay {
 		perPixel += overlayBytesPerPixel - prepareBytesPerPixel
 	}
@@ -135,10 +148,10 @@ func imageCost(img []byte, overlay bool) (cost int64, w, h int) {
 	return cost + px*perPixel, cfg.Width, cfg.Height
 }
 
-// headerDecoders read the header of the formats the engine decodes (imageproc.Decode),
-// with the same decoders.
+// headerDecoders read the header of the formats the engine decodes (imageproc.Decode) but
+// JPEG, whose frame header readJPEGFrame reads: the engine's libjpeg takes JPEGs (arithmetic
+// coded ones) that image/jpeg does not.
 var headerDecoders = map[string]func(io.Reader) (image.Config, error){
-	imageproc.FormatJPEG: jpeg.DecodeConfig,
 	imageproc.FormatPNG:  png.DecodeConfig,
 	imageproc.FormatGIF:  gif.DecodeConfig,
 	imageproc.FormatWebP: webp.DecodeConfig,
@@ -159,34 +172,24 @@ func imageHeader(format string, img []byte) (cfg image.Config, ok bool) {
 	return cfg, err == nil
 }
 
-// decodedBytesPerPixel is what the standard decoders allocate per pixel for an image of
-// this format and colour model, working buffers included.
+// decodedBytesPerPixel is what the decoders allocate per pixel for a PNG, GIF or WebP of
+// this colour model, working buffers included.
 func decodedBytesPerPixel(format string, m color.Model, img []byte) int64 {
 	if _, paletted := m.(color.Palette); paletted { // compare no further: a Palette is a slice
 		return 1
 	}
-	var bpp, components int64
+	var bpp int64
 	switch m {
 	case color.GrayModel:
-		bpp, components = 1, 1
+		bpp = 1
 	case color.Gray16Model:
-		bpp, components = 2, 1
-	case color.YCbCrModel: // Y, Cb and Cr at full resolution at worst (4:4:4), or a decoder's RGBA
-		bpp, components = 4, 3
-	case color.NYCbCrAModel:
-		bpp, components = 4, 4
-	case color.RGBAModel, color.NRGBAModel:
-		bpp, components = 4, 4
-	case color.CMYKModel: // Go's JPEG decoder keeps the 4 planes and builds a CMYK image
-		bpp, components = 8, 4
+		bpp = 2
+	case color.YCbCrModel, color.NYCbCrAModel, color.RGBAModel, color.NRGBAModel:
+		bpp = 4
 	default: // 16-bit colour and anything unexpected
-		bpp, components = 8, 4
+		bpp = 8
 	}
 	switch format {
-	case imageproc.FormatJPEG:
-		if jpegProgressive(img) {
-			bpp += 4 * components // an int32 coefficient per sample, kept until the last scan
-		}
 	case imageproc.FormatPNG:
 		if len(img) > 28 && img[28] == 1 { // IHDR interlace method Adam7: passes, then merged
 			bpp *= 2
@@ -199,27 +202,61 @@ func decodedBytesPerPixel(format string, m color.Model, img []byte) int64 {
 	return bpp
 }
 
-// jpegProgressive reports whether the JPEG's frame header, before its first scan, is a
-// progressive one (SOF2).
-func jpegProgressive(b []byte) bool {
+// jpegFrame is what a JPEG's frame header (SOFn) says.
+type jpegFrame struct {
+	width, height, components int
+	progressive               bool
+}
+
+// bytesPerPixel is what decoding the frame allocates per pixel: the output (gray 1, colour
+// as RGBA or full-resolution YCbCr 4, CMYK with its planes 8) and, for a progressive frame,
+// a coefficient per sample kept until the last scan (an int32 in image/jpeg, 4 bytes per
+// component; libjpeg's are 2).
+func (f jpegFrame) bytesPerPixel() int64 {
+	var bpp int64
+	switch f.components {
+	case 1:
+		bpp = 1
+	case 3:
+		bpp = 4
+	default:
+		bpp = 8
+	}
+	if f.progressive {
+		bpp += 4 * int64(f.components)
+	}
+	return bpp
+}
+
+// readJPEGFrame reads the frame header before the first scan: SOF0-SOF15 but DHT (C4), JPG
+// (C8) and DAC (CC); SOF2, SOF6, SOF10 and SOF14 are progressive.
+func readJPEGFrame(b []byte) (jpegFrame, bool) {
 	for i := 2; i+4 <= len(b); {
 		if b[i] != 0xFF {
-			return false
+			return jpegFrame{}, false
 		}
 		switch m := b[i+1]; {
 		case m == 0xFF: // fill byte
 			i++
 		case m == 0x01 || (m >= 0xD0 && m <= 0xD8): // markers without a length
 			i += 2
-		case m == 0xDA: // start of scan: no progressive frame header came first
-			return false
-		case m == 0xC2:
-			return true
+		case m == 0xDA: // start of scan before any frame header
+			return jpegFrame{}, false
+		case m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC:
+			if i+10 > len(b) {
+				return jpegFrame{}, false
+			}
+			return jpegFrame{
+				height:      int(b[i+5])<<8 | int(b[i+6]),
+				width:       int(b[i+7])<<8 | int(b[i+8]),
+				components:  int(b[i+9]),
+				progressive: m&3 == 2,
+			}, true
 		default:
 			i += 2 + (int(b[i+2])<<8 | int(b[i+3]))
 		}
 	}
-	return false
+	return jpegFrame{}, false
 }
 
 // gifCanvas is the size of the canvas PIL opens a GIF on: its logical screen (w x h), grown
