@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -20,6 +21,8 @@ import (
 	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
+	"github.com/locateanything/detect/jobs/natsembed"
+	"github.com/locateanything/detect/jobs/natsembed/natstest"
 )
 
 // setEnv sets the variables for the rest of the test.
@@ -206,4 +209,51 @@ func authPublisher(t *testing.T, cfg natsconn.Config) jetstream.JetStream {
 		return err == nil
 	})
 	return js
+}
+
+// TestWorkerAgainstSecuredServers: a worker configured from LA_NATS_* reaches an external
+// server that wants a .creds file, an NKey, or a password over mutual TLS, and runs a job.
+func TestWorkerAgainstSecuredServers(t *testing.T) {
+	ca := pkitest.NewCA(t, "la-nats")
+	nkeyPub, nkeySeed := natstest.NKeyUser(t)
+	op := natstest.NewOperator(t)
+	client := ca.Client(t, "worker")
+	withJetStream := func(configure func(*server.Options)) func(*server.Options) {
+		return func(o *server.Options) { o.JetStream = true; configure(o) }
+	}
+	for _, c := range []struct {
+		name string
+		url  string
+		vars map[string]string
+	}{
+		{"creds", natstest.StartServer(t, withJetStream(op.Configure(t))).ClientURL(),
+			map[string]string{"LA_NATS_CREDS": op.Creds(t, "worker", time.Time{})}},
+		{"nkey", natstest.StartServer(t, withJetStream(func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: nkeyPub}} })).ClientURL(),
+			map[string]string{"LA_NATS_NKEY_FILE": nkeySeed}},
+		{"password over mutual TLS", natstest.StartWith(t, natsembed.Options{User: "la", Password: "pw-External-3390",
+			TLS: pkitest.ServerTLS(t, ca.Server(t, "nats"), ca)}).ClientURL(),
+			map[string]string{"LA_NATS_USER": "la", "LA_NATS_PASSWORD": "pw-External-3390", "LA_NATS_TLS_CA": ca.File,
+				"LA_NATS_TLS_CERT": client.CertFile, "LA_NATS_TLS_KEY": client.KeyFile}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dataDir := t.TempDir()
+			vars := map[string]string{"LA_NATS_URL": c.url} // LA_NATS_LISTEN is then unused
+			for k, v := range c.vars {
+				vars[k] = v
+			}
+			networkWorkerEnv(t, dataDir, vars)
+			cfg, err := loadWorker(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			startWorker(t, cfg, enginetest.New())
+			js := authPublisher(t, loadSubmitNATS(t, c.vars))
+			id := "external-" + strings.ReplaceAll(c.name, " ", "-")
+			publishJob(t, js, id, "dog")
+			testwait.Until(t, time.Minute, "the job's result", func() bool {
+				r, ok := readResult(t, dataDir, id)
+				return ok && r.Status == jobs.StatusSucceeded
+			})
+		})
+	}
 }

@@ -84,9 +84,12 @@ type Operator struct {
 	accountPub string
 	accountJWT string
 	accountKey nkeys.KeyPair
+	systemPub  string // the system account, which JetStream needs in operator mode
+	systemJWT  string
 }
 
-// NewOperator makes an operator and one account with JetStream enabled.
+// NewOperator makes an operator, one account with JetStream enabled, and the system
+// account.
 func NewOperator(t testing.TB) *Operator {
 	t.Helper()
 	okp, err := nkeys.CreateOperator()
@@ -109,18 +112,30 @@ func NewOperator(t testing.TB) *Operator {
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 	ajwt, err := ac.Encode(okp)
 	check(t, err)
-	return &Operator{claims: claims, accountPub: apub, accountJWT: ajwt, accountKey: akp}
+
+	skp, err := nkeys.CreateAccount()
+	check(t, err)
+	spub, err := skp.PublicKey()
+	check(t, err)
+	sc := jwt.NewAccountClaims(spub)
+	sc.Name = "SYS"
+	sjwt, err := sc.Encode(okp)
+	check(t, err)
+	return &Operator{claims: claims, accountPub: apub, accountJWT: ajwt, accountKey: akp, systemPub: spub, systemJWT: sjwt}
 }
 
 // Configure makes a server trust the operator and know its account.
 func (o *Operator) Configure(t testing.TB) func(*server.Options) {
 	return func(opts *server.Options) {
 		resolver := &server.MemAccResolver{}
-		if err := resolver.Store(o.accountPub, o.accountJWT); err != nil {
-			t.Fatal(err)
+		for pub, claims := range map[string]string{o.accountPub: o.accountJWT, o.systemPub: o.systemJWT} {
+			if err := resolver.Store(pub, claims); err != nil {
+				t.Fatal(err)
+			}
 		}
 		opts.TrustedOperators = []*jwt.OperatorClaims{o.claims}
 		opts.AccountResolver = resolver
+		opts.SystemAccount = o.systemPub
 	}
 }
 
