@@ -8,12 +8,14 @@
 // The binary is found through $VERSITYGW, then versitygw on PATH, then
 // /root/go/bin/versitygw. When it is missing the test fails with the install command.
 // Each server gets its own data directory (t.TempDir), a free 127.0.0.1 port and random
-// root credentials, and is stopped in t.Cleanup.
+// root credentials, and is stopped in t.Cleanup. StartWith serves HTTPS with a given
+// certificate, for tests of TLS with a private CA (LA_S3_CA_FILE).
 package s3test
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -44,16 +46,28 @@ const (
 	startTries   = 3                // fresh ports tried when another process takes ours first
 )
 
+// Options configure a server beyond the defaults.
+type Options struct {
+	// CertFile and KeyFile, when set, make the server speak HTTPS with that certificate
+	// (PEM files); CAFile is the CA that signs it, which the harness's own clients trust.
+	CertFile, KeyFile, CAFile string
+}
+
 // Server is one running versitygw.
 type Server struct {
-	// Endpoint is host:port (no scheme) as minio-go wants it; the server speaks plain HTTP.
+	// Endpoint is host:port (no scheme) as minio-go wants it.
 	Endpoint string
 	// AccessKey and SecretKey are the root credentials, random for every server.
 	AccessKey, SecretKey string
+	// Secure is true when the server speaks HTTPS (StartWith with a certificate), false for
+	// plain HTTP.
+	Secure bool
 
 	t       testing.TB // the test that started it; Restart reports through it
 	bin     string
 	dataDir string
+	opts    Options
+	roots   *x509.CertPool // what the harness's clients trust; nil over plain HTTP
 
 	mu   sync.Mutex
 	proc *process // nil while stopped
@@ -67,8 +81,14 @@ type process struct {
 	output *syncbuf.Buffer
 }
 
-// Start starts a server for the test and stops it when the test ends.
+// Start starts a plain-HTTP server for the test and stops it when the test ends.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith starts a server configured by o for the test and stops it when the test ends.
+func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
 	bin, err := findBinary()
 	if err != nil {
@@ -77,9 +97,24 @@ func Start(t testing.TB) *Server {
 	s := &Server{
 		AccessKey: randomKey(t, 10),
 		SecretKey: randomKey(t, 20),
+		Secure:    o.CertFile != "",
 		t:         t,
 		bin:       bin,
 		dataDir:   t.TempDir(),
+		opts:      o,
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") || (o.CertFile != "" && o.CAFile == "") {
+		t.Fatal("s3test: HTTPS needs CertFile, KeyFile and the CAFile that signs them")
+	}
+	if s.Secure {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			t.Fatalf("s3test: %v", err)
+		}
+		s.roots = x509.NewCertPool()
+		if !s.roots.AppendCertsFromPEM(pem) {
+			t.Fatalf("s3test: no certificate in %s", o.CAFile)
+		}
 	}
 	t.Cleanup(s.Stop)
 
@@ -99,20 +134,40 @@ func Start(t testing.TB) *Server {
 }
 
 // URL is the endpoint with its scheme, for clients that want one.
-func (s *Server) URL() string { return "http://" + s.Endpoint }
+func (s *Server) URL() string {
+	if s.Secure {
+		return "https://" + s.Endpoint
+	}
+	return "http://" + s.Endpoint
+}
 
-// Client returns a minio-go client for the server with root credentials.
+// Client returns a minio-go client for the server with root credentials (trusting the
+// server's CA over HTTPS).
 func (s *Server) Client(t testing.TB) *minio.Client {
 	t.Helper()
-	c, err := minio.New(s.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
-		Secure: false,
-		Region: Region,
-	})
+	c, err := s.client(0)
 	if err != nil {
 		t.Fatalf("s3test: client: %v", err)
 	}
 	return c
+}
+
+// client is a root client; maxRetries 0 keeps minio-go's default.
+func (s *Server) client(maxRetries int) (*minio.Client, error) {
+	transport, err := minio.DefaultTransport(s.Secure)
+	if err != nil {
+		return nil, err
+	}
+	if s.Secure {
+		transport.TLSClientConfig.RootCAs = s.roots
+	}
+	return minio.New(s.Endpoint, &minio.Options{
+		Creds:      credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Secure:     s.Secure,
+		Transport:  transport,
+		Region:     Region,
+		MaxRetries: maxRetries,
+	})
 }
 
 // CreateBucket creates a bucket through the S3 API.
@@ -166,7 +221,11 @@ func (s *Server) start() error {
 		return errors.New("already running")
 	}
 	out := &syncbuf.Buffer{}
-	cmd := exec.Command(s.bin, "--port", s.Endpoint, "--region", Region, "--quiet", "posix", s.dataDir)
+	args := []string{"--port", s.Endpoint, "--region", Region, "--quiet"}
+	if s.Secure {
+		args = append(args, "--cert", s.opts.CertFile, "--key", s.opts.KeyFile)
+	}
+	cmd := exec.Command(s.bin, append(args, "posix", s.dataDir)...)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 	cmd.Stdout = out
 	cmd.Stderr = out
@@ -193,11 +252,7 @@ func (s *Server) start() error {
 // exits, or startTimeout passes. An authenticated request, not just any answer, proves the
 // server is ours: between freeport.Addr and our bind another test's server may take the port.
 func (s *Server) waitReady(p *process) error {
-	client, err := minio.New(s.Endpoint, &minio.Options{
-		Creds:      credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
-		Region:     Region,
-		MaxRetries: 1,
-	})
+	client, err := s.client(1)
 	if err != nil {
 		return err
 	}

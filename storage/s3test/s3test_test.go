@@ -9,6 +9,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/locateanything/detect/internal/pkitest"
 	"github.com/locateanything/detect/storage/s3test"
 )
 
@@ -63,5 +64,32 @@ func TestWrongCredentialsRefused(t *testing.T) {
 	}
 	if _, err := bad.BucketExists(context.Background(), "bucket"); err == nil {
 		t.Fatal("a wrong secret key was accepted")
+	}
+}
+
+// TestHTTPS: with a certificate the server speaks HTTPS only, and the harness's client
+// trusts the CA that signed it.
+func TestHTTPS(t *testing.T) {
+	ca := pkitest.NewCA(t, "la-s3-test")
+	pair := ca.Server(t, "s3")
+	srv := s3test.StartWith(t, s3test.Options{CertFile: pair.CertFile, KeyFile: pair.KeyFile, CAFile: ca.File})
+	if !srv.Secure || srv.URL() != "https://"+srv.Endpoint {
+		t.Fatalf("Secure %v, URL %s", srv.Secure, srv.URL())
+	}
+	srv.CreateBucket(t, "bucket")
+	plain, err := minio.New(srv.Endpoint, &minio.Options{
+		Creds:      credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, ""),
+		Region:     s3test.Region,
+		MaxRetries: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.BucketExists(context.Background(), "bucket"); err == nil {
+		t.Fatal("plain HTTP was answered by an HTTPS server")
+	}
+	srv.Restart() // comes back with its certificate
+	if ok, err := srv.Client(t).BucketExists(context.Background(), "bucket"); err != nil || !ok {
+		t.Fatalf("after a restart: %v %v", ok, err)
 	}
 }
