@@ -91,14 +91,19 @@ func (c *client) topologyErr() error {
 	return err
 }
 
-// publish publishes data with Nats-Msg-Id msgID until JetStream acknowledges it, retrying
-// through outages for up to within: the message id makes a repeat of a publish that did
-// reach the stream a duplicate the stream drops, and the ack then names the original.
+// publish publishes data with Nats-Msg-Id msgID (none when empty) until JetStream
+// acknowledges it, retrying through outages for up to within: the message id makes a
+// repeat of a publish that did reach the stream a duplicate the stream drops, and the ack
+// then names the original.
 func (c *client) publish(subject string, data []byte, msgID string, within time.Duration) (*jetstream.PubAck, error) {
 	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		ack, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+		var opts []jetstream.PublishOpt
+		if msgID != "" {
+			opts = append(opts, jetstream.WithMsgID(msgID))
+		}
+		ack, err := c.js.Publish(ctx, subject, data, opts...)
 		cancel()
 		if err == nil {
 			return ack, nil
@@ -203,8 +208,9 @@ type report struct {
 	Lost         []string // "id: why"
 	Violations   []string // anything else the pass condition forbids
 	Latencies    []time.Duration
-	WorkerTotals []time.Duration // timing_ms.total of the first result of each job
-	Settled      time.Duration   // how long the queue took to settle after account began
+	WorkerTotals []time.Duration   // timing_ms.total of the first result of each job
+	Settled      time.Duration     // how long the queue took to settle after account began
+	Outcomes     map[string]string // id -> "status code" of every terminal job
 }
 
 func (r *report) String() string {
@@ -238,7 +244,7 @@ func account(t testing.TB, c *client, l *ledger, o accountOpts) *report {
 	if o.dupWindow == 0 {
 		o.dupWindow = 2 * time.Minute
 	}
-	r := &report{ByStatus: map[jobs.Status]int{}}
+	r := &report{ByStatus: map[jobs.Status]int{}, Outcomes: map[string]string{}}
 	start := time.Now()
 	settleErr := waitSettled(c, o.within, r)
 	r.Settled = time.Since(start)
@@ -290,6 +296,7 @@ func (r *report) checkJob(ctx context.Context, tr *tracked, st *jobs.State, resu
 	} else {
 		r.Terminal++
 		r.ByStatus[st.Status]++
+		r.Outcomes[tr.id] = strings.TrimSpace(string(st.Status) + " " + st.Error)
 	}
 	var first *jobs.Result
 	if len(results) == 0 {

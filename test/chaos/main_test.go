@@ -83,10 +83,14 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	workerBin = filepath.Join(dir, "worker")
 	natsBin = filepath.Join(dir, "nats-server")
-	for _, b := range []struct{ out, pkg string }{
+	builds := []struct{ out, pkg string }{
 		{workerBin, "./cmd/worker"},
 		{natsBin, "github.com/nats-io/nats-server/v2"}, // the version go.mod pins, from the module cache
-	} {
+	}
+	if bin := os.Getenv("CHAOS_WORKER_BIN"); bin != "" { // a worker built elsewhere (a release)
+		workerBin, builds = bin, builds[1:]
+	}
+	for _, b := range builds {
 		if err := goBuild(b.out, b.pkg); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return 1

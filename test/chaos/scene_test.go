@@ -80,12 +80,19 @@ func (s *scene) workerEnv(name string) map[string]string {
 	return env
 }
 
+// unset, as a value in the env a scene's worker is given, removes the variable.
+const unset = "\x00unset"
+
 // worker prepares a worker of this scene; env changes the scene's configuration.
 func (s *scene) worker(name string, env map[string]string) *worker {
 	s.t.Helper()
 	base := s.workerEnv(name)
 	for k, v := range env {
-		base[k] = v
+		if v == unset {
+			delete(base, k)
+		} else {
+			base[k] = v
+		}
 	}
 	return newWorker(s.t, s.ps, name, filepath.Join(s.dir, name), base)
 }
@@ -155,6 +162,12 @@ func (s *scene) waitResults(n int, within time.Duration) {
 // read reads a stored result through file:// or s3://; os.ErrNotExist when it is missing.
 func (s *scene) read(ctx context.Context, url string) ([]byte, error) {
 	if path, ok := strings.CutPrefix(url, "file://"); ok {
+		// Only a regular file: a hostile job may have pointed its output at a FIFO.
+		if fi, err := os.Lstat(path); err != nil {
+			return nil, err
+		} else if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+		}
 		return os.ReadFile(path)
 	}
 	if rest, ok := strings.CutPrefix(url, "s3://"); ok && s.s3 != nil {
