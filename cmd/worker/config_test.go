@@ -161,6 +161,7 @@ func TestConfigIgnoresUnprefixedNames(t *testing.T) {
 func TestConfigCommandPrintsSourcesAndRedactsSecrets(t *testing.T) {
 	t.Setenv("LA_DATA_DIR", t.TempDir())
 	t.Setenv("LA_GRACE", "45s")
+	t.Setenv("LA_NATS_USER", "worker")
 	t.Setenv("LA_NATS_PASSWORD", "hunter2-nats")
 	t.Setenv("LA_S3_SECRET_KEY", "s3-very-secret")
 	t.Setenv("LA_S3_ACCESS_KEY", "AKIA-ACCESS")
