@@ -114,19 +114,24 @@ func Parse(raw string, origW, origH int) (dets []engine.Detection, pts []engine.
 
 // element reads the body of a <ref> or <box> that starts at raw[from:]. The body ends at
 // the closing tag (closed = true, next is after it) or, when the element is broken off,
-// at the next opening tag or the end of the text (closed = false, next is there).
+// at the next opening tag or the end of the text (closed = false, next is there). It
+// reads no further than that end, so a text of many broken elements parses in linear time.
 func element(raw string, from int, closing string) (body string, closed bool, next int) {
 	rest := raw[from:]
-	end := len(rest)
-	for _, tag := range []string{closing, refStart, boxStart} {
-		if i := strings.Index(rest[:end], tag); i >= 0 {
-			end = i
+	for end := 0; end < len(rest); end++ {
+		i := strings.IndexByte(rest[end:], '<')
+		if i < 0 {
+			break
+		}
+		end += i
+		switch tail := rest[end:]; {
+		case strings.HasPrefix(tail, closing):
+			return rest[:end], true, from + end + len(closing)
+		case strings.HasPrefix(tail, refStart), strings.HasPrefix(tail, boxStart):
+			return rest[:end], false, from + end
 		}
 	}
-	if strings.HasPrefix(rest[end:], closing) {
-		return rest[:end], true, from + end + len(closing)
-	}
-	return rest[:end], false, from + end
+	return rest, false, len(raw)
 }
 
 // coordinates reads a box body of coordinate tokens such as "<282><414>", allowing
