@@ -7,6 +7,7 @@
 package imageproc
 
 import (
+	"encoding/binary"
 	"fmt"
 	"image"
 	"math"
@@ -108,33 +109,47 @@ type Result struct {
 	Width, Height int       // the size of the image the model sees (canonical size)
 }
 
-// ModelView is the 8-bit RGB image the model sees: PIL's convert("RGB") of img, the
-// processor's two bicubic resizes (rescale to the token limit, stretch to multiples of
-// 28) and, with a canonical grid, a third that squashes it onto the grid's size.
+// ModelView is the 8-bit RGB image the model sees: the upstream to_rgb of img (ToRGB),
+// the processor's two bicubic resizes (rescale to the token limit, stretch to multiples
+// of 28) and, with a canonical grid, a third that squashes it onto the grid's size.
 func ModelView(img image.Image, o Options) (*RGB, error) {
+	if m, ok := img.(*image.RGBA); ok && opaqueRGBA(m) {
+		// A decoded JPEG: the first resize reads its pixels where they are, as RGB.
+		b := m.Rect
+		return modelView(plane{pix: m.Pix[m.PixOffset(b.Min.X, b.Min.Y):], w: b.Dx(), h: b.Dy(), stride: m.Stride, bpp: 4}, o)
+	}
 	rgb, err := ToRGB(img)
 	if err != nil {
 		return nil, &engine.InputError{Code: engine.CodeBadImage, Err: err}
 	}
-	return ModelViewRGB(rgb, o)
+	return modelView(rgb.plane(), o)
 }
 
 // ModelViewRGB is ModelView for pixels already converted to RGB.
 func ModelViewRGB(rgb *RGB, o Options) (*RGB, error) {
+	if rgb == nil || rgb.W <= 0 || rgb.H <= 0 || len(rgb.Pix) != 3*rgb.W*rgb.H {
+		return nil, fmt.Errorf("model view: image is empty or malformed")
+	}
+	return modelView(rgb.plane(), o)
+}
+
+func modelView(src plane, o Options) (*RGB, error) {
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("image options: %w", err)
 	}
-	tw, th, err := o.NativeSize(rgb.W, rgb.H)
+	tw, th, err := o.NativeSize(src.w, src.h)
 	if err != nil {
 		return nil, err
 	}
-	cur := rgb
-	if rw, rh, scaled := o.limitSize(rgb.W, rgb.H); scaled {
-		if cur, err = ResizeBicubic(cur, rw, rh); err != nil {
+	if rw, rh, scaled := o.limitSize(src.w, src.h); scaled {
+		cur, err := resizePlane(src, rw, rh)
+		if err != nil {
 			return nil, fmt.Errorf("rescale to the token limit: %w", err)
 		}
+		src = cur.plane()
 	}
-	if cur, err = ResizeBicubic(cur, tw, th); err != nil {
+	cur, err := resizePlane(src, tw, th)
+	if err != nil {
 		return nil, fmt.Errorf("stretch to multiples of %d: %w", o.PatchSize*o.MergeKernel, err)
 	}
 	if g := o.CanonGrid; g != [2]int{} {
@@ -143,6 +158,30 @@ func ModelViewRGB(rgb *RGB, o Options) (*RGB, error) {
 		}
 	}
 	return cur, nil
+}
+
+// opaqueRGBA reports whether every alpha sample of m is 255 (what a decoded JPEG is),
+// 32 bytes at a time.
+func opaqueRGBA(m *image.RGBA) bool {
+	b := m.Rect
+	w := b.Dx()
+	const alphas = 0xFF000000_FF000000
+	le := binary.LittleEndian
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		row := m.Pix[m.PixOffset(b.Min.X, y):][:4*w]
+		for len(row) >= 32 {
+			if le.Uint64(row)&le.Uint64(row[8:])&le.Uint64(row[16:])&le.Uint64(row[24:])&alphas != alphas {
+				return false
+			}
+			row = row[32:]
+		}
+		for ; len(row) >= 4; row = row[4:] {
+			if row[3] != 0xFF {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Preprocess runs ModelView, then normalizes and patchifies.
