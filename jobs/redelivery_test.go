@@ -128,3 +128,29 @@ func TestNakDelayCorrectsForTheBackOffStep(t *testing.T) {
 		}
 	}
 }
+
+// JetStream gives a message on its n-th delivery BackOff[n-1] without a heartbeat before it
+// redelivers it, so the heartbeat must beat the shortest step, not only the first.
+func TestHeartbeatKeepsALaterDeliveryUnderAShorterBackOffStep(t *testing.T) {
+	e := newTestEnv(t, TopologyConfig{AckWait: 9 * time.Second,
+		BackOff: []time.Duration{9 * time.Second, 2 * time.Second}, MaxDeliver: 4})
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	engA, started, _ := heldEngine(1) // never released: delivery 1 is given back at shutdown
+	rc := e.runnerConfig("A")
+	rc.Grace = time.Millisecond
+	a := startRunner(t, e.topo, e.store, engA, rc)
+	e.publishJob(t, Job{ID: "slow-second", Image: img, Query: "block"})
+	<-started
+	a.stop(t)
+
+	engB := enginetest.New()
+	engB.Delay = 4 * time.Second // twice the second delivery's back-off step
+	startRunner(t, e.topo, e.store, engB, e.runnerConfig("B"))
+	res := e.publishedResult(t, DefaultBatch, "slow-second")
+	if res.Status != StatusSucceeded || res.Attempt != 2 {
+		t.Errorf("status %s attempt %d; want succeeded on delivery 2", res.Status, res.Attempt)
+	}
+	if n := engB.Calls("block"); n != 1 {
+		t.Errorf("delivery 2 ran %d times on B; want once (kept alive by its heartbeat)", n)
+	}
+}

@@ -42,7 +42,7 @@ type RunnerConfig struct {
 	OpTimeout     time.Duration // limit of one storage or NATS call
 
 	// Heartbeat is the InProgress period of held messages; 0 derives it from the consumer:
-	// a third of its ack wait (or of its first back-off step when that is shorter).
+	// a third of its ack wait (or of its shortest back-off step when that is shorter).
 	Heartbeat time.Duration
 	Logger    *slog.Logger // nil discards
 	Metrics   *Metrics     // nil records nothing
@@ -93,9 +93,11 @@ func NewRunner(topo *Topology, store storage.Store, c *chip.Chip, cfg RunnerConf
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new runner: %w", err)
 	}
+	// With a BackOff, JetStream redelivers a message on its n-th delivery BackOff[n-1]
+	// after its last heartbeat instead of AckWait: the shortest of them all is the limit.
 	ackWait := topo.Consumer.CachedInfo().Config.AckWait
-	if bo := topo.Consumer.CachedInfo().Config.BackOff; len(bo) > 0 && bo[0] < ackWait {
-		ackWait = bo[0]
+	for _, step := range topo.Consumer.CachedInfo().Config.BackOff {
+		ackWait = min(ackWait, step)
 	}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = ackWait / 3
