@@ -39,6 +39,14 @@ demo: build
 test: deps
 	$(GO) vet ./...
 	PATH="$(GOBIN_DIR):$$PATH" $(GO) test -race -timeout 30m ./...
+	FUZZTIME=5s GO=$(GO) tools/fuzz.sh
 
 vet:
 	gofmt -l . | (! grep .) && $(GO) vet ./...
+
+# Every fuzz target for FUZZTIME each, one after the other (tools/fuzz.sh); make test
+# runs the same pass for 5s each.
+FUZZTIME ?= 60s
+.PHONY: fuzz
+fuzz: deps
+	FUZZTIME=$(FUZZTIME) GO=$(GO) tools/fuzz.sh
