@@ -30,11 +30,12 @@ func (e usageError) Unwrap() error { return e.error }
 // subcommands lists the tools besides the worker itself.
 func subcommands() map[string]subcommand {
 	return map[string]subcommand{
-		"config":   runConfig,
-		"tokenize": runTokenize,
-		"detect":   runDetect,
-		"bench":    runBench,
-		"smoke":    runSmoke,
+		"config":     runConfig,
+		"tokenize":   runTokenize,
+		"detect":     runDetect,
+		"bench":      runBench,
+		"smoke":      runSmoke,
+		"preprocess": runPreprocess,
 	}
 }
 
