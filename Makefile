@@ -50,3 +50,17 @@ FUZZTIME ?= 60s
 .PHONY: fuzz
 fuzz: deps
 	FUZZTIME=$(FUZZTIME) GO=$(GO) tools/fuzz.sh
+
+# The chaos suite in its full form (docs/chaos.md): the real worker, nats-server and
+# versitygw as processes, under kill -9, SIGSTOP, node and leader loss, SIGTERM, hostile
+# jobs and hostile /predict clients, every job accounted for. Its bounded form runs within
+# make test (test/chaos is an ordinary package).
+.PHONY: chaos soak
+chaos: deps
+	PATH="$(GOBIN_DIR):$$PATH" CHAOS_FULL=1 $(GO) test -count=1 -timeout 60m -v ./test/chaos/
+
+# The soak: CHAOS_SOAK_JOBS (10,000) jobs with faults injected at random about every
+# CHAOS_SOAK_FAULT_EVERY (20s); prints jobs, faults, lost, duplicates, p95 latency and the
+# worker's RSS growth. CHAOS_SEED=N repeats a schedule.
+soak: deps
+	PATH="$(GOBIN_DIR):$$PATH" CHAOS_SOAK=1 $(GO) test -count=1 -timeout 4h -run 'TestSoak$$' -v ./test/chaos/
