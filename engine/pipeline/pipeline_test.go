@@ -72,6 +72,7 @@ func taskOf(t *testing.T, instruction string) (engine.Task, string) {
 		{"Locate all the instances that matches the following description: ", engine.TaskDetect},
 		{"Locate all the instances that match the following description: ", engine.TaskGround},
 		{"Locate a single instance that matches the following description: ", engine.TaskGroundOne},
+		{"Point to: ", engine.TaskPoint},
 	} {
 		if q, ok := strings.CutPrefix(instruction, c.prefix); ok {
 			return c.task, strings.TrimSuffix(q, ".")
@@ -105,12 +106,19 @@ func readInts(t *testing.T, path string) []int32 {
 	return out
 }
 
-// TestPipelineMatchesReference runs the whole host side in Go (decode, PIL-equivalent
-// resize, normalize, patchify, chat prompt, tokenizer) plus the C backend, and checks it
-// against the PyTorch reference's own preprocessing, prompt ids and greedy ids.
+// TestPipelineMatchesReference runs the whole host side in Go (JPEG bytes decoded, PIL's
+// to_rgb and resize, normalize, patchify, chat prompt, tokenizer) plus the C backend, and
+// checks it against the PyTorch reference's own preprocessing (PIL's decode of the same
+// bytes), prompt ids and greedy ids: the patches bit for bit, the ids exactly.
 func TestPipelineMatchesReference(t *testing.T) {
+	for _, ckpt := range []string{"tiny-bf16", "tiny-f32"} {
+		t.Run(ckpt, func(t *testing.T) { matchReference(t, filepath.Join(filepath.Dir(checkpointDir), ckpt)) })
+	}
+}
+
+func matchReference(t *testing.T, dir string) {
 	var idx goldenIndex
-	raw, err := os.ReadFile(filepath.Join(checkpointDir, "goldens", "index.json"))
+	raw, err := os.ReadFile(filepath.Join(dir, "goldens", "index.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +138,7 @@ func TestPipelineMatchesReference(t *testing.T) {
 	}
 	for i, c := range idx.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			p := openPipeline(t, OpenOptions{InTokenLimit: c.InTokenLimit})
+			p := openPipeline(t, OpenOptions{WeightsDir: dir, InTokenLimit: c.InTokenLimit})
 			img, err := os.ReadFile(filepath.Join("../../tools/refmodel/testdata/images", c.Image))
 			if err != nil {
 				t.Fatal(err)
@@ -143,30 +151,27 @@ func TestPipelineMatchesReference(t *testing.T) {
 			if prep.GridH != c.GridH || prep.GridW != c.GridW {
 				t.Fatalf("grid %dx%d, reference %dx%d", prep.GridH, prep.GridW, c.GridH, c.GridW)
 			}
-			wantIDs := readInts(t, filepath.Join(checkpointDir, "goldens", c.Files["prompt_ids"].File))
+			wantIDs := readInts(t, filepath.Join(dir, "goldens", c.Files["prompt_ids"].File))
 			if !equal(prep.PromptIDs, wantIDs) {
 				t.Fatalf("prompt ids differ from the reference:\n got %v\nwant %v", prep.PromptIDs, wantIDs)
 			}
-			wantPatches := readFloats(t, filepath.Join(checkpointDir, "goldens", c.Files["patches"].File))
+			wantPatches := readFloats(t, filepath.Join(dir, "goldens", c.Files["patches"].File))
 			if len(prep.Patches) != len(wantPatches) {
 				t.Fatalf("%d patch values, reference %d", len(prep.Patches), len(wantPatches))
 			}
-			const oneLevel = 2.0 / 255 // one 8-bit step after (x/255-0.5)/0.5
-			off, maxLevels := 0, 0.0
+			// From the JPEG's bytes to the normalised patches, Go (libjpeg-turbo, PIL's
+			// to_rgb and bicubic, float32 normalisation) is PIL + numpy to the bit.
 			for j := range wantPatches {
-				d := math.Abs(float64(prep.Patches[j]-wantPatches[j])) / oneLevel
-				maxLevels = max(maxLevels, d)
-				if d > 0.01 {
-					off++
+				if math.Float32bits(prep.Patches[j]) != math.Float32bits(wantPatches[j]) {
+					off := 0
+					for k := range wantPatches {
+						if prep.Patches[k] != wantPatches[k] {
+							off++
+						}
+					}
+					t.Fatalf("patches: %d of %d values differ from the reference's (the first at %d: %v, want %v)",
+						off, len(wantPatches), j, prep.Patches[j], wantPatches[j])
 				}
-			}
-			// Go's JPEG decoder and libjpeg-turbo (PIL) differ in IDCT and chroma upsampling
-			// (docs/images.md); the resize itself is PIL-exact. Measured here: 4.6-6.7% of
-			// values off, by at most 3 levels.
-			frac := float64(off) / float64(len(wantPatches))
-			if maxLevels > 4 || frac > 0.10 {
-				t.Fatalf("patches: %.2f%% of values differ, by up to %.1f 8-bit levels; want under 10%% and 4 levels",
-					100*frac, maxLevels)
 			}
 
 			pred, err := p.Generate(context.Background(), prep)

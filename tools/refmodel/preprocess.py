@@ -2,8 +2,10 @@
 
     patches, grid_h, grid_w = preprocess(Image.open(path), in_token_limit=1024)
 
-Alpha: an image with transparency is composited onto white before the alpha is dropped
-(one of the two behaviours the ports show; this is the one we pick).
+RGB conversion is the upstream processor's to_rgb (fetch_image): an "RGBA" image is pasted
+onto white with its alpha as the mask; every other mode, gray+alpha ("LA") and a palette
+with a transparent entry included, goes through convert("RGB"), which drops the alpha.
+engine/imageproc does the same (docs/images.md).
 """
 
 import math
@@ -17,11 +19,12 @@ MAX_GRID_SIDE = 512  # patches; a grid side reaching this is refused
 
 
 def to_rgb(img):
-    """RGB, with any transparency composited onto white."""
-    if img.mode in ("RGBA", "LA") or (img.mode == "P" and "transparency" in img.info):
-        rgba = img.convert("RGBA")
-        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(white, rgba).convert("RGB")
+    """The upstream to_rgb: RGBA pasted onto white (PIL's paste with the alpha as mask),
+    anything else convert("RGB")."""
+    if img.mode == "RGBA":
+        white = Image.new("RGB", img.size, (255, 255, 255))
+        white.paste(img, mask=img.split()[3])
+        return white
     return img.convert("RGB")
 
 
