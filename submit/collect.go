@@ -85,9 +85,9 @@ const maxResultBytes = 64 << 20
 // fullResult reads the whole result that ref, a reference published in its place (see
 // docs/wire-contract.md, "Results larger than a message"), names in result_url. While
 // storage fails for now it tries again, waiting longer each time (up to 30 s) and telling
-// warn, until ctx ends or warn returns false. When that is not possible (no result_url, no
-// storage configured, storage refuses for good, the object is not that job's result) it
-// returns ref itself with the reason.
+// warn, until ctx ends or warn returns false. When it cannot (no result_url, no storage
+// configured, storage refuses for good, the object is not that job's result, or warn
+// declined a retry) it returns ref itself with the reason.
 func fullResult(ctx context.Context, store storage.Store, ref jobs.Result, warn func(error) bool) (jobs.Result, error) {
 	switch {
 	case ref.ResultURL == "":
@@ -97,7 +97,9 @@ func fullResult(ctx context.Context, store storage.Store, ref jobs.Result, warn 
 	}
 	wait := time.Second
 	for {
-		data, err := store.Get(ctx, ref.ResultURL, maxResultBytes)
+		gctx, cancel := context.WithTimeout(ctx, time.Minute)
+		data, err := store.Get(gctx, ref.ResultURL, maxResultBytes)
+		cancel()
 		if err == nil {
 			var full jobs.Result
 			if err := json.Unmarshal(data, &full); err != nil || full.ID != ref.ID {
@@ -111,7 +113,7 @@ func fullResult(ctx context.Context, store storage.Store, ref jobs.Result, warn 
 			return ref, err
 		}
 		if !warn(fmt.Errorf("%w; trying again in %s", err, wait)) {
-			return ref, ctx.Err()
+			return ref, err
 		}
 		select {
 		case <-time.After(wait):
