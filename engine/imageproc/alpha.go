@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"image"
+	"image/color"
 	"image/png"
 
 	"golang.org/x/image/webp"
@@ -23,6 +24,7 @@ import (
 //	PNG gray + tRNS, 1-8 bit      "L"/"1" dropped: gray
 //	PNG gray + tRNS, 16 bit       "I"     dropped: 16-bit gray, which ToRGB clips at 255
 //	PNG palette + tRNS            "P"     ToRGB takes the palette colour, ignoring alpha
+//	                                      (an index past PLTE: PIL's ramp, (i, i, i))
 //	WebP with alpha               "RGBA"  kept (libwebp's has_alpha, below)
 //	WebP without                  "RGB"   dropped, whatever the pixels carry
 
@@ -32,6 +34,7 @@ func pngConfig(data []byte) (image.Config, error) { return png.DecodeConfig(byte
 const (
 	pngGray      = 0
 	pngRGB       = 2
+	pngPalette   = 3
 	pngGrayAlpha = 4
 	pngRGBA      = 6
 )
@@ -52,8 +55,34 @@ func decodePNG(data []byte, _ image.Config) (image.Image, error) {
 		return grayOf(img), nil
 	case pngRGB:
 		return opaque(img), nil
+	case pngPalette:
+		return pilPaletteTail(img, data), nil
 	}
 	return img, nil
+}
+
+// pilPaletteTail gives the palette entries past the PLTE chunk's the colours PIL gives
+// them, its default ramp (i, i, i): image/png makes them opaque black, and a pixel may
+// use them.
+func pilPaletteTail(img image.Image, data []byte) image.Image {
+	m, ok := img.(*image.Paletted)
+	if !ok {
+		return img
+	}
+	for pos := 8; pos+8 <= len(data); {
+		n := int(binary.BigEndian.Uint32(data[pos:]))
+		if string(data[pos+4:pos+8]) == "PLTE" {
+			for i := n / 3; i < len(m.Palette); i++ {
+				m.Palette[i] = color.RGBA{uint8(i), uint8(i), uint8(i), 0xFF}
+			}
+			break
+		}
+		if n < 0 || n > len(data) {
+			break
+		}
+		pos += 12 + n
+	}
+	return m
 }
 
 // grayOf turns Go's decode of 8-bit gray+alpha, or of gray with a tRNS value (NRGBA or,

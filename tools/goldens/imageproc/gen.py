@@ -204,7 +204,17 @@ def make_inputs(rng):
          quality=90, subsampling=1)
     made.update(make_jpeg_inputs(rng))
     made.update(make_alpha_inputs(rng))
+    made.update(make_palette_inputs(rng))
     return made
+
+
+def make_palette_inputs(rng):
+    """A PNG whose pixels use indices past its PLTE (PIL: its default ramp, (i, i, i))."""
+    idx = rng.integers(0, 256, size=(20, 30)).astype(np.uint8)
+    idx[:, :10] = rng.integers(0, 6, size=(20, 10))
+    plte = png_chunk(b"PLTE", bytes(rng.integers(0, 256, size=18).astype(np.uint8)))
+    write_png_chunks(os.path.join(OUT, "palette_oob.png"), 30, 20, 8, 3, [r.tobytes() for r in idx], plte)
+    return {"palette_oob.png": "palette PNG with indices past its 6-entry PLTE"}
 
 
 def make_jpeg_inputs(rng):
