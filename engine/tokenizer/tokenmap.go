@@ -128,8 +128,12 @@ func (p *tokenMapParser) int32() (int32, error) {
 	if p.pos < len(p.data) && p.data[p.pos] == '-' {
 		p.pos++
 	}
+	digits := p.pos
 	for p.pos < len(p.data) && '0' <= p.data[p.pos] && p.data[p.pos] <= '9' {
 		p.pos++
+	}
+	if p.pos-digits > 1 && p.data[digits] == '0' {
+		return 0, fmt.Errorf("JSON offset %d: want an integer id: leading zero", start)
 	}
 	v, err := strconv.ParseInt(string(p.data[start:p.pos]), 10, 32)
 	if err != nil {
