@@ -18,11 +18,11 @@ import (
 )
 
 // hostile is one job of the catalogue: the message bytes, its Nats-Msg-Id, and the
-// outcome the wire contract promises for it.
+// outcome the wire contract promises for it. The worker keys a job by its own id when
+// valid, else by its Nats-Msg-Id when valid, else by seq-<stream sequence>.
 type hostile struct {
 	name   string // also the Nats-Msg-Id, unless msgID is set
 	msgID  string // "-" publishes without a Nats-Msg-Id
-	id     string // what the worker keys it by; "" = the Nats-Msg-Id when valid, else seq-<n>
 	body   []byte
 	output string // the job's output prefix, when it names one the worker must refuse
 	want   want
@@ -64,7 +64,7 @@ func TestHostileJobs(t *testing.T) {
 		if out == "" {
 			out = s.results
 		}
-		if err := s.led.submit(s.c, h.body, msgID, h.id, out, h.want); err != nil {
+		if err := s.led.submit(s.c, h.body, msgID, "", out, h.want); err != nil {
 			t.Fatalf("%s: %v", h.name, err)
 		}
 	}

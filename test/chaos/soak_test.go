@@ -131,11 +131,11 @@ func TestSoak(t *testing.T) {
 		"  duplicates      %d result messages beyond the first; %d jobs delivered more than once\n"+
 		"  outcome         %s\n"+
 		"  latency         p50 %s, p95 %s, p99 %s (publish to result); worker time p95 %s\n"+
-		"  steady RSS      %d MiB after warm-up, %d MiB at the end (growth %+d MiB), peak %d MiB",
+		"  steady RSS      %.1f MiB after warm-up, %.1f MiB at the end (growth %+.1f MiB), peak %.1f MiB",
 		seed, r.Published, took.Round(time.Second), float64(r.Published)/took.Seconds(),
 		total, strings.Join(kinds, ", "), len(r.Lost), r.Duplicates, r.Redelivered, r.String(),
 		percentile(r.Latencies, 50), percentile(r.Latencies, 95), percentile(r.Latencies, 99),
-		percentile(r.WorkerTotals, 95), first>>10, last>>10, (last-first)>>10, peak>>10)
+		percentile(r.WorkerTotals, 95), mib(first), mib(last), mib(last-first), mib(peak))
 }
 
 // The faults of the soak. Each round of five injects every kind once, in a random order.
@@ -208,6 +208,8 @@ func (r *rssSamples) summary() (first, last, peak int64) {
 	}
 	return first, r.kb[len(r.kb)-1], peak
 }
+
+func mib(kb int64) float64 { return float64(kb) / 1024 }
 
 func envInt(t testing.TB, name string, def int) int {
 	t.Helper()
