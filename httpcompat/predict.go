@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -14,17 +15,16 @@ import (
 	"github.com/locateanything/detect/engine/chip"
 )
 
-// fallbackMaxNewTokensCap is the cap for an engine that leaves it at zero (the upstream
-// server's value).
-const fallbackMaxNewTokensCap = 1024
-
 // limits are what /predict checks before the engine sees a request.
 type limits struct{ maxNewTokens, maxQueryChars int }
 
+// limitsFor reads the limits the engine states (LA_MAX_NEW_TOKENS_CAP reaches it through
+// the worker's configuration). An engine that states no token cap leaves the check to
+// Prepare; the query limit is the contract's own.
 func limitsFor(in engine.Info) limits {
 	l := limits{maxNewTokens: in.MaxNewTokensCap, maxQueryChars: in.MaxQueryChars}
 	if l.maxNewTokens <= 0 {
-		l.maxNewTokens = fallbackMaxNewTokensCap
+		l.maxNewTokens = math.MaxInt32
 	}
 	if l.maxQueryChars <= 0 {
 		l.maxQueryChars = engine.MaxQueryChars
