@@ -7,7 +7,7 @@
 package imageproc
 
 import (
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"image"
 	"math"
@@ -113,10 +113,14 @@ type Result struct {
 // the processor's two bicubic resizes (rescale to the token limit, stretch to multiples
 // of 28) and, with a canonical grid, a third that squashes it onto the grid's size.
 func ModelView(img image.Image, o Options) (*RGB, error) {
-	if m, ok := img.(*image.RGBA); ok && opaqueRGBA(m) {
-		// A decoded JPEG: the first resize reads its pixels where they are, as RGB.
+	if m, ok := img.(*image.RGBA); ok && !m.Rect.Empty() {
+		// A decoded JPEG: the first resize reads its pixels where they are, as RGB,
+		// checking that each row it reads is opaque (ToRGB would blend one with alpha).
 		b := m.Rect
-		return modelView(plane{pix: m.Pix[m.PixOffset(b.Min.X, b.Min.Y):], w: b.Dx(), h: b.Dy(), stride: m.Stride, bpp: 4}, o)
+		rgba := plane{pix: m.Pix[m.PixOffset(b.Min.X, b.Min.Y):], w: b.Dx(), h: b.Dy(), stride: m.Stride, bpp: 4}
+		if view, err := modelView(rgba, o); !errors.Is(err, errNotOpaque) {
+			return view, err
+		}
 	}
 	rgb, err := ToRGB(img)
 	if err != nil {
@@ -158,30 +162,6 @@ func modelView(src plane, o Options) (*RGB, error) {
 		}
 	}
 	return cur, nil
-}
-
-// opaqueRGBA reports whether every alpha sample of m is 255 (what a decoded JPEG is),
-// 32 bytes at a time.
-func opaqueRGBA(m *image.RGBA) bool {
-	b := m.Rect
-	w := b.Dx()
-	const alphas = 0xFF000000_FF000000
-	le := binary.LittleEndian
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		row := m.Pix[m.PixOffset(b.Min.X, y):][:4*w]
-		for len(row) >= 32 {
-			if le.Uint64(row)&le.Uint64(row[8:])&le.Uint64(row[16:])&le.Uint64(row[24:])&alphas != alphas {
-				return false
-			}
-			row = row[32:]
-		}
-		for ; len(row) >= 4; row = row[4:] {
-			if row[3] != 0xFF {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // Preprocess runs ModelView, then normalizes and patchifies.

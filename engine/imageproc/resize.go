@@ -1,6 +1,8 @@
 package imageproc
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -132,8 +134,8 @@ func (r *RGB) plane() plane { return plane{pix: r.Pix, w: r.W, h: r.H, stride: 3
 // row is source row y, from its first byte to the end of the buffer.
 func (p plane) row(y int) []uint8 { return p.pix[y*p.stride:] }
 
-// rgb copies the plane into an RGB image.
-func (p plane) rgb() *RGB {
+// rgb copies the plane into an RGB image; errNotOpaque if a 4-byte pixel has alpha.
+func (p plane) rgb() (*RGB, error) {
 	out := NewRGB(p.w, p.h)
 	for y := 0; y < p.h; y++ {
 		src, dst := p.row(y), out.Pix[3*p.w*y:3*p.w*(y+1)]
@@ -141,12 +143,39 @@ func (p plane) rgb() *RGB {
 			copy(dst, src)
 			continue
 		}
+		if !opaqueRow(src[:4*p.w]) {
+			return nil, errNotOpaque
+		}
 		for x := 0; x < p.w; x++ {
 			d, s := dst[3*x:3*x+3:3*x+3], src[4*x:4*x+3:4*x+3]
 			d[0], d[1], d[2] = s[0], s[1], s[2]
 		}
 	}
-	return out
+	return out, nil
+}
+
+// errNotOpaque: a 4-byte plane holds a pixel whose alpha is not 255, which only ToRGB
+// converts right (it blends onto white). The resize checks each row as it reads it,
+// where the row is about to be in cache anyway.
+var errNotOpaque = errors.New("image has alpha")
+
+// opaqueRow reports whether every fourth byte of a row of 4-byte pixels is 255, 32
+// bytes at a time.
+func opaqueRow(row []uint8) bool {
+	const alphas = 0xFF000000_FF000000
+	le := binary.LittleEndian
+	for len(row) >= 32 {
+		if le.Uint64(row)&le.Uint64(row[8:])&le.Uint64(row[16:])&le.Uint64(row[24:])&alphas != alphas {
+			return false
+		}
+		row = row[32:]
+	}
+	for ; len(row) >= 4; row = row[4:] {
+		if row[3] != 0xFF {
+			return false
+		}
+	}
+	return true
 }
 
 // resizePlane is ResizeBicubic on any plane; the result is RGB.
@@ -155,7 +184,7 @@ func resizePlane(src plane, w, h int) (*RGB, error) {
 		return nil, fmt.Errorf("resize: target %dx%d out of range 1..%d", w, h, MaxResizeSide)
 	}
 	if w == src.w && h == src.h {
-		return src.rgb(), nil
+		return src.rgb()
 	}
 	vert := pilWeights(src.h, h)
 	var cur *RGB
@@ -163,12 +192,18 @@ func resizePlane(src plane, w, h int) (*RGB, error) {
 		// Only the rows the vertical pass reads are resampled, as PIL does.
 		firstRow := vert.first[0]
 		lastRow := vert.first[h-1] + vert.n[h-1]
-		cur = resampleRows(src, pilWeights(src.w, w), firstRow, lastRow, h != src.h)
+		var err error
+		if cur, err = resampleRows(src, pilWeights(src.w, w), firstRow, lastRow, h != src.h); err != nil {
+			return nil, err
+		}
 		for i := range vert.first {
 			vert.first[i] -= firstRow
 		}
 	} else {
-		cur = src.rgb()
+		var err error
+		if cur, err = src.rgb(); err != nil {
+			return nil, err
+		}
 	}
 	if h != src.h {
 		tmp := cur
@@ -195,7 +230,8 @@ func scratchRGB(w, h int) *RGB {
 
 // resampleRows is the horizontal pass over source rows [firstRow, lastRow); with
 // intermediate, its buffer comes from the scratch pool (resizePlane returns it there).
-func resampleRows(src plane, wt weights, firstRow, lastRow int, intermediate bool) *RGB {
+// It reads only those rows, and refuses a 4-byte row with alpha (errNotOpaque).
+func resampleRows(src plane, wt weights, firstRow, lastRow int, intermediate bool) (*RGB, error) {
 	outW := len(wt.first)
 	var out *RGB
 	if intermediate {
@@ -204,13 +240,18 @@ func resampleRows(src plane, wt weights, firstRow, lastRow int, intermediate boo
 		out = NewRGB(outW, lastRow-firstRow)
 	}
 	if useAVX2 {
-		resampleRowsAVX2(out, src, wt, firstRow, lastRow)
-		return out
+		if !resampleRowsAVX2(out, src, wt, firstRow, lastRow) {
+			return nil, errNotOpaque
+		}
+		return out, nil
 	}
 	const half = int32(1) << (precisionBits - 1)
 	bpp := src.bpp
 	for y := firstRow; y < lastRow; y++ {
 		in := src.row(y)[:bpp*src.w]
+		if bpp == 4 && !opaqueRow(in) {
+			return nil, errNotOpaque
+		}
 		dst := out.Pix[3*outW*(y-firstRow) : 3*outW*(y-firstRow+1)]
 		for x := 0; x < outW; x++ {
 			lo, n := wt.first[x], wt.n[x]
@@ -227,63 +268,75 @@ func resampleRows(src plane, wt weights, firstRow, lastRow int, intermediate boo
 			d[0], d[1], d[2] = clip8(r), clip8(g), clip8(b)
 		}
 	}
-	return out
+	return out, nil
 }
 
-// resampleRowsAVX2 is resampleRows with the AVX2 kernels, one row at a time. The
-// kernels read up to 8 bytes past a row's last pixel (a 3-byte pixel is read as 4, and
-// the 4-byte kernel takes taps in pairs, the odd one out against a zero coefficient):
-// bytes of the next row, except after the plane's last row, which is read from a copy.
-func resampleRowsAVX2(out *RGB, src plane, wt weights, firstRow, lastRow int) {
+// resampleRowsAVX2 is resampleRows with hquadAVX2, four rows at a time (the last few
+// one at a time, as four copies of one row). The kernel reads up to 16 bytes past a row's
+// last pixel (taps go in fours, those past the last against zero coefficients, and a
+// four of pixels is read as 16 bytes): bytes of the next row, except after the plane's
+// last row, which is read from a copy with room after it. It returns false on a 4-byte
+// row with alpha, which only ToRGB converts right.
+func resampleRowsAVX2(out *RGB, src plane, wt weights, firstRow, lastRow int) bool {
 	outW := len(wt.first)
 	bounds := make([]int32, 2*outW)
-	var k []int32
-	if src.bpp == 4 {
-		k = pairTaps(wt, bounds)
-	} else {
-		for x := range outW {
-			bounds[2*x], bounds[2*x+1] = int32(3*wt.first[x]), int32(wt.n[x])
-		}
-		k = wt.k
-	}
-	rowLen := src.bpp * src.w
+	k := quadTaps(wt, bounds, src.bpp)
+	mask, bpp := quadMask(src.bpp), src.bpp
+	rowLen := bpp * src.w
+	opaque := true // of a 4-byte plane: the kernel reports the alpha of what it read
 	y := firstRow
-	if src.bpp == 4 { // four rows at a time while the fourth has its 8 bytes after it
-		for ; y+4 <= lastRow && len(src.row(y+3)) >= rowLen+8; y += 4 {
-			hrow4x4AVX2(&out.Pix[3*outW*(y-firstRow)], 3*outW, &src.row(y)[0], src.stride, &bounds[0], &k[0], outW)
-		}
+	for ; y+4 <= lastRow && len(src.row(y+3)) >= rowLen+16; y += 4 {
+		a := hquadAVX2(&out.Pix[3*outW*(y-firstRow)], 3*outW, &src.row(y)[0], src.stride, &bounds[0], &k[0], outW, mask, bpp)
+		opaque = opaque && a
 	}
 	for ; y < lastRow; y++ {
 		in := src.row(y)
-		if len(in) < rowLen+8 {
-			in = append(make([]uint8, 0, rowLen+8), in[:rowLen]...)[:rowLen+8]
+		if len(in) < rowLen+16 {
+			pad := make([]uint8, rowLen+16)
+			copy(pad, in[:rowLen])
+			for i := rowLen; i < len(pad); i++ {
+				pad[i] = 0xFF // opaque padding, read against zero coefficients
+			}
+			in = pad
 		}
-		dst := &out.Pix[3*outW*(y-firstRow)]
-		if src.bpp == 4 {
-			hrow4AVX2(dst, &in[0], &bounds[0], &k[0], outW)
-		} else {
-			hrowAVX2(dst, &in[0], &bounds[0], &k[0], outW, wt.size, 3)
+		a := hquadAVX2(&out.Pix[3*outW*(y-firstRow)], 0, &in[0], 0, &bounds[0], &k[0], outW, mask, bpp)
+		opaque = opaque && a
+	}
+	if bpp == 4 && !opaque {
+		// Something read was not opaque: maybe only bytes past the image's rows (a
+		// sub-image), so decide on the rows themselves.
+		for y := firstRow; y < lastRow; y++ {
+			if !opaqueRow(src.row(y)[:rowLen]) {
+				return false
+			}
 		}
 	}
+	return true
 }
 
-// pairTaps lays out the weights for hrow4AVX2: for each output, its taps in pairs, each
-// pair eight int32 (the first coefficient four times, then the second, zero past the
-// last tap), one after the other; bounds gets each output's first byte and pair count.
-func pairTaps(wt weights, bounds []int32) []int32 {
+// quadTaps lays out the weights for hquadAVX2: for each output, its taps in fours (zero
+// past the last), each four as 64 bytes: the int16 high parts (c>>11) of taps 0, 1 four
+// times over, then of taps 2, 3 four times over; then the low parts (c&2047) the same
+// way. bounds gets each output's first source byte (for bpp-byte pixels) and count of
+// fours.
+func quadTaps(wt weights, bounds []int32, bpp int) []int16 {
 	total := 0
 	for _, n := range wt.n {
-		total += (n + 1) / 2
+		total += (n + 3) / 4
 	}
-	k := make([]int32, 8*total+8) // never empty, so &k[0] is valid
-	i := 0
+	k := make([]int16, 32*total+32) // never empty, so &k[0] is valid
+	q := 0
 	for x, n := range wt.n {
-		bounds[2*x], bounds[2*x+1] = int32(4*wt.first[x]), int32((n+1)/2)
+		bounds[2*x], bounds[2*x+1] = int32(bpp*wt.first[x]), int32((n+3)/4)
 		for t, c := range wt.k[x*wt.size : x*wt.size+n] {
-			at := 8*(i+t/2) + 4*(t%2)
-			k[at], k[at+1], k[at+2], k[at+3] = c, c, c, c
+			block := k[32*(q+t/4):]
+			pos := 8*((t%4)/2) + t%2 // the half of the register, then the word of the pair
+			for lane := range 4 {
+				block[pos+2*lane] = int16(c >> 11)
+				block[16+pos+2*lane] = int16(c & 2047)
+			}
 		}
-		i += (n + 1) / 2
+		q += (n + 3) / 4
 	}
 	return k
 }

@@ -7,13 +7,10 @@ import "golang.org/x/sys/cpu"
 var useAVX2 = cpu.X86.HasAVX2
 
 //go:noescape
-func hrowAVX2(dst, src *byte, bounds *int32, k *int32, outW, ksize, bpp int)
-
-//go:noescape
 func vrowAVX2(dst, src *byte, stride, blocks int, k *int32, n int)
 
 //go:noescape
-func hrow4AVX2(dst, src *byte, bounds *int32, k *int32, outW int)
+func hquadAVX2(dst *byte, dstStride int, src *byte, srcStride int, bounds *int32, k *int16, outW int, mask *byte, bpp int) (alpha255 bool)
 
-//go:noescape
-func hrow4x4AVX2(dst *byte, dstStride int, src *byte, srcStride int, bounds *int32, k *int32, outW int)
+// quadMask is hquadAVX2's byte shuffle for 3- or 4-byte pixels.
+func quadMask(bpp int) *byte

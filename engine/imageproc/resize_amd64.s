@@ -8,63 +8,6 @@
 DATA half<>+0(SB)/4, $0x200000
 GLOBL half<>(SB), RODATA|NOPTR, $4
 
-// func hrowAVX2(dst, src *byte, bounds *int32, k *int32, outW, ksize, bpp int)
-//
-// One row of the horizontal pass. Output pixel x (3 bytes at dst+3x) is the sum over
-// its bounds[2x+1] taps of the pixel at src + bounds[2x] + i*bpp times k[x*ksize+i],
-// for the first three channels. Each tap loads 4 bytes: a 3-byte layout reads one byte
-// of the next pixel, which lands in the ignored fourth lane (the caller makes sure that
-// byte is readable).
-TEXT ·hrowAVX2(SB), NOSPLIT, $0-56
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), R8
-	MOVQ bounds+16(FP), BX
-	MOVQ k+24(FP), R9
-	MOVQ outW+32(FP), R10
-	MOVQ ksize+40(FP), R11
-	SHLQ $2, R11
-	MOVQ bpp+48(FP), R12
-	VPBROADCASTD half<>(SB), X5
-	TESTQ R10, R10
-	JZ   hdone
-
-hpixel:
-	MOVLQSX (BX), SI
-	ADDQ R8, SI
-	MOVLQSX 4(BX), CX
-	MOVQ R9, DX
-	VMOVDQA X5, X0
-	TESTQ CX, CX
-	JZ   hstore
-
-htap:
-	VPMOVZXBD (SI), X1
-	VPBROADCASTD (DX), X2
-	VPMULLD X2, X1, X1
-	VPADDD X1, X0, X0
-	ADDQ R12, SI
-	ADDQ $4, DX
-	DECQ CX
-	JNZ  htap
-
-hstore:
-	VPSRAD $22, X0, X0
-	VPACKSSDW X0, X0, X0
-	VPACKUSWB X0, X0, X0
-	VMOVD X0, AX
-	MOVW AX, (DI)
-	SHRL $16, AX
-	MOVB AX, 2(DI)
-	ADDQ $3, DI
-	ADDQ $8, BX
-	ADDQ R11, R9
-	DECQ R10
-	JNZ  hpixel
-
-hdone:
-	VZEROUPPER
-	RET
-
 // func vrowAVX2(dst, src *byte, stride, blocks int, k *int32, n int)
 //
 // One output row of the vertical pass over 16*blocks bytes: byte j of dst is the sum
@@ -119,64 +62,48 @@ vdone:
 	VZEROUPPER
 	RET
 
-// func hrow4AVX2(dst, src *byte, bounds *int32, k *int32, outW int)
-//
-// hrowAVX2 for 4-byte pixels, two taps at a time: one 8-byte load is two pixels, k holds
-// for each output its taps in pairs as eight int32 (pairTaps), and bounds[2x+1] counts
-// the pairs. The low half of the accumulator starts at 1<<21, the high half at 0; they
-// are added before the clip.
-TEXT ·hrow4AVX2(SB), NOSPLIT, $0-40
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), R8
-	MOVQ bounds+16(FP), BX
-	MOVQ k+24(FP), DX
-	MOVQ outW+32(FP), R10
-	VPBROADCASTD half<>(SB), X5 // VEX: the high half of Y5 is zero
-	TESTQ R10, R10
-	JZ   h4done
+// The byte shuffles of hquadAVX2, from 16 bytes loaded at a quad's first pixel (the same
+// 16 bytes in both halves of the register): the low half takes the word pairs (p0.c,
+// p1.c) of each channel c, the high half (p2.c, p3.c); an index of 0xFF gives a zero
+// byte. quad4 is for 4-byte pixels, quad3 for 3-byte pixels (its fourth channel is 0).
+DATA quad4<>+0(SB)/8, $0xFF05FF01FF04FF00
+DATA quad4<>+8(SB)/8, $0xFF07FF03FF06FF02
+DATA quad4<>+16(SB)/8, $0xFF0DFF09FF0CFF08
+DATA quad4<>+24(SB)/8, $0xFF0FFF0BFF0EFF0A
+GLOBL quad4<>(SB), RODATA|NOPTR, $32
 
-h4pixel:
-	MOVLQSX (BX), SI
-	ADDQ R8, SI
-	MOVLQSX 4(BX), CX
-	VMOVDQA Y5, Y0
-	TESTQ CX, CX
-	JZ   h4fold
+DATA quad3<>+0(SB)/8, $0xFF04FF01FF03FF00
+DATA quad3<>+8(SB)/8, $0xFFFFFFFFFF05FF02
+DATA quad3<>+16(SB)/8, $0xFF0AFF07FF09FF06
+DATA quad3<>+24(SB)/8, $0xFFFFFFFFFF0BFF08
+GLOBL quad3<>(SB), RODATA|NOPTR, $32
 
-h4pair:
-	VPMOVZXBD (SI), Y1
-	VPMULLD (DX), Y1, Y1
-	VPADDD Y1, Y0, Y0
-	ADDQ $8, SI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ  h4pair
-
-h4fold:
-	VEXTRACTI128 $1, Y0, X1
-	VPADDD X1, X0, X0
-	VPSRAD $22, X0, X0
-	VPACKSSDW X0, X0, X0
-	VPACKUSWB X0, X0, X0
-	VMOVD X0, AX
-	MOVW AX, (DI)
-	SHRL $16, AX
-	MOVB AX, 2(DI)
-	ADDQ $3, DI
-	ADDQ $8, BX
-	DECQ R10
-	JNZ  h4pixel
-
-h4done:
-	VZEROUPPER
+// func quadMask(bpp int) *byte returns the shuffle for bpp-byte pixels.
+TEXT ·quadMask(SB), NOSPLIT, $0-16
+	MOVQ bpp+0(FP), AX
+	LEAQ quad4<>(SB), BX
+	CMPQ AX, $4
+	JEQ  qm
+	LEAQ quad3<>(SB), BX
+qm:
+	MOVQ BX, ret+8(FP)
 	RET
 
-// func hrow4x4AVX2(dst *byte, dstStride int, src *byte, srcStride int, bounds *int32, k *int32, outW int)
+// func hquadAVX2(dst *byte, dstStride int, src *byte, srcStride int, bounds *int32, k *int16, outW int, mask *byte, bpp int) (alpha255 bool)
 //
-// hrow4AVX2 on four rows at once (rows dst+r*dstStride from src+r*srcStride, r < 4):
-// each pair of coefficients is loaded once for the four rows, and the four independent
-// sums keep the multiplier busy.
-TEXT ·hrow4x4AVX2(SB), NOSPLIT, $0-56
+// The horizontal pass over four rows of bpp-byte pixels (rows r < 4 at src+r*srcStride,
+// written to dst+r*dstStride; strides of 0 repeat one row), four taps at a time with
+// VPMADDWD. A coefficient c (22 fractional bits, |c| < 2^22) is split into hi = c>>11
+// and lo = c&2047, both int16: the sum is (sum p*hi)<<11 + sum p*lo + 1<<21, exactly the
+// int32 sum of the scalar code (which fits int32, so the wrap-around of the shift is
+// harmless). k holds, per output, (n+3)/4 quads of 64 bytes (quadTaps): the hi words,
+// then the lo words, each laid out as the shuffle leaves the pixels. bounds[2x] is the
+// output's first source byte, bounds[2x+1] its quad count. A quad reads 16 bytes from its
+// first pixel: up to 13 past a row's last pixel. mask is quadMask(bpp). alpha255 reports
+// whether every fourth byte of all it loaded was 255: for 4-byte pixels, that every pixel
+// it read is opaque (bytes past a row are read too, so false may also mean that they
+// were not).
+TEXT ·hquadAVX2(SB), NOSPLIT, $0-73
 	MOVQ dst+0(FP), DI
 	MOVQ dstStride+8(FP), R13
 	MOVQ src+16(FP), R8
@@ -186,75 +113,113 @@ TEXT ·hrow4x4AVX2(SB), NOSPLIT, $0-56
 	MOVQ outW+48(FP), R10
 	LEAQ (R14)(R14*2), R15 // 3 * srcStride
 	LEAQ (R13)(R13*2), R12 // 3 * dstStride
-	VPBROADCASTD half<>(SB), X5
+	MOVQ mask+56(FP), AX
+	VMOVDQU (AX), Y15
+	MOVQ bpp+64(FP), R11
+	SHLQ $2, R11 // the bytes of four pixels
+	VPBROADCASTD half<>(SB), X12 // the high half of Y12 is zero
+	VPCMPEQB Y11, Y11, Y11       // the AND of every loaded byte
 	TESTQ R10, R10
-	JZ   q4done
+	JZ   qdone
 
-q4pixel:
+qpixel:
 	MOVLQSX (BX), SI
 	ADDQ R8, SI
 	MOVLQSX 4(BX), CX
-	VMOVDQA Y5, Y0
-	VMOVDQA Y5, Y1
-	VMOVDQA Y5, Y2
-	VMOVDQA Y5, Y3
+	VPXOR Y0, Y0, Y0
+	VMOVDQA Y12, Y1
+	VPXOR Y2, Y2, Y2
+	VMOVDQA Y12, Y3
+	VPXOR Y4, Y4, Y4
+	VMOVDQA Y12, Y5
+	VPXOR Y6, Y6, Y6
+	VMOVDQA Y12, Y7
 	TESTQ CX, CX
-	JZ   q4fold
+	JZ   qfold
 
-q4pair:
-	VMOVDQU (DX), Y6
-	VPMOVZXBD (SI), Y7
-	VPMOVZXBD (SI)(R14*1), Y8
-	VPMOVZXBD (SI)(R14*2), Y9
-	VPMOVZXBD (SI)(R15*1), Y10
-	VPMULLD Y6, Y7, Y7
-	VPMULLD Y6, Y8, Y8
-	VPMULLD Y6, Y9, Y9
-	VPMULLD Y6, Y10, Y10
-	VPADDD Y7, Y0, Y0
+qquad:
+	VMOVDQU (DX), Y13   // hi
+	VMOVDQU 32(DX), Y14 // lo
+	VBROADCASTI128 (SI), Y8
+	VPAND Y8, Y11, Y11
+	VPSHUFB Y15, Y8, Y8
+	VPMADDWD Y13, Y8, Y9
+	VPMADDWD Y14, Y8, Y8
+	VPADDD Y9, Y0, Y0
 	VPADDD Y8, Y1, Y1
+	VBROADCASTI128 (SI)(R14*1), Y8
+	VPAND Y8, Y11, Y11
+	VPSHUFB Y15, Y8, Y8
+	VPMADDWD Y13, Y8, Y9
+	VPMADDWD Y14, Y8, Y8
 	VPADDD Y9, Y2, Y2
-	VPADDD Y10, Y3, Y3
-	ADDQ $8, SI
-	ADDQ $32, DX
+	VPADDD Y8, Y3, Y3
+	VBROADCASTI128 (SI)(R14*2), Y8
+	VPAND Y8, Y11, Y11
+	VPSHUFB Y15, Y8, Y8
+	VPMADDWD Y13, Y8, Y9
+	VPMADDWD Y14, Y8, Y8
+	VPADDD Y9, Y4, Y4
+	VPADDD Y8, Y5, Y5
+	VBROADCASTI128 (SI)(R15*1), Y8
+	VPAND Y8, Y11, Y11
+	VPSHUFB Y15, Y8, Y8
+	VPMADDWD Y13, Y8, Y9
+	VPMADDWD Y14, Y8, Y8
+	VPADDD Y9, Y6, Y6
+	VPADDD Y8, Y7, Y7
+	ADDQ R11, SI
+	ADDQ $64, DX
 	DECQ CX
-	JNZ  q4pair
+	JNZ  qquad
 
-q4fold:
-	// rows 0, 1 in Y0, Y1 -> X0: [row0 lanes, row1 lanes] after folding halves;
-	// likewise rows 2, 3 -> X2. Then one pack of 16 int32 to 16 bytes.
-	VPERM2I128 $0x20, Y1, Y0, Y7 // low halves: row0 lo, row1 lo
-	VPERM2I128 $0x31, Y1, Y0, Y8 // high halves: row0 hi, row1 hi
-	VPADDD Y8, Y7, Y7            // [row0 sum | row1 sum]
-	VPERM2I128 $0x20, Y3, Y2, Y9
-	VPERM2I128 $0x31, Y3, Y2, Y10
-	VPADDD Y10, Y9, Y9           // [row2 sum | row3 sum]
-	VPSRAD $22, Y7, Y7
+qfold:
+	VPSLLD $11, Y0, Y0
+	VPADDD Y1, Y0, Y0 // row 0: taps 0,1 of each quad in the low half, 2,3 in the high
+	VPSLLD $11, Y2, Y2
+	VPADDD Y3, Y2, Y2 // row 1
+	VPSLLD $11, Y4, Y4
+	VPADDD Y5, Y4, Y4 // row 2
+	VPSLLD $11, Y6, Y6
+	VPADDD Y7, Y6, Y6 // row 3
+	VPERM2I128 $0x20, Y2, Y0, Y8
+	VPERM2I128 $0x31, Y2, Y0, Y9
+	VPADDD Y9, Y8, Y8 // [row0 | row1]
+	VPERM2I128 $0x20, Y6, Y4, Y9
+	VPERM2I128 $0x31, Y6, Y4, Y10
+	VPADDD Y10, Y9, Y9 // [row2 | row3]
+	VPSRAD $22, Y8, Y8
 	VPSRAD $22, Y9, Y9
-	VPACKSSDW Y9, Y7, Y7         // lane0: row0, row2; lane1: row1, row3 (int16)
-	VEXTRACTI128 $1, Y7, X8
-	VPACKUSWB X8, X7, X7         // bytes: row0(4) row2(4) row1(4) row3(4)
-	VMOVD X7, AX
+	VPACKSSDW Y9, Y8, Y8 // lane0: row0, row2; lane1: row1, row3 (int16)
+	VEXTRACTI128 $1, Y8, X9
+	VPACKUSWB X9, X8, X8 // bytes: row0(4) row2(4) row1(4) row3(4)
+	VMOVD X8, AX
 	MOVW AX, (DI)
 	SHRL $16, AX
 	MOVB AX, 2(DI)
-	VPEXTRD $2, X7, AX
+	VPEXTRD $2, X8, AX
 	MOVW AX, (DI)(R13*1)
 	SHRL $16, AX
 	MOVB AX, 2(DI)(R13*1)
-	VPEXTRD $1, X7, AX
+	VPEXTRD $1, X8, AX
 	MOVW AX, (DI)(R13*2)
 	SHRL $16, AX
 	MOVB AX, 2(DI)(R13*2)
-	VPEXTRD $3, X7, AX
+	VPEXTRD $3, X8, AX
 	MOVW AX, (DI)(R12*1)
 	SHRL $16, AX
 	MOVB AX, 2(DI)(R12*1)
 	ADDQ $3, DI
 	ADDQ $8, BX
 	DECQ R10
-	JNZ  q4pixel
+	JNZ  qpixel
 
-q4done:
+qdone:
+	VPCMPEQB Y14, Y14, Y14
+	VPCMPEQB Y14, Y11, Y11
+	VPMOVMSKB Y11, AX
+	ANDL $0x88888888, AX
+	CMPL AX, $0x88888888
+	SETEQ alpha255+72(FP)
 	VZEROUPPER
 	RET

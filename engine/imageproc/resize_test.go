@@ -3,6 +3,7 @@ package imageproc
 import (
 	"bytes"
 	"image"
+	"image/color"
 	"math/rand/v2"
 	"testing"
 )
@@ -55,6 +56,45 @@ func TestResizeKernelsMatchScalar(t *testing.T) {
 			}
 			if !bytes.Equal(got.Pix, want.Pix) {
 				t.Fatalf("%dx%d -> %dx%d from %d-byte pixels: AVX2 and scalar differ", sw, sh, dw, dh, src.bpp)
+			}
+		}
+	}
+}
+
+// TestModelViewRGBA: ModelView reads an opaque *image.RGBA (a decoded JPEG) in place and
+// gives what converting it with ToRGB first gives; one with alpha anywhere in the rows the
+// resize reads, or in a stretch without a horizontal pass, falls back to ToRGB (blended
+// onto white). Both with the AVX2 kernels and without.
+func TestModelViewRGBA(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	o := DefaultOptions()
+	o.InTokenLimit, o.CanonGrid = 64, [2]int{}
+	for _, sz := range [][2]int{{300, 200}, {28, 50}, {13, 7}, {1, 1}} {
+		for _, alphaAt := range [][2]int{{-1, -1}, {0, 0}, {sz[0] - 1, sz[1] - 1}} {
+			full := image.NewRGBA(image.Rect(0, 0, sz[0]+2, sz[1]+1))
+			for i := range full.Pix {
+				full.Pix[i] = uint8(rng.Uint32())
+				if i%4 == 3 {
+					full.Pix[i] = 0xFF
+				}
+			}
+			m := full.SubImage(image.Rect(1, 1, sz[0]+1, sz[1]+1)).(*image.RGBA)
+			if alphaAt[0] >= 0 {
+				m.SetRGBA(alphaAt[0]+1, alphaAt[1]+1, color.RGBA{10, 20, 30, 40})
+			}
+			for _, avx := range []bool{false, useAVX2} {
+				saved := useAVX2
+				useAVX2 = avx
+				got, err := ModelView(m, o)
+				rgb, _ := ToRGB(m)
+				want, err2 := ModelViewRGB(rgb, o)
+				useAVX2 = saved
+				if err != nil || err2 != nil {
+					t.Fatalf("%v alpha at %v: %v / %v", sz, alphaAt, err, err2)
+				}
+				if !bytes.Equal(got.Pix, want.Pix) {
+					t.Errorf("%v alpha at %v (AVX2 %v): ModelView differs from ToRGB + ModelViewRGB", sz, alphaAt, avx)
+				}
 			}
 		}
 	}
