@@ -18,14 +18,16 @@ func TestBenchReportsEveryStage(t *testing.T) {
 	}
 	report := out.String()
 	t.Log("\n" + report)
+	// The tiny checkpoint's vision and prefill are a few MFLOP: on a loaded machine their
+	// rate prints as 0.0 GFLOP/s, so there the time is what must be positive.
 	for _, want := range []struct {
 		line    string
 		pattern string
 	}{
 		{"machine", `triad ([0-9.]+) GB/s`},
 		{"kernel", `bf16 matrix-vector alone, .*: ([0-9.]+) GB/s`},
-		{"vision", `grid 8x10 \(80 patches, 20 image tokens\): [0-9.]+ ms, ([0-9.]+) GFLOP/s`},
-		{"prefill", `40 tokens: [0-9.]+ ms, ([0-9.]+) GFLOP/s`},
+		{"vision", `grid 8x10 \(80 patches, 20 image tokens\): ([0-9.]+) ms, [0-9.]+ GFLOP/s`},
+		{"prefill", `40 tokens: ([0-9.]+) ms, [0-9.]+ GFLOP/s`},
 		{"decode", `4 tokens: [0-9.]+ ms, ([0-9.]+) tokens/s`},
 		{"decode", `([0-9]+)% of ceiling`},
 		{"decode/run", `decode per run at ([0-9]+)% of that run's ceiling`},
