@@ -119,7 +119,7 @@ func (h HTTP) Enabled() bool { return !strings.EqualFold(h.Addr, "off") && h.Add
 
 // NATS says how to reach NATS (natsconn).
 type NATS struct {
-	URL      string        `envconfig:"LA_NATS_URL"` // comma-separated; "" = the embedded server (worker)
+	URL      string        `envconfig:"LA_NATS_URL" secret:"url"` // comma-separated; "" = the embedded server (worker)
 	Creds    string        `envconfig:"LA_NATS_CREDS"`
 	NKeyFile string        `envconfig:"LA_NATS_NKEY_FILE"`
 	User     string        `envconfig:"LA_NATS_USER"`
@@ -227,21 +227,67 @@ func (c *Worker) Finish(workDir string) error {
 		return fmt.Errorf("LA_DATA_DIR %q: %w", c.DataDir, err)
 	}
 	c.DataDir = abs
-	if c.Runner.ResultsURL == "" {
-		c.Runner.ResultsURL = "file://" + filepath.Join(c.DataDir, "results") + "/"
-		if len(c.Storage.FileRoots) == 0 && len(c.Storage.OutputRoots) == 0 {
-			c.Storage.OutputRoots = []string{c.DataDir}
-			if c.EmbeddedLoopback() {
-				c.Storage.FileRoots = []string{workDir}
-			}
-		}
-		for _, roots := range []*[]string{&c.Storage.FileRoots, &c.Storage.OutputRoots} {
-			if (len(*roots) > 0 || roots == &c.Storage.FileRoots) && !slices.Contains(*roots, c.DataDir) {
-				*roots = append(*roots, c.DataDir) // the default results location must stay usable
-			}
-		}
+	if err := c.finishRoots(workDir); err != nil {
+		return err
 	}
 	return c.Validate()
+}
+
+// finishRoots fills in the file:// roots. With none configured, the worker writes only its
+// results directory (LA_DATA_DIR/results by default: never the JetStream store beside it)
+// and reads it and, on the single-machine default, the working directory. With roots
+// configured, a default results directory is added to them, and an explicit file://
+// LA_RESULTS_URL outside them is a configuration error, not a stream of failed jobs.
+func (c *Worker) finishRoots(workDir string) error {
+	explicit := c.Runner.ResultsURL != ""
+	if !explicit {
+		c.Runner.ResultsURL = "file://" + filepath.Join(c.DataDir, "results") + "/"
+	}
+	dir, isFile := strings.CutPrefix(c.Runner.ResultsURL, "file://")
+	dir = filepath.Clean(dir)
+	if len(c.Storage.FileRoots) == 0 && len(c.Storage.OutputRoots) == 0 {
+		if isFile {
+			c.Storage.FileRoots, c.Storage.OutputRoots = []string{dir}, []string{dir}
+		}
+		if c.EmbeddedLoopback() {
+			if workDir == "/" {
+				return fmt.Errorf("the working directory is /: set LA_FILE_ROOTS to the directories jobs may read " +
+					"(the single-machine default reads below the working directory)")
+			}
+			c.Storage.FileRoots = append([]string{workDir}, c.Storage.FileRoots...)
+		}
+		return nil
+	}
+	if !isFile {
+		return nil
+	}
+	writable := c.Storage.OutputRoots
+	if len(writable) == 0 {
+		writable = c.Storage.FileRoots
+	}
+	if below(dir, writable) {
+		return nil
+	}
+	if explicit {
+		return fmt.Errorf("LA_RESULTS_URL %s is outside the directories file:// may write (LA_OUTPUT_ROOTS, else LA_FILE_ROOTS: %v)",
+			c.Runner.ResultsURL, writable)
+	}
+	for _, roots := range []*[]string{&c.Storage.FileRoots, &c.Storage.OutputRoots} {
+		if len(*roots) > 0 || roots == &c.Storage.FileRoots {
+			*roots = append(*roots, dir) // the default results location must stay usable
+		}
+	}
+	return nil
+}
+
+// below reports whether dir is one of roots or inside one.
+func below(dir string, roots []string) bool {
+	for _, r := range roots {
+		if rel, err := filepath.Rel(filepath.Clean(r), dir); err == nil && filepath.IsLocal(rel) || rel == "." {
+			return true
+		}
+	}
+	return false
 }
 
 // EmbeddedLoopback reports whether the worker runs the embedded NATS server listening on

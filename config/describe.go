@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/locateanything/detect/jobs/natsconn"
 )
 
 // Setting is one variable of a configuration tree as it stands after loading.
@@ -38,12 +40,15 @@ func Settings(tree any, environ []string) []Setting {
 			Value:   format(v),
 			Default: f.Tag.Get("default"),
 			Source:  "default",
-			Secret:  f.Tag.Get("secret") == "true",
+			Secret:  f.Tag.Get("secret") != "",
 		}
 		if set[s.Name] {
 			s.Source = "environment"
 		}
-		if s.Secret && s.Value != "" {
+		switch {
+		case f.Tag.Get("secret") == "url": // credentials may be written into the URL
+			s.Value = natsconn.RedactURL(s.Value)
+		case s.Secret && s.Value != "":
 			s.Value = Redacted
 		}
 		out = append(out, s)

@@ -59,3 +59,37 @@ func TestOnlyCommandsReadTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDefaultsLiveOnlyInConfig: an envconfig default tag outside package config would be a
+// second copy of a default (or a first one that `worker config` cannot show).
+func TestDefaultsLiveOnlyInConfig(t *testing.T) {
+	tag := regexp.MustCompile("envconfig:\"|\\bdefault:\"")
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		if d.IsDir() {
+			if rel == "config" || (rel != "." && strings.HasPrefix(d.Name(), ".")) || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if tag.MatchString(line) && !strings.HasPrefix(strings.TrimSpace(line), "//") {
+				t.Errorf("%s:%d states a variable or default outside package config: %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -16,26 +16,26 @@ import (
 type Config struct {
 	// Endpoint is the S3 service's host[:port], e.g. "s3.amazonaws.com" or "minio:9000".
 	// An "http://" or "https://" in front decides TLS and overrides Secure.
-	Endpoint string `envconfig:"LA_S3_ENDPOINT"`
+	Endpoint string
 	// Region is the bucket region signed into requests.
-	Region string `envconfig:"LA_S3_REGION" default:"us-east-1"`
+	Region string
 	// AccessKey and SecretKey are static credentials. Set both, or use CredentialsFile,
 	// or neither for anonymous access to public buckets.
-	AccessKey string `envconfig:"LA_S3_ACCESS_KEY"`
-	SecretKey string `envconfig:"LA_S3_SECRET_KEY"`
+	AccessKey string
+	SecretKey string
 	// CredentialsFile is read once at Open. Two forms are accepted: an AWS shared
 	// credentials file (its [default] profile: aws_access_key_id, aws_secret_access_key,
 	// optional aws_session_token), or a plain file whose first line is the access key and
 	// second line the secret key (the form a Kubernetes secret mounts easily).
-	CredentialsFile string `envconfig:"LA_S3_CREDENTIALS_FILE"`
+	CredentialsFile string
 	// Secure turns TLS on for an endpoint given without a scheme.
-	Secure bool `envconfig:"LA_S3_SECURE" default:"true"`
+	Secure bool
 	// PathStyle is "auto" (minio-go decides: virtual-host for AWS, path-style elsewhere),
 	// "true" (always https://endpoint/bucket/key) or "false" (always
 	// https://bucket.endpoint/key).
-	PathStyle string `envconfig:"LA_S3_PATH_STYLE" default:"auto"`
+	PathStyle string
 	// CAFile is a PEM bundle trusted in addition to the system roots (a private CA).
-	CAFile string `envconfig:"LA_S3_CA_FILE"`
+	CAFile string
 	// FileRoots are the directories file:// may read below, and write below too unless
 	// OutputRoots is set. Each must exist.
 	FileRoots []string

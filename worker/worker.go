@@ -22,6 +22,7 @@ import (
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/jobs/natsconn"
 	"github.com/locateanything/detect/jobs/natsembed"
 	"github.com/locateanything/detect/storage"
 )
@@ -267,7 +268,7 @@ func (s *service) predictIsReady(context.Context) error {
 
 // queueDescription names the job queue for /info.
 func queueDescription(cfg config.Worker) string {
-	url := cfg.NATS.URL
+	url := natsconn.RedactURL(cfg.NATS.URL) // /info is not authenticated
 	if url == "" {
 		url = "embedded nats://" + cfg.Embedded.Listen
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,11 +104,38 @@ func TestConfigSingleMachineDefaults(t *testing.T) {
 	}
 	// Embedded NATS on loopback: jobs may read below the working directory and the data
 	// directory, never anywhere on the machine.
-	if want := []string{wd, dir}; strings.Join(cfg.FileRoots, ",") != strings.Join(want, ",") {
+	results := filepath.Join(dir, "results")
+	if want := []string{wd, results}; strings.Join(cfg.FileRoots, ",") != strings.Join(want, ",") {
 		t.Errorf("file roots %v, want %v", cfg.FileRoots, want)
 	}
-	if want := []string{dir}; strings.Join(cfg.OutputRoots, ",") != strings.Join(want, ",") {
-		t.Errorf("output roots %v, want %v: a job writes below LA_DATA_DIR only", cfg.OutputRoots, want)
+	if want := []string{results}; strings.Join(cfg.OutputRoots, ",") != strings.Join(want, ",") {
+		t.Errorf("output roots %v, want %v: a job writes below the results directory only, never the JetStream store", cfg.OutputRoots, want)
+	}
+}
+
+// TestConfigResultsURLAndRoots: an explicit file:// LA_RESULTS_URL with no roots becomes the
+// place jobs write; one outside configured roots is refused at start-up (it would fail
+// every job), and a working directory of / is not taken as a read root.
+func TestConfigResultsURLAndRoots(t *testing.T) {
+	t.Setenv("LA_DATA_DIR", t.TempDir())
+	out := t.TempDir()
+	t.Setenv("LA_RESULTS_URL", "file://"+out+"/")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.OutputRoots, ",") != out || !slices.Contains(cfg.FileRoots, out) {
+		t.Errorf("LA_RESULTS_URL=%s: roots read %v write %v; want it writable", out, cfg.FileRoots, cfg.OutputRoots)
+	}
+	t.Setenv("LA_FILE_ROOTS", t.TempDir())
+	if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), "LA_RESULTS_URL") {
+		t.Errorf("results outside LA_FILE_ROOTS: %v; want a start-up error naming LA_RESULTS_URL", err)
+	}
+	t.Setenv("LA_FILE_ROOTS", "")
+	t.Setenv("LA_RESULTS_URL", "")
+	t.Chdir("/")
+	if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), "LA_FILE_ROOTS") {
+		t.Errorf("working directory /: %v; want an error asking for LA_FILE_ROOTS", err)
 	}
 }
 
@@ -166,12 +194,13 @@ func TestConfigCommandPrintsSourcesAndRedactsSecrets(t *testing.T) {
 	t.Setenv("LA_S3_SECRET_KEY", "s3-very-secret")
 	t.Setenv("LA_S3_ACCESS_KEY", "AKIA-ACCESS")
 	t.Setenv("HF_TOKEN", "hf_tokensecret")
+	t.Setenv("LA_NATS_URL", "nats://alice:url-secret@127.0.0.1:4222,nats://tok-secret@127.0.0.1:4223")
 	var stdout, stderr bytes.Buffer
 	if code := realMain([]string{"config"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("worker config: exit %d, stderr %q", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, secret := range []string{"hunter2-nats", "s3-very-secret", "AKIA-ACCESS", "hf_tokensecret"} {
+	for _, secret := range []string{"hunter2-nats", "s3-very-secret", "AKIA-ACCESS", "hf_tokensecret", "url-secret", "tok-secret"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("worker config printed the secret %q", secret)
 		}
