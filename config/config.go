@@ -437,7 +437,7 @@ func (t Topology) validate(add adder) {
 			add("LA_BACKOFF step %d is %s, want a positive duration", i+1, d)
 		}
 	}
-	if t.MaxDeliver > 1 && len(t.BackOff) >= t.MaxDeliver {
+	if len(t.BackOff) > 0 && len(t.BackOff) >= t.MaxDeliver { // JetStream refuses it, LA_MAX_DELIVER=1 included
 		add("LA_BACKOFF has %d steps, want fewer than LA_MAX_DELIVER (%d)", len(t.BackOff), t.MaxDeliver)
 	}
 	if t.JobsMaxAge > 0 && t.DuplicateWindow > t.JobsMaxAge {

@@ -37,7 +37,7 @@ func (c TopologyConfig) Validate() error {
 		return fmt.Errorf("ack wait %s: must be at least 1s", c.AckWait)
 	case c.MaxDeliver < 1:
 		return fmt.Errorf("max deliver %d: must be at least 1", c.MaxDeliver)
-	case len(c.BackOff) >= c.MaxDeliver && c.MaxDeliver > 1:
+	case len(c.BackOff) > 0 && len(c.BackOff) >= c.MaxDeliver:
 		return fmt.Errorf("back-off has %d steps: must be fewer than max deliver (%d)", len(c.BackOff), c.MaxDeliver)
 	case c.MaxAckPending < 1:
 		return fmt.Errorf("max ack pending %d: must be at least 1", c.MaxAckPending)

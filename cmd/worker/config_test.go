@@ -38,6 +38,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LA_WORKER_NAME", "a.b", "LA_WORKER_NAME"},
 		{"LA_ACK_WAIT", "soon", "LA_ACK_WAIT"},
 		{"LA_MAX_DELIVER", "2", "LA_BACKOFF"},
+		{"LA_MAX_DELIVER", "1", "LA_BACKOFF"}, // JetStream refuses a back-off longer than the deliveries
 		{"LA_ENGINE", "gpu", "LA_ENGINE"},
 		// Zero or negative durations where they make no sense are errors, not defaults.
 		{"LA_GRACE", "0s", "LA_GRACE"},
