@@ -194,6 +194,7 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 	if rc.UploadPrefix != "" && !strings.HasSuffix(rc.UploadPrefix, "/") {
 		rc.UploadPrefix += "/"
 	}
+	rc.MaxImageBytes = cfg.Storage.MaxImageBytes // the worker's limit: refuse what it would
 	if rc.UploadPrefix == "" && cfg.Storage.Endpoint != "" && slices.ContainsFunc(rc.Inputs, func(in string) bool { return !isURL(in) }) {
 		fmt.Fprintln(cio.Stderr, "submit: note: local images go to workers as file:// URLs (no --upload or LA_SUBMIT_UPLOAD); only a worker on this machine can read them")
 	}
