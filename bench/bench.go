@@ -179,7 +179,7 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 // openBackend opens the CPU backend with room for the prompt and the decode steps, on
 // the resident copy of the weights or (--resident=false) the file mapping.
 func openBackend(m *checkpoint.Model, o options) (*native.Backend, error) {
-	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, Threads: o.threads}
+	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, MaxBatch: 1, Threads: o.threads}
 	if !o.resident {
 		opts.BackendOptions = map[string]string{"resident_weights": "0"}
 	}

@@ -86,18 +86,20 @@ func runOnce(b *native.Backend, in inputs, o options, tokens int) (stageTimes, e
 		return st, err
 	}
 	t1 := time.Now()
-	tok, err := b.Prefill(in.ids)
+	tok, _, err := b.Prefill(0, in.ids, false)
 	if err != nil {
 		return st, err
 	}
+	slot, next := []int{0}, []int32{0}
 	t2 := time.Now()
 	cpu0 := processCPUTime()
 	steps := make([]time.Duration, 0, tokens)
 	last := t2
 	for range tokens {
-		if tok, err = b.Decode(tok); err != nil {
+		if err = b.Decode(slot, []int32{tok}, next, nil); err != nil {
 			return st, err
 		}
+		tok = next[0]
 		now := time.Now()
 		steps = append(steps, now.Sub(last))
 		last = now

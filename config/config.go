@@ -40,12 +40,13 @@ type Worker struct {
 // Engine is the model's run-time knobs; the upstream server's knobs keep their names and
 // meaning (docs/background.md).
 type Engine struct {
-	Backend         string `envconfig:"LA_ENGINE" default:"cpu"`             // cpu or ttnn
+	Backend         string `envconfig:"LA_ENGINE" default:"cpu"`             // cpu, ttnn or sim
 	Threads         int    `envconfig:"LA_THREADS" default:"0"`              // 0 = one per core
 	InTokenLimit    int    `envconfig:"LA_IN_TOKEN_LIMIT" default:"0"`       // 0 = min(1024, the checkpoint's)
 	CanonGrid       string `envconfig:"LA_CANON_GRID"`                       // HxW in patches, "native", or "" (native on cpu, else derived from LA_CANON_ASPECT)
 	CanonAspect     string `envconfig:"LA_CANON_ASPECT" default:"1920x1080"` // WxH the canonical grid is derived from
-	MaxSeqLen       int    `envconfig:"LA_MAX_SEQ_LEN" default:"4096"`       // KV-cache length in tokens
+	MaxSeqLen       int    `envconfig:"LA_MAX_SEQ_LEN" default:"4096"`       // KV-cache length in tokens, per sequence
+	MaxBatch        int    `envconfig:"LA_MAX_BATCH" default:"8"`            // sequences decoded together per chip
 	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128"`     // default generation budget
 	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024"`
 	Chips           int    `envconfig:"LA_CHIPS" default:"1"` // one Runner and engine per chip
@@ -156,9 +157,9 @@ type Topology struct {
 
 // Runner tunes each chip's job runner.
 type Runner struct {
-	WorkerName    string        `envconfig:"LA_WORKER_NAME"` // "" = host-pid
-	ResultsURL    string        `envconfig:"LA_RESULTS_URL"` // "" = file://<LA_DATA_DIR>/results/
-	Prefetch      int           `envconfig:"LA_PREFETCH" default:"2"`
+	WorkerName    string        `envconfig:"LA_WORKER_NAME"`          // "" = host-pid
+	ResultsURL    string        `envconfig:"LA_RESULTS_URL"`          // "" = file://<LA_DATA_DIR>/results/
+	Prefetch      int           `envconfig:"LA_PREFETCH" default:"0"` // 0 = LA_MAX_BATCH + 2
 	Grace         time.Duration `envconfig:"LA_GRACE" default:"30s"`
 	PollWait      time.Duration `envconfig:"LA_POLL_WAIT" default:"2s"`
 	RetryDelay    time.Duration `envconfig:"LA_RETRY_DELAY" default:"5s"`
@@ -330,12 +331,19 @@ func (c Worker) Validate() error {
 	return nil
 }
 
+// MaxBatchLimit is the most sequences one chip may decode together (tt_transformers'
+// Generator serves at most 32 users per device).
+const MaxBatchLimit = 32
+
 // adder collects one complaint.
 type adder func(format string, args ...any)
 
 func (e Engine) validate(add adder) {
-	if !slices.Contains([]string{"cpu", "ttnn"}, e.Backend) {
-		add("LA_ENGINE is %q, want cpu or ttnn", e.Backend)
+	if !slices.Contains([]string{"cpu", "ttnn", "sim"}, e.Backend) {
+		add("LA_ENGINE is %q, want cpu, ttnn or sim", e.Backend)
+	}
+	if e.MaxBatch < 1 || e.MaxBatch > MaxBatchLimit {
+		add("LA_MAX_BATCH is %d, want 1..%d", e.MaxBatch, MaxBatchLimit)
 	}
 	positive(add, "LA_CHIPS", e.Chips)
 	notNegative(add, "LA_THREADS", e.Threads)
@@ -449,7 +457,7 @@ func (r Runner) validate(add adder) {
 	if r.WorkerName != "" && !jobs.ValidToken(r.WorkerName) {
 		add("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", r.WorkerName)
 	}
-	positive(add, "LA_PREFETCH", r.Prefetch)
+	notNegative(add, "LA_PREFETCH", r.Prefetch)
 	positiveDuration(add, "LA_GRACE", r.Grace)
 	positiveDuration(add, "LA_POLL_WAIT", r.PollWait)
 	positiveDuration(add, "LA_RETRY_DELAY", r.RetryDelay)

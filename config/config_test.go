@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +71,23 @@ func TestSettingsReportSourcesAndRedactSecrets(t *testing.T) {
 			t.Errorf("%s is declared twice", n)
 		}
 		seen[n] = true
+	}
+}
+
+func TestPrefetchFollowsTheBatch(t *testing.T) {
+	var c Worker
+	c.Engine.MaxBatch, c.Engine.Chips = 8, 1
+	if got := c.RunnerConfig("w", 0).Prefetch; got != 10 {
+		t.Errorf("LA_PREFETCH=0 with LA_MAX_BATCH=8 holds %d jobs, want 10 (every slot plus two prepared)", got)
+	}
+	c.Runner.Prefetch = 3
+	if got := c.RunnerConfig("w", 0).Prefetch; got != 3 {
+		t.Errorf("an explicit LA_PREFETCH=3 became %d", got)
+	}
+	var complaints []string
+	c.Engine.MaxBatch = MaxBatchLimit + 1
+	c.Engine.validate(func(f string, a ...any) { complaints = append(complaints, fmt.Sprintf(f, a...)) })
+	if !slices.ContainsFunc(complaints, func(s string) bool { return strings.Contains(s, "LA_MAX_BATCH") }) {
+		t.Errorf("LA_MAX_BATCH=%d accepted: %v", MaxBatchLimit+1, complaints)
 	}
 }

@@ -69,8 +69,12 @@ func (c Worker) RunnerConfig(name string, chip int) jobs.RunnerConfig {
 		name = fmt.Sprintf("%s-chip%d", name, chip)
 	}
 	r := c.Runner
+	prefetch := r.Prefetch
+	if prefetch == 0 { // enough held to fill every slot and have the next ones prepared
+		prefetch = c.Engine.MaxBatch + 2
+	}
 	return jobs.RunnerConfig{
-		Worker: name, Prefetch: r.Prefetch, DefaultOutput: r.ResultsURL,
+		Worker: name, Prefetch: prefetch, DefaultOutput: r.ResultsURL,
 		MaxImageBytes: c.Storage.MaxImageBytes, Grace: r.Grace, PollWait: r.PollWait,
 		RetryDelay: r.RetryDelay, RetryDelayMax: r.RetryDelayMax, OpTimeout: r.OpTimeout,
 	}

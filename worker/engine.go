@@ -42,6 +42,7 @@ func EngineOptions(e config.Engine, choice provision.Choice) pipeline.OpenOption
 		Backend:         e.Backend,
 		Threads:         e.Threads,
 		MaxSeqLen:       e.MaxSeqLen,
+		MaxBatch:        e.MaxBatch,
 		InTokenLimit:    e.InTokenLimit,
 		CanonGrid:       e.CanonGrid,
 		CanonAspect:     e.CanonAspect,

@@ -97,7 +97,7 @@ func TestConfigSingleMachineDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.NATS.URL != "" || cfg.Embedded.Listen != "127.0.0.1:4222" || cfg.Engine.Backend != "cpu" || cfg.MaxSeqLen != 4096 ||
-		cfg.MaxNewTokens != 128 || cfg.MaxNewTokensCap != 1024 || cfg.HTTP.Addr != ":20000" || cfg.Prefetch != 2 {
+		cfg.MaxNewTokens != 128 || cfg.MaxNewTokensCap != 1024 || cfg.HTTP.Addr != ":20000" || cfg.Prefetch != 0 || cfg.MaxBatch != 8 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	if want := "file://" + filepath.Join(dir, "results") + "/"; cfg.ResultsURL != want {
@@ -177,7 +177,7 @@ func TestConfigIgnoresUnprefixedNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Engine.Backend != "cpu" || cfg.HTTP.Addr != ":20000" || cfg.Prefetch != 2 || cfg.HTTP.MaxPending == 1 {
+	if cfg.Engine.Backend != "cpu" || cfg.HTTP.Addr != ":20000" || cfg.Prefetch != 0 || cfg.HTTP.MaxPending == 1 {
 		t.Fatalf("unprefixed variables were read: engine %q http %q prefetch %d max pending %d",
 			cfg.Engine.Backend, cfg.HTTP.Addr, cfg.Prefetch, cfg.HTTP.MaxPending)
 	}
@@ -216,11 +216,11 @@ func TestConfigCommandPrintsSourcesAndRedactsSecrets(t *testing.T) {
 		switch {
 		case len(f) == 3 && f[0] == "LA_GRACE" && (f[1] != "45s" || f[2] != "environment"):
 			t.Errorf("LA_GRACE line %q, want 45s from the environment", line)
-		case len(f) == 3 && f[0] == "LA_PREFETCH" && (f[1] != "2" || f[2] != "default"):
-			t.Errorf("LA_PREFETCH line %q, want 2 by default", line)
+		case len(f) == 3 && f[0] == "LA_PREFETCH" && (f[1] != "0" || f[2] != "default"):
+			t.Errorf("LA_PREFETCH line %q, want 0 (LA_MAX_BATCH + 2) by default", line)
 		}
 	}
-	t.Setenv("LA_PREFETCH", "0")
+	t.Setenv("LA_PREFETCH", "-1")
 	if code := realMain([]string{"config"}, &stdout, &stderr); code != 2 {
 		t.Errorf("worker config with a bad value: exit %d, want 2", code)
 	}

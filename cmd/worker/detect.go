@@ -58,6 +58,7 @@ func runDetect(args []string, stdout io.Writer) error {
 		Backend:         "cpu",
 		Threads:         *threads,
 		MaxSeqLen:       4096,
+		MaxBatch:        1,
 		InTokenLimit:    *inTokenLimit,
 		CanonGrid:       *grid,
 		MaxNewTokens:    max(*maxNew, 1),

@@ -40,13 +40,13 @@ func runRequestErr(b *Backend, gh, gw int, seed uint64, steps int) (runResult, e
 	if n != gh*gw/4 || dim <= 0 || len(emb) != n*dim {
 		return runResult{}, fmt.Errorf("image embeddings: %d x %d (%d floats), want %d rows", n, dim, len(emb), gh*gw/4)
 	}
-	tok, err := b.Prefill(testPrompt(n))
+	tok, err := prefill1(b, testPrompt(n))
 	if err != nil {
 		return runResult{}, fmt.Errorf("prefill: %w", err)
 	}
-	r := runResult{tokens: []int32{tok}, logits: b.Logits(), emb: emb}
+	r := runResult{tokens: []int32{tok}, logits: b.Logits(0), emb: emb}
 	for range steps {
-		if tok, err = b.Decode(tok); err != nil {
+		if tok, err = decode1(b, tok); err != nil {
 			return r, fmt.Errorf("decode: %w", err)
 		}
 		r.tokens = append(r.tokens, tok)
@@ -59,8 +59,8 @@ func TestRequestIsDeterministicAcrossResetAndEngines(t *testing.T) {
 	for _, dt := range []checkpoint.DType{checkpoint.BF16, checkpoint.F32} {
 		t.Run(dt.String(), func(t *testing.T) {
 			m := openModel(t, tinyCheckpoint{dtype: dt, lmHead: dt == checkpoint.BF16}.write(t))
-			a := openBackend(t, m, Options{MaxSeqLen: 128, Threads: 2})
-			b := openBackend(t, m, Options{MaxSeqLen: 128, Threads: 1})
+			a := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 128, Threads: 2})
+			b := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 128, Threads: 1})
 
 			first := runRequest(t, a, 4, 8, 1, 8)
 			if len(first.logits) != 152681 {
@@ -99,21 +99,21 @@ func TestRequestIsDeterministicAcrossResetAndEngines(t *testing.T) {
 func TestPrefillRestartsFromPositionZero(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.BF16}.write(t))
-	b := openBackend(t, m, Options{MaxSeqLen: 64})
+	b := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 64})
 	ids := []int32{151644, 872, 198, 9707, 151645}
-	first, err := b.Prefill(ids)
+	first, err := prefill1(b, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := b.Logits()
-	if _, err := b.Decode(first); err != nil {
+	want := b.Logits(0)
+	if _, err := decode1(b, first); err != nil {
 		t.Fatal(err)
 	}
 	// Without Reset, a new prefill still starts at position 0.
-	if _, err := b.Prefill(ids); err != nil {
+	if _, err := prefill1(b, ids); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(b.Logits(), want) {
+	if !slices.Equal(b.Logits(0), want) {
 		t.Fatal("second prefill of the same prompt gave different logits")
 	}
 }
@@ -121,7 +121,7 @@ func TestPrefillRestartsFromPositionZero(t *testing.T) {
 func TestBadInputsReturnErrors(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.BF16}.write(t))
-	b := openBackend(t, m, Options{MaxSeqLen: 32})
+	b := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 32})
 
 	expectErr := func(what string, err error, substr string) {
 		t.Helper()
@@ -129,45 +129,45 @@ func TestBadInputsReturnErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want one containing %q", what, err, substr)
 		}
 	}
-	expectErr("decode before prefill", second(b.Decode(1)), "no prefill")
+	expectErr("decode before prefill", second(decode1(b, 1)), "no prefill")
 	expectErr("odd grid", b.Vision(testPatches(3, 4, 1), 3, 4), "multiples of the 2-patch merge")
 	expectErr("patch count", b.Vision(testPatches(4, 4, 1)[:100], 4, 4), "needs")
 	expectErr("zero grid", b.Vision(nil, 0, 4), "out of range")
 	expectErr("grid beyond max_seq_len", b.Vision(testPatches(16, 12, 1), 16, 12), "more than max_seq_len")
-	expectErr("empty prompt", second(b.Prefill(nil)), "empty prompt")
-	expectErr("long prompt", second(b.Prefill(make([]int32, 33))), "longer than max_seq_len 32")
-	expectErr("id too large", second(b.Prefill([]int32{1, 152681})), "outside the vocabulary")
-	expectErr("negative id", second(b.Prefill([]int32{-5})), "outside the vocabulary")
-	expectErr("image tokens without vision", second(b.Prefill(testPrompt(2))), "0 embeddings")
+	expectErr("empty prompt", second(prefill1(b, nil)), "empty prompt")
+	expectErr("long prompt", second(prefill1(b, make([]int32, 33))), "longer than max_seq_len 32")
+	expectErr("id too large", second(prefill1(b, []int32{1, 152681})), "outside the vocabulary")
+	expectErr("negative id", second(prefill1(b, []int32{-5})), "outside the vocabulary")
+	expectErr("image tokens without vision", second(prefill1(b, testPrompt(2))), "0 embeddings")
 
 	if err := b.Vision(testPatches(4, 4, 1), 4, 4); err != nil {
 		t.Fatal(err)
 	}
-	expectErr("too few image tokens", second(b.Prefill(testPrompt(3))), "3 image tokens")
-	tok, err := b.Prefill(testPrompt(4)[:16])
+	expectErr("too few image tokens", second(prefill1(b, testPrompt(3))), "3 image tokens")
+	tok, err := prefill1(b, testPrompt(4)[:16])
 	if err == nil {
 		t.Fatalf("prefill with 1 of 4 image tokens gave %d, want an error", tok)
 	}
-	tok, err = b.Prefill(testPrompt(4))
+	tok, err = prefill1(b, testPrompt(4))
 	if err != nil {
 		t.Fatalf("valid prefill after errors: %v", err)
 	}
-	expectErr("decode id out of range", second(b.Decode(152681)), "outside the vocabulary")
+	expectErr("decode id out of range", second(decode1(b, 152681)), "outside the vocabulary")
 	// Fill the cache to max_seq_len: the next decode must refuse, not write past it.
 	for i := len(testPrompt(4)); i < 32; i++ {
-		if tok, err = b.Decode(tok); err != nil {
+		if tok, err = decode1(b, tok); err != nil {
 			t.Fatalf("decode at position %d: %v", i, err)
 		}
 	}
-	expectErr("decode past max_seq_len", second(b.Decode(tok)), "sequence is full")
+	expectErr("decode past max_seq_len", second(decode1(b, tok)), "sequence is full")
 
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Prefill([]int32{1}); !errors.Is(err, ErrClosed) {
+	if _, err := prefill1(b, []int32{1}); !errors.Is(err, ErrClosed) {
 		t.Errorf("prefill after close: %v, want ErrClosed", err)
 	}
-	if b.Logits() != nil {
+	if b.Logits(0) != nil {
 		t.Error("logits after close should be nil")
 	}
 }
@@ -215,7 +215,7 @@ func TestOpenRejectsBadCheckpointsAndOptions(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := Open("cpu", c.model, Options{MaxSeqLen: 16})
+			b, err := Open("cpu", c.model, Options{MaxBatch: 1, MaxSeqLen: 16})
 			if err == nil {
 				b.Close()
 				t.Fatal("open succeeded")
@@ -229,7 +229,7 @@ func TestOpenRejectsBadCheckpointsAndOptions(t *testing.T) {
 	if _, err := Open("tpu", m, Options{}); err == nil || !strings.Contains(err.Error(), `unknown backend "tpu"`) {
 		t.Errorf("unknown backend: %v", err)
 	}
-	if _, err := Open("cpu", m, Options{MaxSeqLen: -1}); err == nil {
+	if _, err := Open("cpu", m, Options{MaxBatch: 1, MaxSeqLen: -1}); err == nil {
 		t.Error("negative MaxSeqLen accepted")
 	}
 	if _, err := Open("cpu", nil, Options{}); err == nil {
@@ -237,7 +237,7 @@ func TestOpenRejectsBadCheckpointsAndOptions(t *testing.T) {
 	}
 	for opt, want := range map[string]string{"widen_blok_bytes": "options: unknown key widen_blok_bytes",
 		"widen_block_bytes": "options: widen_block_bytes=lots: want a byte count"} {
-		_, err := Open("cpu", m, Options{MaxSeqLen: 16, BackendOptions: map[string]string{opt: "lots"}})
+		_, err := Open("cpu", m, Options{MaxBatch: 1, MaxSeqLen: 16, BackendOptions: map[string]string{opt: "lots"}})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("option %s=lots: error %v, want %q", opt, err, want)
 		}
@@ -371,7 +371,7 @@ func TestTwoEnginesRunConcurrently(t *testing.T) {
 		go func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			b, err := Open("cpu", m, Options{MaxSeqLen: 128, Threads: 1 + i})
+			b, err := Open("cpu", m, Options{MaxBatch: 1, MaxSeqLen: 128, Threads: 1 + i})
 			if err != nil {
 				errs <- err
 				return

@@ -12,7 +12,7 @@ import (
 func benchBackend(b *testing.B) *Backend {
 	lockThread(b)
 	m := openModel(b, filepath.Join(checkpointsDir, "tiny-bf16"))
-	return openBackend(b, m, Options{MaxSeqLen: 512, Threads: 2})
+	return openBackend(b, m, Options{MaxBatch: 1, MaxSeqLen: 512, Threads: 2})
 }
 
 func BenchmarkVision14x20(b *testing.B) {
@@ -33,7 +33,7 @@ func BenchmarkPrefill(b *testing.B) {
 	ids := testPrompt(70)
 	b.ReportMetric(float64(len(ids)), "tokens/op")
 	for b.Loop() {
-		if _, err := be.Prefill(ids); err != nil {
+		if _, err := prefill1(be, ids); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -42,7 +42,7 @@ func BenchmarkPrefill(b *testing.B) {
 func BenchmarkDecodeStep(b *testing.B) {
 	be := benchBackend(b)
 	ids := testPrompt(0)
-	tok, err := be.Prefill(ids)
+	tok, err := prefill1(be, ids)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,13 +50,13 @@ func BenchmarkDecodeStep(b *testing.B) {
 	for b.Loop() {
 		if len(ids)+steps+1 >= be.MaxSeqLen() {
 			b.StopTimer()
-			if tok, err = be.Prefill(ids); err != nil {
+			if tok, err = prefill1(be, ids); err != nil {
 				b.Fatal(err)
 			}
 			steps = 0
 			b.StartTimer()
 		}
-		if tok, err = be.Decode(tok); err != nil {
+		if tok, err = decode1(be, tok); err != nil {
 			b.Fatal(err)
 		}
 		steps++

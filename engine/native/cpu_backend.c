@@ -581,17 +581,55 @@ static int cpu_vision_op(la_engine *e, const float *patches, int grid_h, int gri
     return cpu_vision(e, patches, grid_h, grid_w, err, errlen);
 }
 
-static int cpu_prefill_op(la_engine *e, const int32_t *ids, int n, int32_t *first, char *err,
-                          size_t errlen) {
-    if (!e)
-        return la_errorf(err, errlen, "prefill: engine is closed");
-    return cpu_prefill(e, ids, n, first, err, errlen);
+/* token_prob is the softmax probability of token under logits[0..n). Accumulated in
+ * double so the figure does not depend on the vocabulary's order of magnitude. */
+static float token_prob(const float *logits, int n, int32_t token) {
+    float mx = logits[0];
+    for (int i = 1; i < n; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)(logits[i] - mx));
+    return (float)(exp((double)(logits[token] - mx)) / sum);
 }
 
-static int cpu_decode_op(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen) {
+/* TRANSITIONAL (ABI 2 shim): one slot, one row per decode call, until the batched
+ * decode lands. */
+static int cpu_prefill_op(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
+                          float *prob, char *err, size_t errlen) {
+    if (!e)
+        return la_errorf(err, errlen, "prefill: engine is closed");
+    if (slot != 0)
+        return la_errorf(err, errlen, "prefill: slot %d out of range 0..0", slot);
+    if (cpu_prefill(e, ids, n, first, err, errlen) != 0)
+        return 1;
+    if (prob)
+        *prob = token_prob(e->s.logits, e->cfg.vocab, *first);
+    return 0;
+}
+
+static int cpu_decode_op(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
+                         int32_t *next, float *prob, char *err, size_t errlen) {
     if (!e)
         return la_errorf(err, errlen, "decode: engine is closed");
-    return cpu_decode(e, token, next, err, errlen);
+    if (n != 1 || slots[0] != 0)
+        return la_errorf(err, errlen, "decode: only slot 0, one row, in this build");
+    if (cpu_decode(e, tokens[0], next, err, errlen) != 0)
+        return 1;
+    if (prob)
+        *prob = token_prob(e->s.logits, e->cfg.vocab, next[0]);
+    return 0;
+}
+
+static int cpu_release(la_engine *e, int slot, char *err, size_t errlen) {
+    if (!e)
+        return la_errorf(err, errlen, "release: engine is closed");
+    if (slot != 0)
+        return la_errorf(err, errlen, "release: slot %d out of range 0..0", slot);
+    e->s.pos = 0;
+    e->s.has_logits = 0;
+    return 0;
 }
 
 static int cpu_reset(la_engine *e, char *err, size_t errlen) {
@@ -604,8 +642,8 @@ static int cpu_reset(la_engine *e, char *err, size_t errlen) {
     return 0;
 }
 
-static const float *cpu_logits(la_engine *e, int *n) {
-    if (!e || !e->s.has_logits) {
+static const float *cpu_logits(la_engine *e, int row, int *n) {
+    if (!e || !e->s.has_logits || row != 0) {
         if (n)
             *n = 0;
         return NULL;
@@ -656,6 +694,7 @@ static const la_backend_ops cpu_ops = {
     .vision = cpu_vision_op,
     .prefill = cpu_prefill_op,
     .decode = cpu_decode_op,
+    .release = cpu_release,
     .reset = cpu_reset,
     .logits = cpu_logits,
     .image_embeddings = cpu_image_embeddings,

@@ -3,8 +3,18 @@
  *
  * A backend is a table of functions (la_backend_ops). The Go side (engine/native) fills an
  * la_config from the checkpoint's config.json and the memory-mapped safetensors, calls
- * open() once, then vision() / prefill() / decode() per request and reset() between
- * requests, and close() at the end.
+ * open() once, and close() at the end.
+ *
+ * Sequences and slots (ABI 2): a backend holds max_batch sequence slots, each with its own
+ * KV cache of max_seq_len positions. A request runs vision() (which keeps its image
+ * embeddings), then prefill() into a free slot (which consumes them), then decode() steps;
+ * one decode() call advances several slots by one token each, so the weights are read once
+ * for all of them. release() frees a slot when its sequence ends or is cancelled; the other
+ * slots are untouched. reset() releases every slot and forgets the image embeddings.
+ *
+ * Batching never changes a sequence's tokens: a slot's greedy tokens (and logits, bit for
+ * bit on the CPU backend) are the same whether it is decoded alone or with others, in any
+ * row order and whatever the other slots hold.
  *
  * Rules every backend keeps:
  *  - Never abort, never exit, never print to stdout. Every fallible call returns 0 on success
@@ -25,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LA_ABI_VERSION 1
+#define LA_ABI_VERSION 2
 #define LA_ERR_LEN 512
 #define LA_MAX_DIMS 4
 
@@ -71,7 +81,8 @@ typedef struct {
     int image_token_id; /* <IMG_CONTEXT> */
 
     /* Run-time choices */
-    int max_seq_len; /* KV cache length (LA_MAX_SEQ_LEN) */
+    int max_seq_len; /* KV cache length of each slot (LA_MAX_SEQ_LEN) */
+    int max_batch;   /* sequence slots, decoded together (LA_MAX_BATCH), at least 1 */
     int threads;     /* 0 = backend's choice */
 
     /* The weights. A backend that loads files itself (ttnn) may use weights_dir and
@@ -93,24 +104,37 @@ typedef struct {
     la_engine *(*open)(const la_config *cfg, char *err, size_t errlen);
 
     /* patches: [grid_h*grid_w, 3, patch, patch] float32, normalized. Keeps the
-     * grid_h*grid_w/merge^2 image embeddings for the next prefill. */
+     * grid_h*grid_w/merge^2 image embeddings for the next prefill (whatever slot it uses);
+     * a second vision call before that prefill replaces them. */
     int (*vision)(la_engine *e, const float *patches, int grid_h, int grid_w,
                   char *err, size_t errlen);
 
-    /* Runs ids[0..n) from position 0, splicing the kept image embeddings over every
-     * position whose id is image_token_id, in order. Writes the greedy first token. */
-    int (*prefill)(la_engine *e, const int32_t *ids, int n, int32_t *first,
-                   char *err, size_t errlen);
+    /* Runs ids[0..n) from position 0 in slot (0 <= slot < max_batch, which must be free),
+     * splicing the kept image embeddings over every position whose id is image_token_id,
+     * in order, and consumes them. Writes the greedy first token, and when prob is not NULL
+     * that token's probability (softmax over the vocabulary). The slot is then live. */
+    int (*prefill)(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
+                   float *prob, char *err, size_t errlen);
 
-    /* Appends token at the next position and writes the greedy next token. */
-    int (*decode)(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen);
+    /* One decode step for n distinct live slots (1 <= n <= max_batch): appends tokens[i] at
+     * the next position of slots[i] and writes the greedy next token to next[i], and its
+     * probability to prob[i] when prob is not NULL. A slot whose cache is full fails the
+     * whole call before anything is written. */
+    int (*decode)(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
+                  int32_t *next, float *prob, char *err, size_t errlen);
 
-    /* Forgets the KV cache and image embeddings. */
+    /* Frees slot: its cache is forgotten and the slot may take a new prefill. Releasing a
+     * free slot is not an error. */
+    int (*release)(la_engine *e, int slot, char *err, size_t errlen);
+
+    /* Releases every slot and forgets the kept image embeddings. */
     int (*reset)(la_engine *e, char *err, size_t errlen);
 
-    /* Inspection, for parity tests: the last prefill/decode step's logits (vocab floats)
-     * and the kept image embeddings (n_tokens x hidden). NULL when not available. */
-    const float *(*logits)(la_engine *e, int *n);
+    /* Inspection, for parity tests: the logits (vocab floats) of row `row` of the last
+     * prefill (row 0) or decode call (row i = slots[i]), and the kept image embeddings
+     * (n_tokens x hidden; after vision, before the prefill that consumes them). NULL when
+     * not available. */
+    const float *(*logits)(la_engine *e, int row, int *n);
     const float *(*image_embeddings)(la_engine *e, int *n_tokens, int *dim);
 
     void (*close)(la_engine *e);

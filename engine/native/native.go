@@ -29,17 +29,20 @@ static la_engine *la_open(const la_backend_ops *o, const la_config *c, char *err
 static int la_vision(const la_backend_ops *o, la_engine *e, const float *p, int gh, int gw, char *err, size_t n) {
 	return o->vision(e, p, gh, gw, err, n);
 }
-static int la_prefill(const la_backend_ops *o, la_engine *e, const int32_t *ids, int len, int32_t *first, char *err, size_t n) {
-	return o->prefill(e, ids, len, first, err, n);
+static int la_prefill(const la_backend_ops *o, la_engine *e, int slot, const int32_t *ids, int len, int32_t *first, float *prob, char *err, size_t n) {
+	return o->prefill(e, slot, ids, len, first, prob, err, n);
 }
-static int la_decode(const la_backend_ops *o, la_engine *e, int32_t tok, int32_t *next, char *err, size_t n) {
-	return o->decode(e, tok, next, err, n);
+static int la_decode(const la_backend_ops *o, la_engine *e, int rows, const int32_t *slots, const int32_t *toks, int32_t *next, float *prob, char *err, size_t n) {
+	return o->decode(e, rows, slots, toks, next, prob, err, n);
+}
+static int la_release(const la_backend_ops *o, la_engine *e, int slot, char *err, size_t n) {
+	return o->release(e, slot, err, n);
 }
 static int la_reset(const la_backend_ops *o, la_engine *e, char *err, size_t n) {
 	return o->reset(e, err, n);
 }
-static const float *la_logits(const la_backend_ops *o, la_engine *e, int *n) {
-	return o->logits ? o->logits(e, n) : NULL;
+static const float *la_logits(const la_backend_ops *o, la_engine *e, int row, int *n) {
+	return o->logits ? o->logits(e, row, n) : NULL;
 }
 static const float *la_image_embeddings(const la_backend_ops *o, la_engine *e, int *nt, int *dim) {
 	return o->image_embeddings ? o->image_embeddings(e, nt, dim) : NULL;
@@ -64,9 +67,11 @@ import (
 
 // Options are the run-time choices of a native backend.
 type Options struct {
-	// MaxSeqLen is the longest prompt plus generated tokens (the KV-cache length); the
-	// worker's LA_MAX_SEQ_LEN. Images are limited to MaxSeqLen image tokens.
+	// MaxSeqLen is the longest prompt plus generated tokens (the KV-cache length of each
+	// slot); the worker's LA_MAX_SEQ_LEN. Images are limited to MaxSeqLen image tokens.
 	MaxSeqLen int
+	// MaxBatch is the number of sequence slots decoded together (LA_MAX_BATCH), at least 1.
+	MaxBatch int
 	// Threads is the number of threads of the backend's own pool (decode matrix-vector
 	// products, softmax, weight widening); 0 means one per online CPU.
 	Threads int
@@ -87,6 +92,12 @@ type Backend struct {
 
 	patchElems int // 3 * patch * patch floats per patch
 	maxSeqLen  int
+	maxBatch   int
+
+	// C-side argument buffers for Decode, MaxBatch entries each (cgo may not be handed Go
+	// memory the callee keeps, and a fresh allocation per step would be waste).
+	cSlots, cTokens, cNext *C.int32_t
+	cProb                  *C.float
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -112,9 +123,9 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 		return nil, fmt.Errorf("native: open %s: backend built for ABI %d, this binding speaks %d",
 			backend, int(ops.abi_version), C.LA_ABI_VERSION)
 	}
-	if o.MaxSeqLen < 1 || o.Threads < 0 {
-		return nil, fmt.Errorf("native: open %s: MaxSeqLen %d must be positive and Threads %d not negative",
-			backend, o.MaxSeqLen, o.Threads)
+	if o.MaxSeqLen < 1 || o.MaxBatch < 1 || o.Threads < 0 {
+		return nil, fmt.Errorf("native: open %s: MaxSeqLen %d and MaxBatch %d must be positive and Threads %d not negative",
+			backend, o.MaxSeqLen, o.MaxBatch, o.Threads)
 	}
 	if o.Threads == 0 {
 		o.Threads = runtime.NumCPU() // the CPUs this process may run on
@@ -132,25 +143,38 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 	}
 	defer free()
 
-	errBuf := (*C.char)(C.calloc(C.LA_ERR_LEN, 1))
-	if errBuf == nil {
+	b := &Backend{
+		ops:        ops,
+		name:       C.GoString(ops.name),
+		errBuf:     (*C.char)(C.calloc(C.LA_ERR_LEN, 1)),
+		patchElems: 3 * m.Config.Vision.PatchSize * m.Config.Vision.PatchSize,
+		maxSeqLen:  o.MaxSeqLen,
+		maxBatch:   o.MaxBatch,
+		cSlots:     (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
+		cTokens:    (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
+		cNext:      (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
+		cProb:      (*C.float)(C.calloc(C.size_t(o.MaxBatch), 4)),
+	}
+	if b.errBuf == nil || b.cSlots == nil || b.cTokens == nil || b.cNext == nil || b.cProb == nil {
+		b.freeBuffers()
 		return nil, fmt.Errorf("native: open %s: out of memory", backend)
 	}
-	eng := C.la_open(ops, cfg, errBuf, C.LA_ERR_LEN)
-	if eng == nil {
-		msg := C.GoString(errBuf)
-		C.free(unsafe.Pointer(errBuf))
+	b.eng = C.la_open(ops, cfg, b.errBuf, C.LA_ERR_LEN)
+	if b.eng == nil {
+		msg := C.GoString(b.errBuf)
+		b.freeBuffers()
 		return nil, fmt.Errorf("native: open %s backend on %s: %s", backend, m.Dir, msg)
 	}
-	c := m.Config
-	return &Backend{
-		ops:        ops,
-		eng:        eng,
-		name:       C.GoString(ops.name),
-		errBuf:     errBuf,
-		patchElems: 3 * c.Vision.PatchSize * c.Vision.PatchSize,
-		maxSeqLen:  o.MaxSeqLen,
-	}, nil
+	return b, nil
+}
+
+// freeBuffers frees the C-side buffers (C.free ignores NULL).
+func (b *Backend) freeBuffers() {
+	for _, p := range []unsafe.Pointer{unsafe.Pointer(b.errBuf), unsafe.Pointer(b.cSlots),
+		unsafe.Pointer(b.cTokens), unsafe.Pointer(b.cNext), unsafe.Pointer(b.cProb)} {
+		C.free(p)
+	}
+	b.errBuf, b.cSlots, b.cTokens, b.cNext, b.cProb = nil, nil, nil, nil, nil
 }
 
 // makeConfig builds the la_config in C memory (cgo forbids passing Go memory that holds
@@ -216,6 +240,7 @@ func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
 	cfg.rms_norm_eps = C.float(c.Text.RMSNormEps)
 	cfg.image_token_id = C.int(c.ImageTokenID)
 	cfg.max_seq_len = C.int(o.MaxSeqLen)
+	cfg.max_batch = C.int(o.MaxBatch)
 	cfg.threads = C.int(o.Threads)
 	cfg.tensors = tablePtr
 	cfg.n_tensors = C.int(n)
@@ -238,8 +263,11 @@ func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
 // Name is the backend's short name ("cpu" or "ttnn").
 func (b *Backend) Name() string { return b.name }
 
-// MaxSeqLen is the KV-cache length the backend was opened with.
+// MaxSeqLen is the KV-cache length of each slot.
 func (b *Backend) MaxSeqLen() int { return b.maxSeqLen }
+
+// MaxBatch is the number of sequence slots.
+func (b *Backend) MaxBatch() int { return b.maxBatch }
 
 // PrefillLength is the length a prompt of n tokens runs at: n on the CPU backend; on the
 // ttnn backend tt_transformers pads the prompt to the next power of two, at least 128 (512
@@ -281,39 +309,90 @@ func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
 	return nil
 }
 
-// Prefill runs the prompt from position 0 and returns the greedy first token.
-func (b *Backend) Prefill(ids []int32) (int32, error) {
+// Prefill runs the prompt from position 0 in the free slot and returns the greedy first
+// token, with its probability when wantProb is set (0 otherwise).
+func (b *Backend) Prefill(slot int, ids []int32, wantProb bool) (int32, float32, error) {
 	if b.eng == nil {
-		return 0, ErrClosed
+		return 0, 0, ErrClosed
+	}
+	if slot < 0 || slot >= b.maxBatch {
+		return 0, 0, fmt.Errorf("native %s: prefill: slot %d out of range 0..%d", b.name, slot, b.maxBatch-1)
 	}
 	if len(ids) == 0 {
-		return 0, fmt.Errorf("native %s: prefill: empty prompt", b.name)
+		return 0, 0, fmt.Errorf("native %s: prefill: empty prompt", b.name)
 	}
 	if len(ids) > b.maxSeqLen {
-		return 0, fmt.Errorf("native %s: prefill: prompt of %d tokens is longer than max_seq_len %d",
+		return 0, 0, fmt.Errorf("native %s: prefill: prompt of %d tokens is longer than max_seq_len %d",
 			b.name, len(ids), b.maxSeqLen)
 	}
 	var first C.int32_t
-	if C.la_prefill(b.ops, b.eng, (*C.int32_t)(unsafe.SliceData(ids)), C.int(len(ids)), &first,
-		b.errBuf, C.LA_ERR_LEN) != 0 {
-		return 0, b.failure("prefill")
+	var prob *C.float
+	if wantProb {
+		prob = b.cProb
 	}
-	return int32(first), nil
+	if C.la_prefill(b.ops, b.eng, C.int(slot), (*C.int32_t)(unsafe.SliceData(ids)), C.int(len(ids)), &first,
+		prob, b.errBuf, C.LA_ERR_LEN) != 0 {
+		return 0, 0, b.failure("prefill")
+	}
+	if wantProb {
+		return int32(first), float32(*b.cProb), nil
+	}
+	return int32(first), 0, nil
 }
 
-// Decode appends token and returns the greedy next token.
-func (b *Backend) Decode(token int32) (int32, error) {
+// Decode runs one step for len(slots) distinct live slots: tokens[i] is appended to
+// slots[i] and the greedy next token written to next[i], and its probability to prob[i]
+// when prob is not nil.
+func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) error {
 	if b.eng == nil {
-		return 0, ErrClosed
+		return ErrClosed
 	}
-	var next C.int32_t
-	if C.la_decode(b.ops, b.eng, C.int32_t(token), &next, b.errBuf, C.LA_ERR_LEN) != 0 {
-		return 0, b.failure("decode")
+	n := len(slots)
+	if n < 1 || n > b.maxBatch || len(tokens) != n || len(next) != n || (prob != nil && len(prob) != n) {
+		return fmt.Errorf("native %s: decode: %d slots, %d tokens, %d outputs, %d probabilities (1..%d rows, all equal)",
+			b.name, n, len(tokens), len(next), len(prob), b.maxBatch)
 	}
-	return int32(next), nil
+	cs := unsafe.Slice(b.cSlots, n)
+	ct := unsafe.Slice(b.cTokens, n)
+	for i, s := range slots {
+		if s < 0 || s >= b.maxBatch {
+			return fmt.Errorf("native %s: decode: slot %d out of range 0..%d", b.name, s, b.maxBatch-1)
+		}
+		cs[i], ct[i] = C.int32_t(s), C.int32_t(tokens[i])
+	}
+	var cprob *C.float
+	if prob != nil {
+		cprob = b.cProb
+	}
+	if C.la_decode(b.ops, b.eng, C.int(n), b.cSlots, b.cTokens, b.cNext, cprob, b.errBuf, C.LA_ERR_LEN) != 0 {
+		return b.failure("decode")
+	}
+	for i, v := range unsafe.Slice(b.cNext, n) {
+		next[i] = int32(v)
+	}
+	if prob != nil {
+		for i, v := range unsafe.Slice(b.cProb, n) {
+			prob[i] = float32(v)
+		}
+	}
+	return nil
 }
 
-// Reset forgets the KV cache and the image embeddings.
+// Release frees a slot; releasing a free slot is not an error.
+func (b *Backend) Release(slot int) error {
+	if b.eng == nil {
+		return ErrClosed
+	}
+	if slot < 0 || slot >= b.maxBatch {
+		return fmt.Errorf("native %s: release: slot %d out of range 0..%d", b.name, slot, b.maxBatch-1)
+	}
+	if C.la_release(b.ops, b.eng, C.int(slot), b.errBuf, C.LA_ERR_LEN) != 0 {
+		return b.failure("release")
+	}
+	return nil
+}
+
+// Reset releases every slot and forgets the image embeddings.
 func (b *Backend) Reset() error {
 	if b.eng == nil {
 		return ErrClosed
@@ -324,15 +403,15 @@ func (b *Backend) Reset() error {
 	return nil
 }
 
-// Logits returns a copy of the last prefill or decode step's logits (vocab floats), or
-// nil before the first step and on a backend that does not keep them (a ttnn adapter's
-// logits function is optional).
-func (b *Backend) Logits() []float32 {
+// Logits returns a copy of row's logits (vocab floats) from the last prefill (row 0) or
+// decode call (row i for its slots[i]), or nil before the first step and on a backend that
+// does not keep them (a ttnn adapter's logits function is optional).
+func (b *Backend) Logits(row int) []float32 {
 	if b.eng == nil {
 		return nil
 	}
 	var n C.int
-	p := C.la_logits(b.ops, b.eng, &n)
+	p := C.la_logits(b.ops, b.eng, C.int(row), &n)
 	if p == nil || n <= 0 {
 		return nil
 	}
@@ -361,7 +440,6 @@ func (b *Backend) Close() error {
 	}
 	C.la_close(b.ops, b.eng)
 	b.eng = nil
-	C.free(unsafe.Pointer(b.errBuf))
-	b.errBuf = nil
+	b.freeBuffers()
 	return nil
 }

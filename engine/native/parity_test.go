@@ -98,13 +98,13 @@ func TestParityWithPyTorchReference(t *testing.T) {
 		name string
 		opts Options
 	}{
-		{"default", Options{MaxSeqLen: 512, Threads: 2}},
+		{"default", Options{MaxBatch: 1, MaxSeqLen: 512, Threads: 2}},
 		// bf16 weights widened a few rows at a time (1000 bytes: blocks that do not
 		// divide the matrices), one thread.
-		{"small-widen-blocks", Options{MaxSeqLen: 512, Threads: 1,
+		{"small-widen-blocks", Options{MaxBatch: 1, MaxSeqLen: 512, Threads: 1,
 			BackendOptions: map[string]string{"widen_block_bytes": "1000"}}},
 		// decode straight from the file mapping
-		{"mapped-weights", Options{MaxSeqLen: 512, Threads: 2,
+		{"mapped-weights", Options{MaxBatch: 1, MaxSeqLen: 512, Threads: 2,
 			BackendOptions: map[string]string{"resident_weights": "0"}}},
 	}
 	for _, ckpt := range []string{"tiny-bf16", "tiny-f32"} {
@@ -152,12 +152,12 @@ func checkCase(t *testing.T, b *Backend, dir string, c goldenCase) {
 	}
 
 	ids := readI32(t, dir, c.Files["prompt_ids"])
-	tok, err := b.Prefill(ids)
+	tok, err := prefill1(b, ids)
 	if err != nil {
 		t.Fatalf("prefill: %v", err)
 	}
 	wantLogits := readF32(t, dir, c.Files["prefill_logits"])
-	if d := relDiff(b.Logits(), wantLogits); d > parityTolerance {
+	if d := relDiff(b.Logits(0), wantLogits); d > parityTolerance {
 		t.Errorf("first-step logits differ by %.3g relative (tolerance %g)", d, parityTolerance)
 	} else {
 		t.Logf("first-step logits: %.3g relative", d)
@@ -165,7 +165,7 @@ func checkCase(t *testing.T, b *Backend, dir string, c goldenCase) {
 
 	got := []int32{tok}
 	for len(got) < len(c.GreedyIDs) {
-		if tok, err = b.Decode(tok); err != nil {
+		if tok, err = decode1(b, tok); err != nil {
 			t.Fatalf("decode step %d: %v", len(got), err)
 		}
 		got = append(got, tok)

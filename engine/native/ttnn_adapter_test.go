@@ -61,7 +61,7 @@ func TestTTNNRealAdapterWithoutChip(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := func(o map[string]string) error {
-		_, err := Open("ttnn", m, Options{MaxSeqLen: 4096, BackendOptions: o})
+		_, err := Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 4096, BackendOptions: o})
 		return err
 	}
 	// Variables the adapter would refuse, had it read the environment.

@@ -387,8 +387,12 @@ static int ttnn_vision(la_engine *e, const float *patches, int grid_h, int grid_
     return rc;
 }
 
-static int ttnn_prefill(la_engine *e, const int32_t *ids, int n, int32_t *first, char *err,
-                        size_t errlen) {
+/* TRANSITIONAL (ABI 2 shim): one slot, one row per decode call, no probabilities, until
+ * the adapter's batched protocol lands. */
+static int ttnn_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
+                        float *prob, char *err, size_t errlen) {
+    if (slot != 0 || prob)
+        return la_errorf(err, errlen, "prefill: only slot 0 without probabilities in this build");
     const la_python *py = e->py;
     PyGILState_STATE gil = py->PyGILState_Ensure();
     PyObject *list = py->PyList_New(n);
@@ -408,14 +412,25 @@ static int ttnn_prefill(la_engine *e, const int32_t *ids, int n, int32_t *first,
     return rc;
 }
 
-static int ttnn_decode(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen) {
+static int ttnn_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
+                       int32_t *next, float *prob, char *err, size_t errlen) {
+    if (n != 1 || slots[0] != 0 || prob)
+        return la_errorf(err, errlen, "decode: only slot 0, one row, in this build");
     const la_python *py = e->py;
     PyGILState_STATE gil = py->PyGILState_Ensure();
-    PyObject *args[2] = {handle_ref(e), py->PyLong_FromLong(token)};
+    PyObject *args[2] = {handle_ref(e), py->PyLong_FromLong(tokens[0])};
     int rc = token_result(e, call(py, e->fn.decode, 2, args), "adapter decode", next, err,
                           errlen);
     py->PyGILState_Release(gil);
     return rc;
+}
+
+static int ttnn_reset(la_engine *e, char *err, size_t errlen);
+
+static int ttnn_release(la_engine *e, int slot, char *err, size_t errlen) {
+    if (slot != 0)
+        return la_errorf(err, errlen, "release: slot %d out of range 0..0", slot);
+    return ttnn_reset(e, err, errlen);
 }
 
 static int ttnn_reset(la_engine *e, char *err, size_t errlen) {
@@ -432,10 +447,10 @@ static int ttnn_reset(la_engine *e, char *err, size_t errlen) {
 
 /* ttnn_logits copies what the adapter's optional logits(handle) returns; NULL when the
  * adapter has none, has no step yet (None) or returns something else than vocab floats. */
-static const float *ttnn_logits(la_engine *e, int *n) {
+static const float *ttnn_logits(la_engine *e, int row, int *n) {
     const la_python *py = e->py;
     *n = 0;
-    if (!e->fn.logits)
+    if (!e->fn.logits || row != 0)
         return NULL;
     PyGILState_STATE gil = py->PyGILState_Ensure();
     PyObject *args[1] = {handle_ref(e)};
@@ -507,6 +522,7 @@ static const la_backend_ops ttnn_ops = {
     .vision = ttnn_vision,
     .prefill = ttnn_prefill,
     .decode = ttnn_decode,
+    .release = ttnn_release,
     .reset = ttnn_reset,
     .logits = ttnn_logits,
     .image_embeddings = ttnn_image_embeddings,

@@ -31,7 +31,7 @@ func TestTTNNWorkerPipelineMatchesCPU(t *testing.T) {
 		}
 		p, err := pipeline.Open(pipeline.OpenOptions{
 			WeightsDir: "../../testdata/checkpoints/tiny-bf16", Backend: backend, Threads: 2,
-			MaxSeqLen: 512, InTokenLimit: 80, CanonGrid: "native", MaxNewTokens: 24, MaxNewTokensCap: 64,
+			MaxSeqLen: 512, MaxBatch: 1, InTokenLimit: 80, CanonGrid: "native", MaxNewTokens: 24, MaxNewTokensCap: 64,
 			BackendOptions: options,
 		})
 		if err != nil {

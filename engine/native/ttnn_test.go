@@ -81,14 +81,14 @@ func runGoldenCase(t *testing.T, b *Backend, c *golden.Case) goldenRun {
 	}
 	var r goldenRun
 	r.emb, _, _ = b.ImageEmbeddings()
-	tok, err := b.Prefill(ids)
+	tok, err := prefill1(b, ids)
 	if err != nil {
 		t.Fatalf("%s prefill: %v", b.Name(), err)
 	}
-	r.logits = b.Logits()
+	r.logits = b.Logits(0)
 	r.tokens = []int32{tok}
 	for len(r.tokens) < len(c.GreedyIDs) {
-		if tok, err = b.Decode(tok); err != nil {
+		if tok, err = decode1(b, tok); err != nil {
 			t.Fatalf("%s decode step %d: %v", b.Name(), len(r.tokens), err)
 		}
 		r.tokens = append(r.tokens, tok)
@@ -122,8 +122,8 @@ func TestTTNNStandinMatchesCPUBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := openModel(t, dir)
-			cpu := openBackend(t, m, Options{MaxSeqLen: 512, Threads: 2})
-			ttnn := openTTNN(t, m, Options{MaxSeqLen: 512, BackendOptions: standinOptions(t)})
+			cpu := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 512, Threads: 2})
+			ttnn := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: 512, BackendOptions: standinOptions(t)})
 			if ttnn.Name() != "ttnn" {
 				t.Fatalf("backend name %q, want ttnn", ttnn.Name())
 			}
@@ -157,7 +157,7 @@ func TestTTNNStandinMatchesCPUBackend(t *testing.T) {
 func TestTTNNRepeatedRequestsAndEngines(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.BF16, lmHead: true}.write(t))
-	b := openTTNN(t, m, Options{MaxSeqLen: 128, BackendOptions: standinOptions(t)})
+	b := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: 128, BackendOptions: standinOptions(t)})
 
 	first := runRequest(t, b, 4, 8, 1, 6)
 	if err := b.Reset(); err != nil {
@@ -178,7 +178,7 @@ func TestTTNNRepeatedRequestsAndEngines(t *testing.T) {
 		err    error
 	}
 	done := make(chan result)
-	opts := Options{MaxSeqLen: 128, BackendOptions: standinOptions(t)}
+	opts := Options{MaxBatch: 1, MaxSeqLen: 128, BackendOptions: standinOptions(t)}
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -193,13 +193,13 @@ func TestTTNNRepeatedRequestsAndEngines(t *testing.T) {
 			if err := other.Vision(testPatches(4, 8, 1), 4, 8); err != nil {
 				return err
 			}
-			tok, err := other.Prefill(testPrompt(8))
+			tok, err := prefill1(other, testPrompt(8))
 			r.tokens = append(r.tokens, tok)
 			for range 6 {
 				if err != nil {
 					return err
 				}
-				tok, err = other.Decode(tok)
+				tok, err = decode1(other, tok)
 				r.tokens = append(r.tokens, tok)
 			}
 			return err
@@ -225,28 +225,28 @@ func TestTTNNPythonExceptionsBecomeErrors(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
 
-	_, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t, "fail_in", "open")})
+	_, err := Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t, "fail_in", "open")})
 	wantError(t, err, "adapter open: RuntimeError: stand-in told to fail in open", "la_ttnn_standin.py:")
 
-	b := openTTNN(t, m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t, "fail_in", "decode")})
+	b := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t, "fail_in", "decode")})
 	if err := b.Vision(testPatches(2, 2, 1), 2, 2); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := b.Prefill(testPrompt(1))
+	tok, err := prefill1(b, testPrompt(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.Decode(tok)
+	_, err = decode1(b, tok)
 	wantError(t, err, "native ttnn: decode: adapter decode: RuntimeError: stand-in told to fail in decode",
 		"in _maybe_fail)")
 
 	// ValueErrors of bad input, raised inside the adapter, come back the same way; the
 	// engine answers the next request.
-	good := openTTNN(t, m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t)})
+	good := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t)})
 	wantError(t, good.Vision(testPatches(3, 3, 1), 3, 3), "adapter vision: ValueError: grid 3x3 is not a positive multiple of the merge kernel 2")
-	_, err = good.Prefill(testPrompt(4))
+	_, err = prefill1(good, testPrompt(4))
 	wantError(t, err, "ValueError: prompt has 4 image tokens but 0 image embeddings are kept")
-	_, err = good.Prefill(make([]int32, 65))
+	_, err = prefill1(good, make([]int32, 65))
 	wantError(t, err, "prompt of 65 tokens is longer than max_seq_len 64")
 	if err := good.Reset(); err != nil {
 		t.Fatal(err)
@@ -254,7 +254,7 @@ func TestTTNNPythonExceptionsBecomeErrors(t *testing.T) {
 	if err := good.Vision(testPatches(2, 4, 1), 2, 4); err != nil {
 		t.Fatalf("vision after errors: %v", err)
 	}
-	if _, err := good.Prefill(testPrompt(2)); err != nil {
+	if _, err := prefill1(good, testPrompt(2)); err != nil {
 		t.Fatalf("prefill after errors: %v", err)
 	}
 }
@@ -288,7 +288,7 @@ def reset(h): pass
 def close(h): pass
 `)
 	opts := func(adapter string) Options {
-		return Options{MaxSeqLen: 64, BackendOptions: adapterOptions(adapter, dir)}
+		return Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: adapterOptions(adapter, dir)}
 	}
 
 	_, err := Open("ttnn", m, opts("la_no_such_adapter"))
@@ -298,23 +298,23 @@ def close(h): pass
 	wantError(t, err, "adapter module la_test_no_decode has no function decode()")
 
 	b := openTTNN(t, m, opts("la_test_bad_tokens"))
-	_, err = b.Prefill([]int32{1, 2})
+	_, err = prefill1(b, []int32{1, 2})
 	wantError(t, err, "adapter returned token 1000000000, outside the vocabulary of 152681")
-	_, err = b.Decode(1)
+	_, err = decode1(b, 1)
 	wantError(t, err, "adapter decode: TypeError")
-	if got := b.Logits(); got != nil {
+	if got := b.Logits(0); got != nil {
 		t.Errorf("an adapter without logits() gave %d logits", len(got))
 	}
 
-	_, err = Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t, "path", "a\nb")})
+	_, err = Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t, "path", "a\nb")})
 	wantError(t, err, "values no newline")
 
 	// The adapter has no default: an absent or empty option is an error before Python.
 	for _, o := range []map[string]string{adapterOptions("", dir), {"path": dir, "canon_grid": "native"}} {
-		_, err = Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: o})
+		_, err = Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: o})
 		wantError(t, err, "open ttnn backend", ": no adapter option: the worker passes LA_TTNN_ADAPTER as option adapter")
 	}
-	_, err = Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: adapterOptions(strings.Repeat("m", 300), dir)})
+	_, err = Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: adapterOptions(strings.Repeat("m", 300), dir)})
 	wantError(t, err, "option adapter: value longer than 255 bytes")
 }
 
@@ -336,9 +336,9 @@ func TestTTNNIgnoresTheEnvironment(t *testing.T) {
 	}
 	t.Setenv("LA_TTNN_ADAPTER", "la_env_probe")
 	t.Setenv("LA_TTNN_PATH", probeDir)
-	_, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: map[string]string{"canon_grid": "native"}})
+	_, err := Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: map[string]string{"canon_grid": "native"}})
 	wantError(t, err, "no adapter option")
-	_, err = Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: adapterOptions("la_env_probe", "")})
+	_, err = Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: adapterOptions("la_env_probe", "")})
 	wantError(t, err, "importing adapter module la_env_probe", "ModuleNotFoundError")
 
 	// Bogus variables change nothing: the stand-in opens from its options and answers as
@@ -351,8 +351,8 @@ func TestTTNNIgnoresTheEnvironment(t *testing.T) {
 	} {
 		t.Setenv(name, value)
 	}
-	b := openTTNN(t, m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t)})
-	cpu := openBackend(t, m, Options{MaxSeqLen: 64, Threads: 2})
+	b := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t)})
+	cpu := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, Threads: 2})
 	got, want := runRequest(t, b, 2, 4, 1, 4), runRequest(t, cpu, 2, 4, 1, 4)
 	if !slices.Equal(got.tokens, want.tokens) {
 		t.Fatalf("stand-in tokens %v under bogus variables, cpu %v", got.tokens, want.tokens)
@@ -399,9 +399,9 @@ func TestTTNNProcessWideBehaviour(t *testing.T) {
 func childMissingLibpython(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
-	_, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t, "python_lib", "libpython-la-none.so")})
+	_, err := Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t, "python_lib", "libpython-la-none.so")})
 	wantError(t, err, "loading libpython: libpython-la-none.so", "LA_PYTHON_LIB")
-	b, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: standinOptions(t)})
+	b, err := Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t)})
 	if err != nil {
 		t.Fatalf("after a failed load, the default libpython: %v", err)
 	}
@@ -420,7 +420,7 @@ func childPrintGoesToStderr(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
-	b, err := Open("ttnn", m, Options{MaxSeqLen: 64, BackendOptions: adapterOptions("la_print_probe", dir)})
+	b, err := Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: adapterOptions("la_print_probe", dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,10 +453,10 @@ func BenchmarkTTNNBridgeDecodeCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	m := openModel(b, tinyCheckpoint{dtype: checkpoint.F32}.write(b))
-	be := openTTNN(b, m, Options{MaxSeqLen: 64, BackendOptions: adapterOptions("la_bench_noop", dir)})
+	be := openTTNN(b, m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: adapterOptions("la_bench_noop", dir)})
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := be.Decode(7); err != nil {
+		if _, err := decode1(be, 7); err != nil {
 			b.Fatal(err)
 		}
 	}

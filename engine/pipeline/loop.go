@@ -8,76 +8,96 @@ import (
 	"github.com/locateanything/detect/engine"
 )
 
-// Generation is what one greedy run produced.
-type Generation struct {
-	Tokens       []int32 // generated ids, EOS included when it was generated
-	StoppedOnEOS bool
-	Vision       time.Duration
-	Prefill      time.Duration // includes the first token
-	Decode       time.Duration // all decode steps after the first token
-	DecodeSteps  int
-}
-
-// DecodeTokensPerSecond is the decode rate over the steps after the first token.
-func (g *Generation) DecodeTokensPerSecond() float64 {
-	if g.DecodeSteps == 0 || g.Decode <= 0 {
-		return 0
-	}
-	return float64(g.DecodeSteps) / g.Decode.Seconds()
-}
-
-// Greedy runs vision, prefill and the decode loop on b: it stops on eos, when maxNew tokens
-// have been generated, or when ctx is cancelled (checked before vision and between decode
-// steps; the returned error then wraps ctx.Err()). The backend is reset afterwards whatever
-// happened, so the next request starts clean.
-func Greedy(ctx context.Context, b engine.Backend, p *engine.Prepared, eos int32) (gen *Generation, err error) {
+// start runs vision and prefill for p in the free slot and returns the sequence with its
+// first token.
+func start(b engine.Backend, p *engine.Prepared, slot int, eos int32) (*engine.Sequence, error) {
 	if p.MaxNewTokens < 1 {
 		return nil, fmt.Errorf("token budget %d: need at least 1", p.MaxNewTokens)
 	}
-	defer func() {
-		if rerr := b.Reset(); rerr != nil && err == nil {
-			gen, err = nil, fmt.Errorf("resetting the %s backend: %w", b.Name(), rerr)
-		}
-	}()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("before vision: %w", err)
-	}
-	gen = &Generation{Tokens: make([]int32, 0, p.MaxNewTokens)}
-
-	start := time.Now()
+	s := &engine.Sequence{Prepared: p, Slot: slot, Tokens: make([]int32, 0, p.MaxNewTokens), MaxBatch: 1}
+	t0 := time.Now()
 	if err := b.Vision(p.Patches, p.GridH, p.GridW); err != nil {
 		return nil, fmt.Errorf("vision on a %dx%d grid: %w", p.GridH, p.GridW, err)
 	}
-	gen.Vision = time.Since(start)
-
-	start = time.Now()
-	tok, err := b.Prefill(p.PromptIDs)
+	t1 := time.Now()
+	tok, _, err := b.Prefill(slot, p.PromptIDs, false)
 	if err != nil {
 		return nil, fmt.Errorf("prefill of %d tokens: %w", len(p.PromptIDs), err)
 	}
-	gen.Prefill = time.Since(start)
+	s.Vision, s.Prefill = t1.Sub(t0), time.Since(t1)
+	accept(s, tok, eos)
+	return s, nil
+}
 
-	start = time.Now()
+// accept appends a generated token and marks the sequence done on EOS or a spent budget.
+func accept(s *engine.Sequence, tok, eos int32) {
+	s.Tokens = append(s.Tokens, tok)
+	if tok == eos {
+		s.Done, s.StoppedOnEOS = true, true
+	} else if len(s.Tokens) >= s.Prepared.MaxNewTokens {
+		s.Done = true
+	}
+}
+
+// stepper runs batched decode steps, reusing its argument slices.
+type stepper struct {
+	eos          int32
+	slots        []int
+	tokens, next []int32
+}
+
+// step advances every sequence in seqs (none done, distinct slots) by one token in one
+// backend call.
+func (st *stepper) step(b engine.Backend, seqs []*engine.Sequence) error {
+	n := len(seqs)
+	st.slots, st.tokens, st.next = st.slots[:0], st.tokens[:0], st.next[:0]
+	for _, s := range seqs {
+		if s.Done {
+			return fmt.Errorf("slot %d: the sequence is done", s.Slot)
+		}
+		st.slots = append(st.slots, s.Slot)
+		st.tokens = append(st.tokens, s.Tokens[len(s.Tokens)-1])
+		st.next = append(st.next, 0)
+	}
+	t0 := time.Now()
+	if err := b.Decode(st.slots, st.tokens, st.next, nil); err != nil {
+		return fmt.Errorf("decode step of %d sequences: %w", n, err)
+	}
+	took := time.Since(t0)
+	for i, s := range seqs {
+		s.Decode += took
+		s.DecodeSteps++
+		s.MaxBatch = max(s.MaxBatch, n)
+		accept(s, st.next[i], st.eos)
+	}
+	return nil
+}
+
+// Greedy runs one request alone in the free slot: vision, prefill and the decode loop. It stops on
+// eos, when the budget is spent, or when ctx is cancelled (checked before vision and
+// between decode steps; the returned error then wraps ctx.Err()). The slot is released
+// afterwards whatever happened, so the next request starts clean.
+func Greedy(ctx context.Context, b engine.Backend, p *engine.Prepared, slot int, eos int32) (s *engine.Sequence, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("before vision: %w", err)
+	}
 	defer func() {
-		if gen != nil {
-			gen.Decode = time.Since(start)
+		if rerr := b.Release(slot); rerr != nil && err == nil {
+			s, err = nil, fmt.Errorf("releasing the %s backend's slot: %w", b.Name(), rerr)
 		}
 	}()
-	for {
-		gen.Tokens = append(gen.Tokens, tok)
-		if tok == eos {
-			gen.StoppedOnEOS = true
-			return gen, nil
-		}
-		if len(gen.Tokens) >= p.MaxNewTokens {
-			return gen, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("after %d generated tokens: %w", len(gen.Tokens), err)
-		}
-		if tok, err = b.Decode(tok); err != nil {
-			return nil, fmt.Errorf("decode step %d: %w", len(gen.Tokens), err)
-		}
-		gen.DecodeSteps++
+	if s, err = start(b, p, slot, eos); err != nil {
+		return nil, err
 	}
+	st := &stepper{eos: eos}
+	one := []*engine.Sequence{s}
+	for !s.Done {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("after %d generated tokens: %w", len(s.Tokens), err)
+		}
+		if err := st.step(b, one); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }

@@ -8,36 +8,42 @@ import (
 	"github.com/locateanything/detect/engine"
 )
 
-// scriptBackend replays a fixed token script; it records what the loop asked of it.
+// scriptBackend replays a fixed token script in one slot; it records what the loop asked
+// of it.
 type scriptBackend struct {
-	script  []int32
-	pos     int
-	resets  int
-	decodes int
-	failAt  int // decode call number that fails (0 = never)
-	onStep  func(step int)
+	script   []int32
+	pos      int
+	releases int
+	decodes  int
+	failAt   int // decode call number that fails (0 = never)
+	onStep   func(step int)
 }
 
 func (b *scriptBackend) Name() string                     { return "script" }
+func (b *scriptBackend) MaxBatch() int                    { return 1 }
 func (b *scriptBackend) Vision([]float32, int, int) error { return nil }
 func (b *scriptBackend) PrefillLength(n int) int          { return n }
 func (b *scriptBackend) Close() error                     { return nil }
-func (b *scriptBackend) Reset() error                     { b.resets++; b.pos = 0; return nil }
-func (b *scriptBackend) Prefill([]int32) (int32, error)   { b.pos = 1; return b.script[0], nil }
-func (b *scriptBackend) Decode(tok int32) (int32, error) {
+func (b *scriptBackend) Reset() error                     { return b.Release(0) }
+func (b *scriptBackend) Release(int) error                { b.releases++; b.pos = 0; return nil }
+func (b *scriptBackend) Prefill(int, []int32, bool) (int32, float32, error) {
+	b.pos = 1
+	return b.script[0], 0, nil
+}
+func (b *scriptBackend) Decode(slots []int, tokens, next []int32, _ []float32) error {
 	b.decodes++
 	if b.onStep != nil {
 		b.onStep(b.decodes)
 	}
 	if b.failAt == b.decodes {
-		return 0, errors.New("device fell over")
+		return errors.New("device fell over")
 	}
-	if tok != b.script[b.pos-1] {
-		return 0, errors.New("decode was not fed the previous token")
+	if len(slots) != 1 || slots[0] != 0 || tokens[0] != b.script[b.pos-1] {
+		return errors.New("decode was not fed slot 0's previous token")
 	}
-	t := b.script[b.pos]
+	next[0] = b.script[b.pos]
 	b.pos++
-	return t, nil
+	return nil
 }
 
 const eos = 99
@@ -48,7 +54,7 @@ func prepared(budget int) *engine.Prepared {
 
 func TestGreedyStopsOnEOS(t *testing.T) {
 	b := &scriptBackend{script: []int32{5, 6, 7, eos, 8, 9}}
-	g, err := Greedy(context.Background(), b, prepared(10), eos)
+	g, err := Greedy(context.Background(), b, prepared(10), 0, eos)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,14 +64,14 @@ func TestGreedyStopsOnEOS(t *testing.T) {
 	if g.DecodeSteps != 3 || b.decodes != 3 {
 		t.Fatalf("decode steps %d (backend saw %d), want 3", g.DecodeSteps, b.decodes)
 	}
-	if b.resets != 1 {
-		t.Fatalf("backend reset %d times, want 1", b.resets)
+	if b.releases != 1 {
+		t.Fatalf("backend released %d times, want 1", b.releases)
 	}
 }
 
 func TestGreedyStopsOnBudget(t *testing.T) {
 	b := &scriptBackend{script: []int32{5, 6, 7, 8, 9, eos}}
-	g, err := Greedy(context.Background(), b, prepared(3), eos)
+	g, err := Greedy(context.Background(), b, prepared(3), 0, eos)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,11 +85,11 @@ func TestGreedyStopsOnBudget(t *testing.T) {
 
 func TestGreedyBudgetOfOne(t *testing.T) {
 	b := &scriptBackend{script: []int32{5, 6}}
-	g, err := Greedy(context.Background(), b, prepared(1), eos)
+	g, err := Greedy(context.Background(), b, prepared(1), 0, eos)
 	if err != nil || !equal(g.Tokens, []int32{5}) || b.decodes != 0 {
 		t.Fatalf("got %v, %v with %d decodes; want [5] and no decode", g, err, b.decodes)
 	}
-	if _, err := Greedy(context.Background(), b, prepared(0), eos); err == nil {
+	if _, err := Greedy(context.Background(), b, prepared(0), 0, eos); err == nil {
 		t.Fatal("a budget of 0 must be refused")
 	}
 }
@@ -97,25 +103,25 @@ func TestGreedyCancelledBetweenSteps(t *testing.T) {
 			cancel()
 		}
 	}
-	_, err := Greedy(ctx, b, prepared(10), eos)
+	_, err := Greedy(ctx, b, prepared(10), 0, eos)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	if b.decodes != 2 {
 		t.Fatalf("the loop ran %d decode steps, want it to stop right after the cancel at step 2", b.decodes)
 	}
-	if b.resets != 1 {
-		t.Fatalf("a cancelled run must still reset the backend (resets=%d)", b.resets)
+	if b.releases != 1 {
+		t.Fatalf("a cancelled run must still release its slot (releases=%d)", b.releases)
 	}
 }
 
-func TestGreedyDeviceErrorResets(t *testing.T) {
+func TestGreedyDeviceErrorReleases(t *testing.T) {
 	b := &scriptBackend{script: []int32{5, 6, 7, eos}, failAt: 2}
-	if _, err := Greedy(context.Background(), b, prepared(10), eos); err == nil {
+	if _, err := Greedy(context.Background(), b, prepared(10), 0, eos); err == nil {
 		t.Fatal("a failing decode step must fail the run")
 	}
-	if b.resets != 1 {
-		t.Fatalf("resets=%d, want 1", b.resets)
+	if b.releases != 1 {
+		t.Fatalf("releases=%d, want 1", b.releases)
 	}
 }
 

@@ -26,7 +26,8 @@ type OpenOptions struct {
 	WeightsRevision string
 	Backend         string // "cpu" (LA_ENGINE)
 	Threads         int    // 0 = one per CPU
-	MaxSeqLen       int    // LA_MAX_SEQ_LEN
+	MaxSeqLen       int    // LA_MAX_SEQ_LEN, per sequence
+	MaxBatch        int    // LA_MAX_BATCH: sequences decoded together
 	InTokenLimit    int    // LA_IN_TOKEN_LIMIT; 0 = the checkpoint's, at most ServedInTokenLimit
 	CanonGrid       string // LA_CANON_GRID: "native", "HxW", or "" (native on cpu, else derived)
 	CanonAspect     string // LA_CANON_ASPECT: "WxH" the canonical grid is derived from
@@ -107,7 +108,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 		backendOptions["canon_grid"] = formatGrid(pre.CanonGrid)
 	}
 	backend, err := native.Open(o.Backend, model, native.Options{
-		MaxSeqLen: o.MaxSeqLen, Threads: threads, BackendOptions: backendOptions,
+		MaxSeqLen: o.MaxSeqLen, MaxBatch: o.MaxBatch, Threads: threads, BackendOptions: backendOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening the %s backend: %w", o.Backend, err)

@@ -5,7 +5,9 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -27,16 +29,25 @@ type Config struct {
 	Info            engine.Info       // what Info() reports; limits are filled in by New
 }
 
-// Pipeline implements engine.Engine over one Backend.
+// Pipeline implements engine.Engine and engine.Batcher over one Backend.
 type Pipeline struct {
 	backend engine.Backend
 	tok     *tokenizer.Tokenizer
 	cfg     Config
 	closers []func() error // run after the backend's Close, in order
 	png     *overlay.Encoder
+
+	// The device side runs on one thread, but Generate and the Batcher methods both take
+	// slots, so the free list has a lock rather than an ownership rule.
+	mu   sync.Mutex
+	used []bool // by slot
+	st   stepper
 }
 
-var _ engine.Engine = (*Pipeline)(nil)
+var _ engine.Batcher = (*Pipeline)(nil)
+
+// ErrNoFreeSlot is Start's error when MaxBatch sequences are already running.
+var ErrNoFreeSlot = errors.New("no free sequence slot")
 
 // New builds a Pipeline. closers run after the backend is closed (the checkpoint's mapping,
 // say).
@@ -59,7 +70,11 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 	cfg.Info.MaxNewTokens = cfg.MaxNewTokens
 	cfg.Info.MaxNewTokensCap = cfg.MaxNewTokensCap
 	cfg.Info.MaxQueryChars = engine.MaxQueryChars
-	return &Pipeline{backend: b, tok: tok, cfg: cfg, closers: closers, png: overlay.NewEncoder()}, nil
+	if b.MaxBatch() < 1 {
+		return nil, fmt.Errorf("backend %s has %d sequence slots", b.Name(), b.MaxBatch())
+	}
+	return &Pipeline{backend: b, tok: tok, cfg: cfg, closers: closers, png: overlay.NewEncoder(),
+		used: make([]bool, b.MaxBatch()), st: stepper{eos: cfg.EOS}}, nil
 }
 
 // Info describes the loaded model.
@@ -125,15 +140,86 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 	}, nil
 }
 
-// Generate runs the device part and parses the answer.
+// MaxBatch is the number of sequences the backend decodes together.
+func (p *Pipeline) MaxBatch() int { return len(p.used) }
+
+// takeSlot marks the lowest free slot used.
+func (p *Pipeline) takeSlot() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, u := range p.used {
+		if !u {
+			p.used[i] = true
+			return i, nil
+		}
+	}
+	return 0, ErrNoFreeSlot
+}
+
+func (p *Pipeline) freeSlot(slot int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.used[slot] = false
+}
+
+// Generate runs one request alone (vision, prefill, the decode loop) and parses the answer.
 func (p *Pipeline) Generate(ctx context.Context, prep *engine.Prepared) (*engine.Prediction, error) {
-	gen, err := Greedy(ctx, p.backend, prep, p.cfg.EOS)
+	slot, err := p.takeSlot()
 	if err != nil {
 		return nil, err
 	}
-	raw := p.tok.Decode(gen.Tokens)
+	defer p.freeSlot(slot)
+	s, err := Greedy(ctx, p.backend, prep, slot, p.cfg.EOS)
+	if err != nil {
+		return nil, err
+	}
+	return p.predict(s), nil
+}
+
+// Start runs vision and prefill for prep in a free slot.
+func (p *Pipeline) Start(prep *engine.Prepared) (*engine.Sequence, error) {
+	slot, err := p.takeSlot()
+	if err != nil {
+		return nil, err
+	}
+	s, err := start(p.backend, prep, slot, p.cfg.EOS)
+	if err != nil {
+		// A failed prefill may have written part of the slot's cache.
+		if rerr := p.backend.Release(slot); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("releasing slot %d: %w", slot, rerr))
+		}
+		p.freeSlot(slot)
+		return nil, err
+	}
+	return s, nil
+}
+
+// Step advances every sequence in seqs by one token in one backend call.
+func (p *Pipeline) Step(seqs []*engine.Sequence) error { return p.st.step(p.backend, seqs) }
+
+// Finish frees the sequence's slot and parses its answer.
+func (p *Pipeline) Finish(s *engine.Sequence) (*engine.Prediction, error) {
+	if err := p.Abandon(s); err != nil {
+		return nil, err
+	}
+	return p.predict(s), nil
+}
+
+// Abandon frees the sequence's slot.
+func (p *Pipeline) Abandon(s *engine.Sequence) error {
+	defer p.freeSlot(s.Slot)
+	if err := p.backend.Release(s.Slot); err != nil {
+		return fmt.Errorf("releasing slot %d: %w", s.Slot, err)
+	}
+	return nil
+}
+
+// predict parses a finished sequence's answer.
+func (p *Pipeline) predict(s *engine.Sequence) *engine.Prediction {
+	prep := s.Prepared
+	raw := p.tok.Decode(s.Tokens)
 	dets, pts := answer.Parse(raw, prep.Width, prep.Height)
-	vision, prefill, decode := ms(gen.Vision), ms(gen.Prefill), ms(gen.Decode)
+	vision, prefill, decode := ms(s.Vision), ms(s.Prefill), ms(s.Decode)
 	return &engine.Prediction{
 		Query:              prep.Request.Query,
 		Width:              prep.Width,
@@ -146,18 +232,18 @@ func (p *Pipeline) Generate(ctx context.Context, prep *engine.Prepared) (*engine
 		RawText:            raw,
 		Detections:         dets,
 		Points:             pts,
-		NumGeneratedTokens: len(gen.Tokens),
-		StoppedOnEOS:       gen.StoppedOnEOS,
+		NumGeneratedTokens: len(s.Tokens),
+		StoppedOnEOS:       s.StoppedOnEOS,
 		DecodeMode:         p.cfg.Info.DecodeMode,
 		TimingMS: engine.Timing{
 			Vision:     vision,
 			Prefill:    prefill,
 			Decode:     decode,
 			Total:      prep.PreprocessMS + vision + prefill + decode,
-			DecodeTokS: round2(gen.DecodeTokensPerSecond()),
+			DecodeTokS: round2(s.DecodeTokensPerSecond()),
 		},
-		Tokens: gen.Tokens,
-	}, nil
+		Tokens: s.Tokens,
+	}
 }
 
 // Overlay draws the prediction on the original image as PNG.

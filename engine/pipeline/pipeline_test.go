@@ -45,6 +45,9 @@ func openPipeline(t *testing.T, o OpenOptions) *Pipeline {
 	if o.MaxSeqLen == 0 {
 		o.MaxSeqLen = 1024
 	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 1
+	}
 	if o.MaxNewTokens == 0 {
 		o.MaxNewTokens, o.MaxNewTokensCap = 16, 64
 	}

@@ -30,7 +30,7 @@ func TestFreshGoScenes(t *testing.T) {
 	runtime.LockOSThread() // the native backend binds to its OS thread
 	defer runtime.UnlockOSThread()
 	p, err := pipeline.Open(pipeline.OpenOptions{
-		WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, CanonGrid: "native",
+		WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1, CanonGrid: "native",
 		MaxNewTokens: 48, MaxNewTokensCap: 48, // what the trainer and evaluate.py decode
 	})
 	if err != nil {

@@ -144,6 +144,7 @@ func TestHeldoutScenes(t *testing.T) {
 		Backend:         "cpu",
 		Threads:         1,
 		MaxSeqLen:       512,
+		MaxBatch:        1,
 		CanonGrid:       "native",
 		MaxNewTokens:    set.MaxNewTokens,
 		MaxNewTokensCap: set.MaxNewTokens,
