@@ -1,0 +1,309 @@
+// Package sim is a simulated Blackhole p150a: an engine.Backend (LA_ENGINE=sim) that runs
+// no model but costs what the chip costs. Vision, prefill and each decode step keep the
+// calling thread asleep for the time a cost model gives (Costs: the chip's measured figures
+// by default, and an assumed cost for batched decode steps), so the real host pipeline
+// around it (image decode and preprocessing, tokenizer, prompt, answer parsing, overlays,
+// storage, the queue) runs at the rate a chip would impose, without one and without
+// spending host CPU on the device's share.
+//
+// Its answers are deterministic and well formed: it reads the task and query back from the
+// prompt ids, hashes the image patches it was given, and answers one <ref> and a few boxes
+// per category (docs/sim.md, "Answers"), one token per decode step, then EOS. A sequence's
+// tokens depend only on its own image and prompt, never on what it is batched with.
+//
+// Operators use it to load-test NATS, storage and autoscaling at chip rates; the tests and
+// `worker loadtest` use it to prove and measure the pipeline.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/prompt"
+	"github.com/locateanything/detect/engine/tokenizer"
+)
+
+// Name is the backend's name (LA_ENGINE=sim, /info's backend).
+const Name = "sim"
+
+// Options are what New needs: the cost model and the run-time limits, and the parts of
+// the checkpoint the simulated model reads its prompts with.
+type Options struct {
+	Costs     Costs
+	MaxBatch  int // sequence slots (LA_MAX_BATCH)
+	MaxSeqLen int // positions per slot (LA_MAX_SEQ_LEN)
+
+	Tokenizer   *tokenizer.Tokenizer // the checkpoint's: reads the instruction, writes the answer
+	EOS         int32                // <|im_end|>
+	ImageToken  int32                // <IMG_CONTEXT>: one per image embedding
+	PatchSize   int                  // pixels per patch side (14)
+	MergeKernel int                  // patches merged per image embedding, per side (2)
+
+	// Meter, when set, is told the device time of every step.
+	Meter *Meter
+}
+
+// Backend is one simulated chip. Like every engine.Backend, it must be driven from one
+// goroutine at a time.
+type Backend struct {
+	o        Options
+	imageEnd int32 // </img>: the instruction follows it
+	imEnd    int32 // <|im_end|>: ends the instruction (the EOS, on the real checkpoint)
+	clock    sleeper
+
+	kept   *image // vision's output, waiting for the next prefill
+	slots  []slot
+	closed bool
+}
+
+// image is what vision keeps for the next prefill.
+type image struct {
+	hash   uint64
+	tokens int // image embeddings
+}
+
+// slot is one sequence: the answer it will generate and how far it has got.
+type slot struct {
+	live bool
+	plan []int32 // the answer's ids, ending with EOS
+	next int     // index in plan of the next token to generate
+	last int32   // the token generated last, which the next decode step must be fed
+	pos  int     // positions in the cache
+}
+
+var _ engine.Backend = (*Backend)(nil)
+
+// ErrClosed is returned by every call on a closed Backend.
+var ErrClosed = errors.New("sim backend is closed")
+
+// New builds a simulated chip.
+func New(o Options) (*Backend, error) {
+	if err := o.Costs.Validate(); err != nil {
+		return nil, err
+	}
+	if o.MaxBatch < 1 || o.MaxSeqLen < 1 || o.PatchSize < 1 || o.MergeKernel < 1 {
+		return nil, fmt.Errorf("sim: MaxBatch %d, MaxSeqLen %d, PatchSize %d and MergeKernel %d must be positive",
+			o.MaxBatch, o.MaxSeqLen, o.PatchSize, o.MergeKernel)
+	}
+	if o.Tokenizer == nil {
+		return nil, errors.New("sim: a tokenizer is required")
+	}
+	b := &Backend{o: o, slots: make([]slot, o.MaxBatch)}
+	for _, t := range []struct {
+		name string
+		id   *int32
+	}{{prompt.ImageEndToken, &b.imageEnd}, {"<|im_end|>", &b.imEnd}} {
+		id, ok := o.Tokenizer.ID(t.name)
+		if !ok {
+			return nil, fmt.Errorf("sim: the tokenizer has no %s token", t.name)
+		}
+		*t.id = id
+	}
+	return b, nil
+}
+
+// Name is "sim".
+func (b *Backend) Name() string { return Name }
+
+// MaxBatch is the number of sequence slots.
+func (b *Backend) MaxBatch() int { return b.o.MaxBatch }
+
+// MaxSeqLen is the number of positions of each slot.
+func (b *Backend) MaxSeqLen() int { return b.o.MaxSeqLen }
+
+// PrefillLength pads like the chip: the next power of two, at least 128.
+func (b *Backend) PrefillLength(n int) int { return PrefillLength(n) }
+
+// Vision hashes the patches (what the simulated model sees of the image) and keeps the
+// hash for the next prefill, taking the vision cost of the grid.
+func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
+	if b.closed {
+		return ErrClosed
+	}
+	k := b.o.MergeKernel
+	if gridH <= 0 || gridW <= 0 || gridH%k != 0 || gridW%k != 0 {
+		return fmt.Errorf("sim: vision: grid %dx%d is not a positive multiple of the %dx%d merge", gridH, gridW, k, k)
+	}
+	if want := gridH * gridW * 3 * b.o.PatchSize * b.o.PatchSize; len(patches) != want {
+		return fmt.Errorf("sim: vision: %d floats of patches, a %dx%d grid needs %d", len(patches), gridH, gridW, want)
+	}
+	cost := b.o.Costs.VisionCost(gridH, gridW)
+	done := b.clock.start(cost)
+	b.kept = &image{hash: hashPatches(patches), tokens: gridH * gridW / (k * k)}
+	b.clock.wait(done)
+	b.o.Meter.add(cost)
+	return nil
+}
+
+// Prefill reads the query from the prompt, plans the answer from it and the kept image,
+// and returns the answer's first token, taking the prefill cost of the padded prompt.
+func (b *Backend) Prefill(slotID int, ids []int32, wantProb bool) (int32, float32, error) {
+	if b.closed {
+		return 0, 0, ErrClosed
+	}
+	if slotID < 0 || slotID >= len(b.slots) {
+		return 0, 0, fmt.Errorf("sim: prefill: slot %d out of range 0..%d", slotID, len(b.slots)-1)
+	}
+	s := &b.slots[slotID]
+	switch {
+	case s.live:
+		return 0, 0, fmt.Errorf("sim: prefill: slot %d is live; release it first", slotID)
+	case len(ids) == 0:
+		return 0, 0, errors.New("sim: prefill: empty prompt")
+	case len(ids) > b.o.MaxSeqLen:
+		return 0, 0, fmt.Errorf("sim: prefill: prompt of %d tokens is longer than max_seq_len %d", len(ids), b.o.MaxSeqLen)
+	case b.kept == nil:
+		return 0, 0, errors.New("sim: prefill: no image embeddings: run vision first")
+	}
+	imageTokens := 0
+	for _, id := range ids {
+		if id == b.o.ImageToken {
+			imageTokens++
+		}
+	}
+	if imageTokens != b.kept.tokens {
+		return 0, 0, fmt.Errorf("sim: prefill: the prompt has %d image tokens, vision kept %d embeddings", imageTokens, b.kept.tokens)
+	}
+
+	cost := b.o.Costs.PrefillCost(PrefillLength(len(ids)))
+	done := b.clock.start(cost)
+	q := readInstruction(b.instruction(ids))
+	plan := append(b.o.Tokenizer.Encode(answerText(b.kept.hash, q)), b.o.EOS)
+	b.kept = nil // consumed, as on the chip
+	*s = slot{live: true, plan: plan, next: 1, last: plan[0], pos: len(ids)}
+	b.clock.wait(done)
+	b.o.Meter.prefill(cost)
+	var prob float32
+	if wantProb {
+		prob = 1 // the simulated model is sure of every token
+	}
+	return plan[0], prob, nil
+}
+
+// instruction is the text between </img> and the <|im_end|> after it: the user's
+// instruction in the chat prompt package prompt builds.
+func (b *Backend) instruction(ids []int32) string {
+	from := -1
+	for i, id := range ids {
+		if id == b.imageEnd {
+			from = i + 1
+			break
+		}
+	}
+	if from < 0 {
+		return ""
+	}
+	to := from
+	for to < len(ids) && ids[to] != b.imEnd {
+		to++
+	}
+	return b.o.Tokenizer.Decode(ids[from:to])
+}
+
+// Decode advances every slot in slots by one token of its planned answer, taking the
+// cost of one step of len(slots) sequences. tokens[i] must be the token slots[i] generated
+// last: the host feeds back what the device gave it.
+func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) error {
+	if b.closed {
+		return ErrClosed
+	}
+	n := len(slots)
+	if n < 1 || n > len(b.slots) || len(tokens) != n || len(next) != n || (prob != nil && len(prob) != n) {
+		return fmt.Errorf("sim: decode: %d slots, %d tokens, %d outputs, %d probabilities (1..%d rows, all equal)",
+			n, len(tokens), len(next), len(prob), len(b.slots))
+	}
+	// Check every row before changing any, as a failed step must leave the slots as they were.
+	for i, id := range slots {
+		if id < 0 || id >= len(b.slots) {
+			return fmt.Errorf("sim: decode: slot %d out of range 0..%d", id, len(b.slots)-1)
+		}
+		s := &b.slots[id]
+		switch {
+		case !s.live:
+			return fmt.Errorf("sim: decode: slot %d is not live", id)
+		case s.pos >= b.o.MaxSeqLen:
+			return fmt.Errorf("sim: decode: slot %d is full (%d positions)", id, s.pos)
+		case tokens[i] != s.last:
+			return fmt.Errorf("sim: decode: slot %d was fed token %d, but it generated %d last", id, tokens[i], s.last)
+		}
+		for _, other := range slots[:i] {
+			if other == id {
+				return fmt.Errorf("sim: decode: slot %d appears twice", id)
+			}
+		}
+	}
+	cost := b.o.Costs.StepCost(n)
+	done := b.clock.start(cost)
+	for i, id := range slots {
+		s := &b.slots[id]
+		tok := b.o.EOS // past the end of the plan (the host ignored EOS): more EOS
+		if s.next < len(s.plan) {
+			tok = s.plan[s.next]
+			s.next++
+		}
+		s.pos++
+		s.last, next[i] = tok, tok
+		if prob != nil {
+			prob[i] = 1
+		}
+	}
+	b.clock.wait(done)
+	b.o.Meter.step(cost, n)
+	return nil
+}
+
+// Release frees a slot; releasing a free slot is not an error.
+func (b *Backend) Release(slotID int) error {
+	if b.closed {
+		return ErrClosed
+	}
+	if slotID < 0 || slotID >= len(b.slots) {
+		return fmt.Errorf("sim: release: slot %d out of range 0..%d", slotID, len(b.slots)-1)
+	}
+	b.slots[slotID] = slot{}
+	return nil
+}
+
+// Reset releases every slot and forgets the kept image.
+func (b *Backend) Reset() error {
+	if b.closed {
+		return ErrClosed
+	}
+	clear(b.slots)
+	b.kept = nil
+	return nil
+}
+
+// Close makes the Backend unusable.
+func (b *Backend) Close() error {
+	b.closed = true
+	b.slots, b.kept = nil, nil
+	return nil
+}
+
+// sleeper keeps the calling thread asleep until a step's modelled end. It sleeps, never
+// spins: the simulated device costs the host no CPU. The Go runtime's timers wake a
+// sleeper a little late (about a tenth of a millisecond, more on a loaded machine), so it
+// learns the lateness as it goes and wakes that much early, which keeps each step's wall
+// time equal to its cost on average rather than always a little over.
+type sleeper struct {
+	late time.Duration // running estimate of the wake-up lateness
+}
+
+// start notes the time a step of the given cost started and returns when it ends.
+func (c *sleeper) start(cost time.Duration) time.Time { return time.Now().Add(cost) }
+
+// wait sleeps until the step's end (less the expected lateness).
+func (c *sleeper) wait(end time.Time) {
+	d := time.Until(end) - c.late
+	if d <= 0 {
+		return // the host-side work of the step took longer than the device would
+	}
+	time.Sleep(d)
+	over := time.Since(end) // the lateness still left, after the allowance
+	// Move the allowance an eighth of the way towards the lateness seen, keeping it within
+	// a millisecond so that one long stall cannot make steps short for long.
+	c.late = min(max(c.late+over/8, 0), time.Millisecond)
+}
