@@ -25,6 +25,7 @@ type Worker struct {
 	Engine
 	Weights
 	TTNN
+	Sim
 	HTTP
 	NATS
 	Embedded
@@ -95,6 +96,17 @@ type TTNN struct {
 	PythonSite string `envconfig:"LA_PYTHON_SITE"`                            // ':'-separated site directories
 	Adapter    string `envconfig:"LA_TTNN_ADAPTER" default:"la_ttnn_adapter"` // adapter module
 	Path       string `envconfig:"LA_TTNN_PATH"`                              // directory holding the adapter
+}
+
+// Sim is the simulated Blackhole p150a (LA_ENGINE=sim, engine/sim): what each device step
+// costs. The defaults are the chip's measured figures (docs/background.md); the batched
+// step's cost is an assumption until measured on hardware (docs/sim.md).
+type Sim struct {
+	Vision     time.Duration `envconfig:"LA_SIM_VISION" default:"49ms"`      // vision on a 24x44 grid, linear in patches
+	Prefill    time.Duration `envconfig:"LA_SIM_PREFILL" default:"58ms"`     // prefill padded to 512 tokens, linear in the padded length
+	Decode     time.Duration `envconfig:"LA_SIM_DECODE" default:"24ms"`      // a decode step of one sequence
+	BatchAlpha float64       `envconfig:"LA_SIM_BATCH_ALPHA" default:"0.05"` // each further sequence in a step adds this fraction of LA_SIM_DECODE
+	Speed      float64       `envconfig:"LA_SIM_SPEED" default:"1"`          // every cost divided by this
 }
 
 // HTTP is the /predict server (httpcompat). Addr "off" disables it.
@@ -316,6 +328,7 @@ func (c Worker) Validate() error {
 	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	c.Engine.validate(add)
 	c.TTNN.validate(add)
+	c.Sim.validate(add)
 	c.HTTP.validate(add)
 	c.NATS.validate(add)
 	if c.NATS.URL == "" {
