@@ -10,6 +10,7 @@ import (
 	"github.com/locateanything/detect/engine/checkpoint"
 	"github.com/locateanything/detect/engine/imageproc"
 	"github.com/locateanything/detect/engine/native"
+	"github.com/locateanything/detect/engine/sim"
 	"github.com/locateanything/detect/engine/tokenizer"
 )
 
@@ -24,7 +25,7 @@ type OpenOptions struct {
 	ModelName       string // for /info and results: what the checkpoint is ("LocateAnything-3B", "tiny-shapes")
 	WeightsRepo     string // for /info: where the weights came from
 	WeightsRevision string
-	Backend         string // "cpu" (LA_ENGINE)
+	Backend         string // "cpu", "ttnn" or "sim" (LA_ENGINE)
 	Threads         int    // 0 = one per CPU
 	MaxSeqLen       int    // LA_MAX_SEQ_LEN, per sequence
 	MaxBatch        int    // LA_MAX_BATCH: sequences decoded together
@@ -41,6 +42,11 @@ type OpenOptions struct {
 	Precision  string
 	DecodeMode string
 
+	// Sim is the simulated chip's cost model (LA_SIM_*) and SimMeter, when set, the meter
+	// its device time is added to; both are used only with Backend "sim".
+	Sim      sim.Costs
+	SimMeter *sim.Meter
+
 	// BackendOptions are passed to the backend as its option lines (the ttnn backend's
 	// adapter, path, python_lib and llm_dir, say). For ttnn Open adds canon_grid: the grid
 	// the host side resizes images for, "HxW" or "native", so the adapter, which builds its
@@ -50,8 +56,16 @@ type OpenOptions struct {
 
 // Open loads a checkpoint into a native backend and builds the Pipeline around it. Native
 // backends bind to the calling OS thread: call Open on the thread that will call Generate
-// and Close (engine/chip does).
+// and Close (engine/chip does). The simulated chip (Backend "sim") reads only the
+// checkpoint's configuration and tokenizer, not its weights.
 func Open(o OpenOptions) (*Pipeline, error) {
+	if o.Backend == sim.Name {
+		cfg, err := checkpoint.LoadConfig(o.WeightsDir)
+		if err != nil {
+			return nil, fmt.Errorf("opening the checkpoint: %w", err)
+		}
+		return build(&checkpoint.Model{Dir: o.WeightsDir, Config: cfg}, o)
+	}
 	model, err := checkpoint.Open(o.WeightsDir)
 	if err != nil {
 		return nil, fmt.Errorf("opening the checkpoint: %w", err)
@@ -85,6 +99,10 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	}
 	if o.InTokenLimit > 0 {
 		pre.InTokenLimit = o.InTokenLimit
+	} else if o.Backend == sim.Name {
+		// The simulated chip stands in for the served model whatever checkpoint lends it a
+		// tokenizer, so the host side resizes as it does in production.
+		pre.InTokenLimit = ServedInTokenLimit
 	} else {
 		pre.InTokenLimit = min(pre.InTokenLimit, ServedInTokenLimit)
 	}
@@ -107,9 +125,21 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	if o.Backend == "ttnn" { // the chip builds its vision graph for one grid
 		backendOptions["canon_grid"] = formatGrid(pre.CanonGrid)
 	}
-	backend, err := native.Open(o.Backend, model, native.Options{
-		MaxSeqLen: o.MaxSeqLen, MaxBatch: o.MaxBatch, Threads: threads, BackendOptions: backendOptions,
-	})
+	var backend interface {
+		engine.Backend
+		MaxSeqLen() int
+	}
+	if o.Backend == sim.Name {
+		backend, err = sim.New(sim.Options{
+			Costs: o.Sim, MaxBatch: o.MaxBatch, MaxSeqLen: o.MaxSeqLen, Tokenizer: tok,
+			EOS: int32(cfg.Text.EOSTokenID), ImageToken: int32(cfg.ImageTokenID),
+			PatchSize: cfg.Preprocessor.PatchSize, MergeKernel: cfg.Preprocessor.MergeKernel, Meter: o.SimMeter,
+		})
+	} else {
+		backend, err = native.Open(o.Backend, model, native.Options{
+			MaxSeqLen: o.MaxSeqLen, MaxBatch: o.MaxBatch, Threads: threads, BackendOptions: backendOptions,
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening the %s backend: %w", o.Backend, err)
 	}
@@ -123,7 +153,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 			Model:           cmp.Or(o.ModelName, filepath.Base(o.WeightsDir)),
 			Device:          device(o.Backend, threads),
 			DecodeMode:      cmp.Or(o.DecodeMode, "ar_greedy_trace"),
-			Precision:       cmp.Or(o.Precision, precision(model)),
+			Precision:       cmp.Or(o.Precision, precision(o.Backend, model)),
 			WeightsDir:      o.WeightsDir,
 			WeightsRepo:     o.WeightsRepo,
 			WeightsRevision: o.WeightsRevision,
@@ -146,14 +176,21 @@ func formatGrid(g [2]int) string {
 
 // device describes where a backend runs, for /health and /info.
 func device(backend string, threads int) string {
-	if backend == "ttnn" {
+	switch backend {
+	case "ttnn":
 		return "Blackhole p150a mesh 1x1"
+	case sim.Name:
+		return "simulated Blackhole p150a"
 	}
 	return fmt.Sprintf("CPU, %d threads", threads)
 }
 
-// precision names the checkpoint's weight type; the CPU backend computes in f32.
-func precision(m *checkpoint.Model) string {
+// precision names the checkpoint's weight type; the CPU backend computes in f32. The
+// simulated chip computes nothing.
+func precision(backend string, m *checkpoint.Model) string {
+	if backend == sim.Name {
+		return "none (simulated)"
+	}
 	if t, ok := m.Tensor("language_model.model.embed_tokens.weight"); ok {
 		switch t.DType {
 		case checkpoint.BF16:
