@@ -2,6 +2,12 @@
 // a single goroutine locked to one OS thread (native backends require it); synchronous
 // requests go ahead of queued jobs that have not started, and a request whose caller has
 // gone away is dropped before it reaches the device.
+//
+// When the engine is an engine.Batcher with more than one slot, the owner batches
+// continuously: between two decode steps it admits waiting requests into free slots
+// (interactive ones first; each runs its vision and prefill there), then advances every
+// running sequence by one token in one step. A sequence that finishes, or whose caller has
+// gone, leaves at the next step boundary and frees its slot; the others go on undisturbed.
 package chip
 
 import (
@@ -31,6 +37,7 @@ type work struct {
 	ctx  context.Context
 	prep *engine.Prepared
 	done chan result
+	seq  *engine.Sequence // while running in a batch
 }
 
 type result struct {
@@ -47,8 +54,9 @@ type Chip struct {
 	wake    chan struct{} // capacity 1: "the queues changed"
 	closing bool
 
-	busy    time.Duration // device time spent in Generate
+	busy    time.Duration // device time: Generate, or Start and Step of a batch
 	started time.Time
+	running int // sequences in the batch now
 
 	stopped  chan struct{}
 	closeErr error // the engine's Close, set before stopped closes
@@ -164,6 +172,29 @@ func (c *Chip) next() (w *work, closing bool) {
 	return nil, false
 }
 
+// Running is the number of sequences being decoded now (0 or 1 without batching).
+func (c *Chip) Running() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running
+}
+
+// device times one device call and adds it to the busy total.
+func (c *Chip) device(call func()) {
+	start := time.Now()
+	call()
+	took := time.Since(start)
+	c.mu.Lock()
+	c.busy += took
+	c.mu.Unlock()
+}
+
+func (c *Chip) setRunning(n int) {
+	c.mu.Lock()
+	c.running = n
+	c.mu.Unlock()
+}
+
 func (c *Chip) loop(open func() (engine.Engine, error), opened chan<- error) {
 	defer close(c.stopped)
 	runtime.LockOSThread()
@@ -177,25 +208,10 @@ func (c *Chip) loop(open func() (engine.Engine, error), opened chan<- error) {
 	c.eng = eng
 	opened <- nil
 
-	for {
-		w, closing := c.next()
-		if closing {
-			break
-		}
-		if w == nil {
-			<-c.wake
-			continue
-		}
-		if err := w.ctx.Err(); err != nil {
-			w.done <- result{err: fmt.Errorf("dropped before the chip: %w", err)}
-			continue
-		}
-		start := time.Now()
-		pred, err := c.eng.Generate(w.ctx, w.prep)
-		c.mu.Lock()
-		c.busy += time.Since(start)
-		c.mu.Unlock()
-		w.done <- result{pred: pred, err: err}
+	if b, ok := eng.(engine.Batcher); ok && b.MaxBatch() > 1 {
+		c.batchLoop(b)
+	} else {
+		c.serialLoop()
 	}
 
 	c.mu.Lock()
@@ -206,4 +222,137 @@ func (c *Chip) loop(open func() (engine.Engine, error), opened chan<- error) {
 		w.done <- result{err: ErrClosed}
 	}
 	c.closeErr = c.eng.Close()
+}
+
+// serialLoop runs one request at a time until Close.
+func (c *Chip) serialLoop() {
+	for {
+		w, closing := c.next()
+		if closing {
+			return
+		}
+		if w == nil {
+			<-c.wake
+			continue
+		}
+		if err := w.ctx.Err(); err != nil {
+			w.done <- result{err: fmt.Errorf("dropped before the chip: %w", err)}
+			continue
+		}
+		c.setRunning(1)
+		var pred *engine.Prediction
+		var err error
+		c.device(func() { pred, err = c.eng.Generate(w.ctx, w.prep) })
+		c.setRunning(0)
+		w.done <- result{pred: pred, err: err}
+	}
+}
+
+// batchLoop batches continuously until Close, then finishes the sequences in flight.
+func (c *Chip) batchLoop(b engine.Batcher) {
+	var running []*work
+	for {
+		running = c.admit(b, running)
+		c.setRunning(len(running))
+		if len(running) == 0 {
+			if c.isClosing() {
+				return
+			}
+			<-c.wake
+			continue
+		}
+		running = c.step(b, running)
+	}
+}
+
+func (c *Chip) isClosing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// admit starts waiting requests in the free slots, interactive first, and returns the
+// running set. Nothing new is admitted once Close has begun.
+func (c *Chip) admit(b engine.Batcher, running []*work) []*work {
+	for len(running) < b.MaxBatch() {
+		w, closing := c.next()
+		if closing || w == nil {
+			break
+		}
+		if err := w.ctx.Err(); err != nil {
+			w.done <- result{err: fmt.Errorf("dropped before the chip: %w", err)}
+			continue
+		}
+		var err error
+		c.device(func() { w.seq, err = b.Start(w.prep) })
+		if err != nil {
+			w.done <- result{err: err}
+			continue
+		}
+		if w.seq.Done { // EOS first, or a budget of one token
+			c.finish(b, w)
+			continue
+		}
+		running = append(running, w)
+	}
+	return running
+}
+
+// step drops the sequences whose callers have gone, advances the rest by one token and
+// finishes those that are done; it returns the sequences still running.
+func (c *Chip) step(b engine.Batcher, running []*work) []*work {
+	live := running[:0]
+	for _, w := range running {
+		if err := w.ctx.Err(); err != nil {
+			err = fmt.Errorf("after %d generated tokens: %w", len(w.seq.Tokens), err)
+			if aerr := b.Abandon(w.seq); aerr != nil {
+				err = errors.Join(err, aerr)
+			}
+			w.done <- result{err: err}
+			continue
+		}
+		live = append(live, w)
+	}
+	clear(running[len(live):])
+	if len(live) == 0 {
+		return live
+	}
+	seqs := make([]*engine.Sequence, len(live))
+	for i, w := range live {
+		seqs[i] = w.seq
+	}
+	var err error
+	c.device(func() { err = b.Step(seqs) })
+	if err != nil { // the step failed for all of them
+		for _, w := range live {
+			werr := err
+			if aerr := b.Abandon(w.seq); aerr != nil {
+				werr = errors.Join(err, aerr)
+			}
+			w.done <- result{err: werr}
+		}
+		clear(live)
+		return live[:0]
+	}
+	var done []*work
+	next := live[:0]
+	for _, w := range live {
+		if w.seq.Done {
+			done = append(done, w)
+			continue
+		}
+		next = append(next, w)
+	}
+	clear(live[len(next):])
+	c.setRunning(len(next)) // before the answers go out: a caller may read Running next
+	for _, w := range done {
+		c.finish(b, w)
+	}
+	return next
+}
+
+// finish answers a done sequence's caller.
+func (c *Chip) finish(b engine.Batcher, w *work) {
+	pred, err := b.Finish(w.seq)
+	w.done <- result{pred: pred, err: err}
 }
