@@ -25,7 +25,7 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// registerChip exposes chip i's busy ratio and queue length.
+// registerChip exposes chip i's busy ratio, queue length and batch occupancy.
 func registerChip(reg prometheus.Registerer, i int, c *chip.Chip) {
 	labels := prometheus.Labels{"chip": strconv.Itoa(i)}
 	reg.MustRegister(
@@ -35,6 +35,9 @@ func registerChip(reg prometheus.Registerer, i int, c *chip.Chip) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "la_device_waiting", Help: "Requests queued for the chip and not started.", ConstLabels: labels,
 		}, func() float64 { return float64(c.Waiting()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "la_device_running", Help: "Sequences the chip is decoding now (its batch).", ConstLabels: labels,
+		}, func() float64 { return float64(c.Running()) }),
 	)
 }
 

@@ -41,7 +41,7 @@ func TestMetricsEndpointServesJobAndDeviceSeries(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{
-		`la_jobs_total{outcome="succeeded"} 1`, `la_device_busy_ratio{chip="0"}`, `la_device_waiting{chip="0"} 0`,
+		`la_jobs_total{outcome="succeeded"} 1`, `la_device_busy_ratio{chip="0"}`, `la_device_waiting{chip="0"} 0`, `la_device_running{chip="0"} 0`,
 		"la_jobs_held", "la_jobs_running", "la_job_retries_total", "la_jobs_dead_lettered_total", "go_goroutines",
 	} {
 		if !strings.Contains(string(body), want) {
