@@ -8,6 +8,7 @@ import (
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/engine/sim"
 	"github.com/locateanything/detect/provision"
 	"github.com/locateanything/detect/provision/extract"
 )
@@ -15,6 +16,21 @@ import (
 // OpenEngine opens the engine of one chip on the calling thread, which is the chip's owner
 // thread (engine/chip), with the weights provision.Choose picks.
 func OpenEngine(ctx context.Context, cfg config.Worker, chip int, log *slog.Logger) (engine.Engine, error) {
+	return openEngine(ctx, cfg, log, nil)
+}
+
+// MeteredOpener is OpenEngine with the device time of each simulated chip (LA_ENGINE=sim)
+// added to meters[chip]: what `worker loadtest` measures the device's busy time with.
+func MeteredOpener(meters []*sim.Meter) EngineOpener {
+	return func(ctx context.Context, cfg config.Worker, chip int, log *slog.Logger) (engine.Engine, error) {
+		if chip >= len(meters) {
+			return nil, fmt.Errorf("chip %d has no meter (%d given)", chip, len(meters))
+		}
+		return openEngine(ctx, cfg, log, meters[chip])
+	}
+}
+
+func openEngine(ctx context.Context, cfg config.Worker, log *slog.Logger, meter *sim.Meter) (engine.Engine, error) {
 	choice, err := provision.Choose(ctx, provision.Request{
 		Dir: cfg.Weights.Directory(), Hub: cfg.Weights.Hub(), Bundled: provision.FindBundled,
 	})
@@ -23,6 +39,7 @@ func OpenEngine(ctx context.Context, cfg config.Worker, chip int, log *slog.Logg
 	}
 	log.Info("weights chosen", "dir", choice.Dir, "model", choice.Model, "why", choice.Reason)
 	opts := EngineOptions(cfg.Engine, choice)
+	opts.Sim, opts.SimMeter = cfg.Sim.Costs(), meter
 	if cfg.Engine.Backend == "ttnn" {
 		if err := ttnnOptions(ctx, &opts, cfg, log); err != nil {
 			return nil, err
