@@ -56,8 +56,10 @@ func TestWorkerOnTheSimulatedChip(t *testing.T) {
 	waitHealthy(t, base)
 	var info struct {
 		Hardware string
-		Limits   struct{ CanonicalGrid [2]int `json:"canonical_grid"` }
-		Worker   struct{ Backend string }
+		Limits   struct {
+			CanonicalGrid [2]int `json:"canonical_grid"`
+		}
+		Worker struct{ Backend string }
 	}
 	getJSON(t, base+"/info", &info)
 	if info.Worker.Backend != "sim" || info.Hardware != "simulated Blackhole p150a" || info.Limits.CanonicalGrid != [2]int{24, 44} {
