@@ -19,6 +19,7 @@ type Prediction struct {
 	DecodeMode         string // ar_greedy_trace | ar_greedy
 	TimingMS           Timing
 	Tokens             []int32 // the generated ids (EOS included when it was generated)
+	Batch              int     // the most sequences it was decoded with in one step (1 = alone)
 }
 
 // Detection is one box, in original-image pixels and in the model's 0..1000 space.

@@ -243,6 +243,7 @@ func (p *Pipeline) predict(s *engine.Sequence) *engine.Prediction {
 			DecodeTokS: round2(s.DecodeTokensPerSecond()),
 		},
 		Tokens: s.Tokens,
+		Batch:  s.MaxBatch,
 	}
 }
 
