@@ -145,7 +145,14 @@ func (r *runner) stop(t testing.TB) {
 
 func startRunner(t testing.TB, topo *Topology, store storage.Store, eng engine.Engine, cfg RunnerConfig) *runner {
 	t.Helper()
-	c, err := chip.Open(func() (engine.Engine, error) { return eng, nil })
+	return startRunnerWith(t, topo, store, func() (engine.Engine, error) { return eng, nil }, cfg)
+}
+
+// startRunnerWith starts a runner on a chip that opens its engine with open, on the chip's
+// own thread (a native or simulated engine needs that).
+func startRunnerWith(t testing.TB, topo *Topology, store storage.Store, open func() (engine.Engine, error), cfg RunnerConfig) *runner {
+	t.Helper()
+	c, err := chip.Open(open)
 	if err != nil {
 		t.Fatalf("open chip: %v", err)
 	}
