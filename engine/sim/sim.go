@@ -51,7 +51,6 @@ type Backend struct {
 	o        Options
 	imageEnd int32 // </img>: the instruction follows it
 	imEnd    int32 // <|im_end|>: ends the instruction (the EOS, on the real checkpoint)
-	clock    sleeper
 
 	kept   *image // vision's output, waiting for the next prefill
 	slots  []slot
@@ -130,9 +129,9 @@ func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
 		return fmt.Errorf("sim: vision: %d floats of patches, a %dx%d grid needs %d", len(patches), gridH, gridW, want)
 	}
 	cost := b.o.Costs.VisionCost(gridH, gridW)
-	done := b.clock.start(cost)
+	done := startStep(cost)
 	b.kept = &image{hash: hashPatches(patches), tokens: gridH * gridW / (k * k)}
-	b.clock.wait(done)
+	waitStep(done)
 	b.o.Meter.add(cost)
 	return nil
 }
@@ -168,12 +167,12 @@ func (b *Backend) Prefill(slotID int, ids []int32, wantProb bool) (int32, float3
 	}
 
 	cost := b.o.Costs.PrefillCost(PrefillLength(len(ids)))
-	done := b.clock.start(cost)
+	done := startStep(cost)
 	q := readInstruction(b.instruction(ids))
 	plan := append(b.o.Tokenizer.Encode(answerText(b.kept.hash, q)), b.o.EOS)
 	b.kept = nil // consumed, as on the chip
 	*s = slot{live: true, plan: plan, next: 1, last: plan[0], pos: len(ids)}
-	b.clock.wait(done)
+	waitStep(done)
 	b.o.Meter.prefill(cost)
 	var prob float32
 	if wantProb {
@@ -235,7 +234,7 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 		}
 	}
 	cost := b.o.Costs.StepCost(n)
-	done := b.clock.start(cost)
+	done := startStep(cost)
 	for i, id := range slots {
 		s := &b.slots[id]
 		tok := b.o.EOS // past the end of the plan (the host ignored EOS): more EOS
@@ -249,7 +248,7 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 			prob[i] = 1
 		}
 	}
-	b.clock.wait(done)
+	waitStep(done)
 	b.o.Meter.step(cost, n)
 	return nil
 }
@@ -283,27 +282,15 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// sleeper keeps the calling thread asleep until a step's modelled end. It sleeps, never
-// spins: the simulated device costs the host no CPU. The Go runtime's timers wake a
-// sleeper a little late (about a tenth of a millisecond, more on a loaded machine), so it
-// learns the lateness as it goes and wakes that much early, which keeps each step's wall
-// time equal to its cost on average rather than always a little over.
-type sleeper struct {
-	late time.Duration // running estimate of the wake-up lateness
-}
+// startStep returns when a step of the given cost, starting now, ends.
+func startStep(cost time.Duration) time.Time { return time.Now().Add(cost) }
 
-// start notes the time a step of the given cost started and returns when it ends.
-func (c *sleeper) start(cost time.Duration) time.Time { return time.Now().Add(cost) }
-
-// wait sleeps until the step's end (less the expected lateness).
-func (c *sleeper) wait(end time.Time) {
-	d := time.Until(end) - c.late
-	if d <= 0 {
-		return // the host-side work of the step took longer than the device would
+// waitStep keeps the calling thread asleep until a step's end: it sleeps, never spins, so
+// the simulated device costs the host no CPU. The host-side work of the step (hashing,
+// planning) runs before it, inside the step's time; when that work took longer than the
+// device would have, there is nothing left to wait.
+func waitStep(end time.Time) {
+	if d := time.Until(end); d > 0 {
+		sleepFor(d)
 	}
-	time.Sleep(d)
-	over := time.Since(end) // the lateness still left, after the allowance
-	// Move the allowance an eighth of the way towards the lateness seen, keeping it within
-	// a millisecond so that one long stall cannot make steps short for long.
-	c.late = min(max(c.late+over/8, 0), time.Millisecond)
 }
