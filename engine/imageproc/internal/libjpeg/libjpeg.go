@@ -1,12 +1,13 @@
 // Package libjpeg decodes JPEG through the system libjpeg-turbo (cgo, -ljpeg; Debian's
 // libjpeg62-turbo-dev), the library PIL decodes JPEG with, so that the pixels come out
 // identical to PIL's: the same IDCT (accurate integer, JDCT_ISLOW), the same fancy chroma
-// upsampling and the same fixed-point YCbCr -> RGB, done by the same code.
+// upsampling and the same fixed-point YCbCr -> RGB, done by the same code. Encode
+// compresses RGB or RGBX rows into a JFIF file with the same library (encode.c).
 //
 // libjpeg errors never end the process: its error_exit longjmps back into the C wrapper,
-// which frees the decoder and reports. Warnings about a premature end of the data are
-// errors too (ErrTruncated). Messages carry libjpeg's message template, never a value
-// read from the file.
+// which frees the decoder (or encoder) and reports. Warnings about a premature end of the
+// data are errors too when decoding (ErrTruncated). Messages carry libjpeg's message
+// template, never a value read from the file.
 package libjpeg
 
 /*
