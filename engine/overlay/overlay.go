@@ -1,6 +1,7 @@
 // Package overlay draws a prediction on the original image: one box per detection in a
 // colour chosen by its label, the label on a filled tag, a marker per point. It works on a
-// copy; the caller's image is never written. Encoder turns the result into PNG quickly.
+// copy; the caller's image is never written. Encoder turns the result into PNG quickly, or
+// into JPEG (Format, EncodeJPEG) where storage costs more than a lossless picture is worth.
 package overlay
 
 import (

@@ -253,12 +253,7 @@ func photo1080p(b *testing.B) *image.RGBA {
 // BenchmarkDrawEncode1080p: ten labelled boxes on a 1920x1080 photo, then PNG.
 func BenchmarkDrawEncode1080p(b *testing.B) {
 	img := photo1080p(b)
-	labels := []string{"dog", "bicycle", "truck", "person", "car"}
-	var dets []engine.Detection
-	for i := 0; i < 10; i++ {
-		x, y := float64(60+i*170), float64(80+i*80)
-		dets = append(dets, engine.Detection{Label: labels[i%len(labels)], Box: [4]float64{x, y, x + 300, y + 200}})
-	}
+	dets := tenBoxes()
 	enc := NewEncoder()
 	b.ReportAllocs()
 	cpu0 := processCPU()
