@@ -96,7 +96,7 @@ func TestRequestIsDeterministicAcrossResetAndEngines(t *testing.T) {
 	}
 }
 
-func TestPrefillRestartsFromPositionZero(t *testing.T) {
+func TestPrefillNeedsAFreeSlotAndStartsFromPositionZero(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.BF16}.write(t))
 	b := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 64})
@@ -109,7 +109,17 @@ func TestPrefillRestartsFromPositionZero(t *testing.T) {
 	if _, err := decode1(b, first); err != nil {
 		t.Fatal(err)
 	}
-	// Without Reset, a new prefill still starts at position 0.
+	// A live slot takes no new prompt; once released, the same prompt starts again from
+	// position 0.
+	if _, err := prefill1(b, ids); err == nil || !strings.Contains(err.Error(), "holds a live sequence") {
+		t.Fatalf("prefill into a live slot: %v, want an error", err)
+	}
+	if err := b.Release(0); err != nil {
+		t.Fatal(err)
+	}
+	if b.Logits(0) != nil {
+		t.Error("logits still exposed after release")
+	}
 	if _, err := prefill1(b, ids); err != nil {
 		t.Fatal(err)
 	}

@@ -283,6 +283,7 @@ static int alloc_state(la_engine *e, char *err, size_t errlen) {
     const size_t qd = (size_t)c->heads * (size_t)c->head_dim;
     const size_t kvd = (size_t)c->kv_heads * (size_t)c->head_dim;
     const size_t keys = P > S ? P : S;
+    const size_t B = (size_t)c->max_batch;
 
     s->max_patches = (int)P;
     s->vx = alloc_floats(P * Cv);
@@ -304,20 +305,23 @@ static int alloc_state(la_engine *e, char *err, size_t errlen) {
     s->hb2 = alloc_floats(S * (size_t)c->intermediate);
     s->rope_cos = alloc_floats(S * (size_t)c->head_dim / 2);
     s->rope_sin = alloc_floats(S * (size_t)c->head_dim / 2);
-    s->key_cache = alloc_floats((size_t)c->layers * S * kvd);
-    s->value_cache = alloc_floats((size_t)c->layers * S * kvd);
-    s->logits = alloc_floats((size_t)c->vocab);
+    /* Every slot's cache is allocated at open; calloc of this size maps zero pages that are
+     * only committed when a sequence reaches them. */
+    s->key_cache = alloc_floats(B * (size_t)c->layers * S * kvd);
+    s->value_cache = alloc_floats(B * (size_t)c->layers * S * kvd);
+    s->slots = calloc(B, sizeof *s->slots);
+    s->logits = alloc_floats(B * (size_t)c->vocab);
     s->wscratch_len = gemm_scratch_elems(e);
     s->wscratch = s->wscratch_len ? alloc_floats(s->wscratch_len) : NULL;
 
     if (!s->vx || !s->vxb || !s->vqkv || !s->vhb || !s->merged || !s->proj_hb || !s->scores ||
         !s->pos_cache || !s->vrope_cos || !s->vrope_sin || !s->img || !s->x || !s->xb || !s->q ||
         !s->att || !s->hb || !s->hb2 || !s->rope_cos || !s->rope_sin || !s->key_cache ||
-        !s->value_cache || !s->logits || (s->wscratch_len && !s->wscratch))
+        !s->value_cache || !s->slots || !s->logits || (s->wscratch_len && !s->wscratch))
         return la_errorf(err, errlen,
-                          "out of memory for the run state (max_seq_len %d: KV cache %zu MB, "
-                          "vision buffers for %zu patches)",
-                          c->max_seq_len, 2 * (size_t)c->layers * S * kvd * 4 >> 20, P);
+                          "out of memory for the run state (max_seq_len %d, max_batch %d: KV caches "
+                          "of %zu MB per slot, vision buffers for %zu patches)",
+                          c->max_seq_len, c->max_batch, 2 * (size_t)c->layers * S * kvd * 4 >> 20, P);
 
     /* Rotate-half RoPE for positions 0..S-1, computed as HF's Qwen2 does in float32:
      * inv_freq_i = 1 / theta^(2i/hd), angle = pos * inv_freq_i. */
@@ -341,6 +345,7 @@ static void free_state(cpu_state *s) {
                      s->value_cache, s->logits, s->wscratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
+    free(s->slots);
     memset(s, 0, sizeof *s);
 }
 
@@ -412,6 +417,7 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
         {"hidden", c->hidden}, {"layers", c->layers}, {"heads", c->heads},
         {"kv_heads", c->kv_heads}, {"head_dim", c->head_dim},
         {"intermediate", c->intermediate}, {"vocab", c->vocab}, {"max_seq_len", c->max_seq_len},
+        {"max_batch", c->max_batch},
     };
     for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
         if (positive[i].value <= 0)
@@ -433,6 +439,8 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
         return la_errorf(err, errlen, "config: norm eps and rope_theta must be positive");
     if (c->max_seq_len > (1 << 20))
         return la_errorf(err, errlen, "config: max_seq_len %d is unreasonably large", c->max_seq_len);
+    if (c->max_batch > 1024)
+        return la_errorf(err, errlen, "config: max_batch %d is unreasonably large", c->max_batch);
     if (c->threads < 0)
         return la_errorf(err, errlen, "config: threads %d is negative", c->threads);
     if (!c->tensors || c->n_tensors <= 0)
@@ -581,76 +589,51 @@ static int cpu_vision_op(la_engine *e, const float *patches, int grid_h, int gri
     return cpu_vision(e, patches, grid_h, grid_w, err, errlen);
 }
 
-/* token_prob is the softmax probability of token under logits[0..n). Accumulated in
- * double so the figure does not depend on the vocabulary's order of magnitude. */
-static float token_prob(const float *logits, int n, int32_t token) {
-    float mx = logits[0];
-    for (int i = 1; i < n; i++)
-        if (logits[i] > mx)
-            mx = logits[i];
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += exp((double)(logits[i] - mx));
-    return (float)(exp((double)(logits[token] - mx)) / sum);
-}
-
-/* TRANSITIONAL (ABI 2 shim): one slot, one row per decode call, until the batched
- * decode lands. */
 static int cpu_prefill_op(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
                           float *prob, char *err, size_t errlen) {
     if (!e)
         return la_errorf(err, errlen, "prefill: engine is closed");
-    if (slot != 0)
-        return la_errorf(err, errlen, "prefill: slot %d out of range 0..0", slot);
-    if (cpu_prefill(e, ids, n, first, err, errlen) != 0)
-        return 1;
-    if (prob)
-        *prob = token_prob(e->s.logits, e->cfg.vocab, *first);
-    return 0;
+    return cpu_prefill(e, slot, ids, n, first, prob, err, errlen);
 }
 
 static int cpu_decode_op(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
                          int32_t *next, float *prob, char *err, size_t errlen) {
     if (!e)
         return la_errorf(err, errlen, "decode: engine is closed");
-    if (n != 1 || slots[0] != 0)
-        return la_errorf(err, errlen, "decode: only slot 0, one row, in this build");
-    if (cpu_decode(e, tokens[0], next, err, errlen) != 0)
-        return 1;
-    if (prob)
-        *prob = token_prob(e->s.logits, e->cfg.vocab, next[0]);
-    return 0;
+    return cpu_decode(e, n, slots, tokens, next, prob, err, errlen);
 }
 
 static int cpu_release(la_engine *e, int slot, char *err, size_t errlen) {
     if (!e)
         return la_errorf(err, errlen, "release: engine is closed");
-    if (slot != 0)
-        return la_errorf(err, errlen, "release: slot %d out of range 0..0", slot);
-    e->s.pos = 0;
-    e->s.has_logits = 0;
+    if (slot < 0 || slot >= e->cfg.max_batch)
+        return la_errorf(err, errlen, "release: slot %d out of range 0..%d", slot, e->cfg.max_batch - 1);
+    /* The cache needs no clearing: attention only ever reads a slot's rows below pos. */
+    e->s.slots[slot].live = 0;
+    e->s.slots[slot].pos = 0;
+    e->s.logit_rows = 0;
     return 0;
 }
 
 static int cpu_reset(la_engine *e, char *err, size_t errlen) {
     if (!e)
         return la_errorf(err, errlen, "reset: engine is closed");
-    /* The cache needs no clearing: attention only ever reads positions below pos. */
-    e->s.pos = 0;
+    for (int i = 0; i < e->cfg.max_batch; i++)
+        e->s.slots[i] = (cpu_slot){0, 0};
     e->s.n_img = 0;
-    e->s.has_logits = 0;
+    e->s.logit_rows = 0;
     return 0;
 }
 
 static const float *cpu_logits(la_engine *e, int row, int *n) {
-    if (!e || !e->s.has_logits || row != 0) {
+    if (!e || row < 0 || row >= e->s.logit_rows) {
         if (n)
             *n = 0;
         return NULL;
     }
     if (n)
         *n = e->cfg.vocab;
-    return e->s.logits;
+    return e->s.logits + (size_t)row * e->cfg.vocab;
 }
 
 static const float *cpu_image_embeddings(la_engine *e, int *n_tokens, int *dim) {
@@ -673,11 +656,7 @@ static void cpu_close(la_engine *e) {
         return;
     cpu_pool_destroy(&e->pool);
     free_state(&e->s);
-    free(e->plan.layers);
-    float *plan_bufs[] = {e->plan.x, e->plan.xb, e->plan.q, e->plan.k, e->plan.v,
-                          e->plan.att, e->plan.hb, e->plan.hb2, e->plan.scores};
-    for (size_t i = 0; i < sizeof plan_bufs / sizeof plan_bufs[0]; i++)
-        free(plan_bufs[i]);
+    cpu_free_plan(&e->plan);
     free(e->w.blocks);
     free(e->w.layers);
     free(e->resident);

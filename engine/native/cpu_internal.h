@@ -3,8 +3,8 @@
  *
  * The layout follows llama2.c's run.c: a config (la_config, read as given), a weights
  * struct whose matrices point into the caller's mapped tensors, a run state with every
- * activation buffer and the KV cache allocated once at open, and one function per layer
- * part. Nothing here is global: an engine owns everything it uses, so two engines in one
+ * activation buffer and every slot's KV cache allocated once at open, and one function per
+ * layer part. Nothing here is global: an engine owns everything it uses, so two engines in one
  * process never share state.
  */
 #ifndef LA_CPU_INTERNAL_H
@@ -73,34 +73,55 @@ typedef struct {
     int rows, cols;
 } cpu_matrix;
 
-/* dot of one weight row (n elements of the matrix's dtype) with n floats. */
-typedef float (*cpu_dot_fn)(const void *row, const float *x, int n);
+/* A kernel "rows" computes y[c * ldy + r] = dot(weight row r, x + c * ldx) for r < rows
+ * and c < nx: rows weight rows of n elements (of the matrix's dtype) ldw elements apart,
+ * against nx float32 activation rows. Each weight row is loaded once and applied to all nx
+ * activation rows, and each dot product is summed the same way whatever nx is (see
+ * cpu_kernels.c), so batching never changes a result's bits. */
+typedef void (*cpu_rows_fn)(const void *w, size_t ldw, int rows, int n, const float *x,
+                            size_t ldx, int nx, float *y, size_t ldy);
+/* y[i] += a * x[i] for i < n. */
+typedef void (*cpu_axpy_fn)(float *y, float a, const float *x, int n);
+/* The sum of e^(x[i] - m) over i < n, for m >= every x[i], accumulated in double. */
+typedef double (*cpu_expsum_fn)(const float *x, int n, float m);
 
 /* The kernels picked once at open from the CPU's features. */
 typedef struct {
     const char *isa; /* "avx512", "avx2" or "generic" */
-    cpu_dot_fn dot[3]; /* indexed by la_dtype */
+    cpu_rows_fn rows[3]; /* indexed by la_dtype */
+    cpu_axpy_fn axpy;
+    cpu_expsum_fn expsum;
 } cpu_kernels;
 
 void cpu_kernels_select(cpu_kernels *k);
-/* cpu_dot_probe runs one dot product through the selected (or, with generic set, the plain
- * C) kernel and names the instruction set used; tests cross-check the two with it. */
-float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, int n,
-                    const char **isa);
 /* cpu_kernels_generic gives the plain C kernels (used by tests to cross-check). */
 void cpu_kernels_generic(cpu_kernels *k);
+/* Probes for tests, through the selected (or, with generic set, the plain C) kernels:
+ * cpu_dot_probe runs one dot product and names the instruction set used; cpu_rows_probe
+ * runs y[c * rows + r] = w[r] . x[c] for rows contiguous weight rows and nx contiguous
+ * activation rows of n elements; cpu_expsum_probe runs the kernel behind token
+ * probabilities. */
+float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, int n,
+                    const char **isa);
+void cpu_rows_probe(int generic, la_dtype t, const void *w, int rows, int n, const float *x,
+                    int nx, float *y);
+double cpu_expsum_probe(int generic, const float *x, int n, float m);
 
-/* One matrix-vector product y = W x (+ b), run on a slice of rows. */
+/* One batched matrix-vector product ("matmat"), y[c] = W x[c] (+ b) for the activation
+ * rows c < n of a decode step, x and y rows ldx and ldy floats apart. */
 typedef struct {
     const cpu_matrix *w;
     const float *bias; /* may be NULL */
     const float *x;
+    size_t ldx;
     float *y;
-} cpu_matvec;
+    size_t ldy;
+} cpu_matmat;
 
-/* Runs up to 4 independent matrix-vector products in one pool dispatch, each thread taking
- * the same share of every product's rows (one wake-up instead of several). */
-void cpu_matvec_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matvec *mv, int n);
+/* Runs count independent products (up to 4) for n activation rows in one pool dispatch,
+ * each thread taking the same share of every product's weight rows (one wake-up instead
+ * of several, and every weight row read once for all n rows). */
+void cpu_matmat_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matmat *mm, int count, int n);
 
 /* Dense helpers on float32 rows. */
 void cpu_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
@@ -143,7 +164,15 @@ typedef struct {
     cpu_matrix lm_head; /* lm_head, or embed when tied */
 } cpu_weights;
 
-/* Activations and the KV cache, every buffer sized from max_seq_len at open. */
+/* One sequence slot: its KV cache rows are written by prefill and decode; attention only
+ * ever reads rows below pos, so a released slot's cache needs no clearing. */
+typedef struct {
+    int live; /* prefilled and not released since */
+    int pos;  /* tokens in the cache: the next position to write */
+} cpu_slot;
+
+/* Activations and the KV caches, every buffer sized from max_seq_len and max_batch at
+ * open. */
 typedef struct {
     /* vision, for up to max_patches patches */
     int max_patches;
@@ -158,11 +187,11 @@ typedef struct {
     int pos_cache_h, pos_cache_w;
     float *vrope_cos, *vrope_sin; /* [P, head_dim/2] for the current grid */
 
-    /* kept image embeddings [n_img, hidden] */
+    /* image embeddings [n_img, hidden] kept by vision for the next prefill */
     float *img;
     int n_img;
 
-    /* decoder prefill, for up to max_seq_len tokens */
+    /* decoder prefill, for up to max_seq_len tokens of one prompt (any slot) */
     float *x;    /* [S, D] residual */
     float *xb;   /* [S, D] normed */
     float *q;    /* [S, H*hd] */
@@ -171,32 +200,37 @@ typedef struct {
     float *hb2;  /* [S, I] up */
     float *rope_cos, *rope_sin; /* [S, hd/2], positions 0..S-1 */
 
-    /* KV cache [layers][max_seq_len][kv_heads*hd] */
+    /* KV caches [max_batch][layers][max_seq_len][kv_heads*hd], one block per slot */
     float *key_cache, *value_cache;
-    int pos; /* next position to write */
+    cpu_slot *slots; /* [max_batch] */
 
-    float *logits; /* [vocab] */
-    int has_logits;
+    float *logits;   /* [max_batch][vocab]: row i of the last prefill or decode call */
+    int logit_rows;  /* rows of it that call wrote (0 after release, reset or a failure) */
 
     /* bf16/f16 GEMM weights are widened here, one block of rows at a time, for cblas_sgemm */
     float *wscratch;
     size_t wscratch_len;
 } cpu_state;
 
-/* The decode step, planned once at open: every matrix-vector product with its input,
- * output and bias fixed, replayed per token. */
+/* The decode step, planned once at open: every batched matrix-vector product with its
+ * input, output and bias fixed, replayed per step for however many rows the step has. */
 typedef struct {
-    cpu_matvec qkv[3];
-    cpu_matvec o[1];
-    cpu_matvec gate_up[2];
-    cpu_matvec down[1];
+    cpu_matmat qkv[3];
+    cpu_matmat o[1];
+    cpu_matmat gate_up[2];
+    cpu_matmat down[1];
 } cpu_decode_layer;
 
 typedef struct {
     cpu_decode_layer *layers;
-    cpu_matvec lm_head;
-    /* single-token buffers */
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *scores;
+    cpu_matmat lm_head; /* from xb into the logits rows */
+    /* [max_batch, width] buffers: row i belongs to the step's i-th sequence */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+    float *scores; /* [max_batch, heads, max_seq_len] */
+    /* the token picker's per-thread partial results, [threads][max_batch] */
+    float *part_max;
+    int32_t *part_idx;
+    double *part_sum;
 } cpu_decode_plan;
 
 struct la_engine {
@@ -221,10 +255,12 @@ struct la_engine {
 int cpu_vision(la_engine *e, const float *patches, int grid_h, int grid_w, char *err,
                size_t errlen);
 /* Decoder (cpu_text.c). */
-int cpu_prefill(la_engine *e, const int32_t *ids, int n, int32_t *first, char *err,
-                size_t errlen);
-int cpu_decode(la_engine *e, int32_t token, int32_t *next, char *err, size_t errlen);
+int cpu_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first, float *prob,
+                char *err, size_t errlen);
+int cpu_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens, int32_t *next,
+               float *prob, char *err, size_t errlen);
 int cpu_plan_decode(la_engine *e, char *err, size_t errlen);
+void cpu_free_plan(cpu_decode_plan *p);
 
 /* cpu_gemm_wt computes y[n, w.rows] = x[n, w.cols] W^T (+ bias per column), widening a
  * bf16/f16 W into the engine's scratch first (cblas_sgemm wants float32). */

@@ -1,12 +1,14 @@
 /*
- * cpu_kernels.c - element conversion, the vectorised dot products behind every decode
- * matrix-vector product, and the small dense helpers (norms, activations, softmax).
+ * cpu_kernels.c - element conversion, the vectorised batched matrix-vector products behind
+ * every decode step, the token-probability sum, and the small dense helpers (norms,
+ * activations, softmax).
  *
- * Decode reads every weight once per token, so it is bound by memory bandwidth: the dot
- * kernels stream the checkpoint's own bf16/f16/f32 rows straight from the mapping and
- * widen them to float32 in registers (bf16 -> f32 is a 16-bit shift). They accumulate in
- * float32 with FMA. AVX512_BF16's dot instruction is deliberately not used: it would round
- * the activations to bf16 too, and the backend must match the float32 reference.
+ * Decode reads every weight once per step, so at small batches it is bound by memory
+ * bandwidth: the kernels stream the checkpoint's own bf16/f16/f32 rows (from the resident
+ * copy or the mapping) and widen them to float32 in registers (bf16 -> f32 is a 16-bit
+ * shift), then apply each widened vector to every sequence of the step. They accumulate
+ * in float32 with FMA. AVX512_BF16's dot instruction is deliberately not used: it would
+ * round the activations to bf16 too, and the backend must match the float32 reference.
  *
  * The instruction set is chosen at run time (__builtin_cpu_supports) and each kernel
  * carries its own target attribute, so one binary built for x86-64-v2 runs everywhere and
@@ -90,191 +92,361 @@ void cpu_to_f32(la_dtype t, const void *src, float *dst, size_t n) {
     }
 }
 
-/* ---- dot products: plain C ---------------------------------------------------------- */
+/* ---- batched matrix-vector products ------------------------------------------------
+ *
+ * Every decode product is y[c] = W x[c] for the c < nx sequences of one step: nx = 1 for a
+ * sequence decoded alone, up to max_batch in a batch. Decode is bound by reading W, so a
+ * batch should read each weight row from memory once and apply it to every sequence.
+ *
+ * Batching must never change a sequence's numbers. So each (weight row, sequence) dot
+ * product has one fixed recipe, whatever else is computed next to it: a single float32
+ * vector accumulator fed one fused multiply-add per vector width of elements in order,
+ * the last partial vector masked (AVX-512) or added element by element after the lanes
+ * are summed (AVX2, plain C). The kernels compute tiles of R weight rows x C sequences
+ * (R x C accumulators live in registers): a weight vector is loaded and widened once per
+ * tile and used C times, an activation vector loaded once and used R times. The tile
+ * shape only decides which independent dot products run side by side, never how any one
+ * of them is summed, so a batch of one and a batch of sixteen give the same bits for the
+ * same sequence. The batch-1 product is simply the nx = 1 case.
+ *
+ * A tile's R weight rows (R x cols elements, 16 KB for 4 rows of 2048 bf16) stay in L1/L2
+ * while the kernel walks the groups of C sequences, so DRAM sees each weight row once. */
 
-static float dot_f32_generic(const void *row, const float *x, int n) {
-    const float *w = row;
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += w[i] * x[i];
-        s1 += w[i + 1] * x[i + 1];
-        s2 += w[i + 2] * x[i + 2];
-        s3 += w[i + 3] * x[i + 3];
+enum {
+    TILE_R = 4,        /* weight rows per tile (single rows only at the end of a range) */
+    TILE_C_LIMIT = 4,  /* the most sequences per tile that TILE_WALK instantiates */
+    TILE_C_AVX512 = 4, /* 16 zmm accumulators + 4 weights + 1 activation of 32 registers */
+    TILE_C_AVX2 = 2,   /* 8 ymm accumulators + 4 weights + 1 activation of 16 registers */
+    TILE_C_PLAIN = 4,
+};
+
+/* ---- plain C ---------------------------------------------------------------------- */
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE float load1_plain(const void *w, la_dtype t, size_t i) {
+    switch (t) {
+    case LA_DTYPE_BF16:
+        return cpu_bf16_to_f32(((const uint16_t *)w)[i]);
+    case LA_DTYPE_F16:
+        return cpu_f16_to_f32(((const uint16_t *)w)[i]);
+    default:
+        return ((const float *)w)[i];
     }
-    for (; i < n; i++)
-        s0 += w[i] * x[i];
-    return (s0 + s1) + (s2 + s3);
 }
 
-static float dot_bf16_generic(const void *row, const float *x, int n) {
-    const uint16_t *w = row;
-    float s0 = 0, s1 = 0;
-    int i = 0;
-    for (; i + 2 <= n; i += 2) {
-        s0 += cpu_bf16_to_f32(w[i]) * x[i];
-        s1 += cpu_bf16_to_f32(w[i + 1]) * x[i + 1];
+/* tile_plain: s = 0; s += w[i] * x[i] for i in order (a multiply then an add: the
+ * package is built without FMA contraction). R and C are constants after inlining. */
+static ALWAYS_INLINE void tile_plain(la_dtype t, const void *w, size_t ldw, int n, const float *x,
+                                     size_t ldx, float *y, size_t ldy, const int R, const int C) {
+    float acc[TILE_R][TILE_C_LIMIT];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            acc[r][c] = 0;
+    for (int i = 0; i < n; i++) {
+        float wv[TILE_R];
+        for (int r = 0; r < R; r++)
+            wv[r] = load1_plain(w, t, (size_t)r * ldw + (size_t)i);
+        for (int c = 0; c < C; c++) {
+            const float xv = x[(size_t)c * ldx + (size_t)i];
+            for (int r = 0; r < R; r++)
+                acc[r][c] += wv[r] * xv;
+        }
     }
-    for (; i < n; i++)
-        s0 += cpu_bf16_to_f32(w[i]) * x[i];
-    return s0 + s1;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            y[(size_t)c * ldy + (size_t)r] = acc[r][c];
 }
 
-static float dot_f16_generic(const void *row, const float *x, int n) {
-    const uint16_t *w = row;
-    float s = 0;
+/* The tile walk, shared by every instruction set: rows in tiles of TILE_R (single rows
+ * for the remainder), sequences in groups of up to CMAX, each (R, C) pair a constant so
+ * the tile's loops unroll into straight register code. */
+#define TILE_WALK(TILE, CMAX, t, w, ldw, rows, n, x, ldx, nx, y, ldy)                            \
+    do {                                                                                       \
+        const size_t es_ = cpu_dtype_size(t);                                                  \
+        for (int r_ = 0; r_ < (rows);) {                                                       \
+            const int R_ = (rows) - r_ >= TILE_R ? TILE_R : 1;                                 \
+            const void *wr_ = (const char *)(w) + (size_t)r_ * (ldw) * es_;                    \
+            for (int c_ = 0; c_ < (nx); c_ += (CMAX)) {                                        \
+                const int C_ = (nx) - c_ < (CMAX) ? (nx) - c_ : (CMAX);                        \
+                const float *xc_ = (x) + (size_t)c_ * (ldx);                                   \
+                float *yc_ = (y) + (size_t)c_ * (ldy) + (size_t)r_;                            \
+                switch (R_ * 16 + C_) {                                                        \
+                case TILE_R * 16 + 1: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, TILE_R, 1); break; \
+                case TILE_R * 16 + 2: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, TILE_R, 2); break; \
+                case TILE_R * 16 + 3: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, TILE_R, 3); break; \
+                case TILE_R * 16 + 4: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, TILE_R, 4); break; \
+                case 1 * 16 + 1: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 1); break;         \
+                case 1 * 16 + 2: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 2); break;         \
+                case 1 * 16 + 3: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 3); break;         \
+                case 1 * 16 + 4: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 4); break;         \
+                }                                                                              \
+            }                                                                                  \
+            r_ += R_;                                                                          \
+        }                                                                                      \
+    } while (0)
+
+_Static_assert(TILE_C_LIMIT == 4 && TILE_C_AVX512 <= TILE_C_LIMIT && TILE_C_AVX2 <= TILE_C_LIMIT &&
+                   TILE_C_PLAIN <= TILE_C_LIMIT,
+               "TILE_WALK instantiates tiles of 1 to 4 sequences");
+
+#define ROWS_FN(NAME, TILE, CMAX, DTYPE, ATTR)                                                 \
+    ATTR static void NAME(const void *w, size_t ldw, int rows, int n, const float *x,          \
+                          size_t ldx, int nx, float *y, size_t ldy) {                          \
+        TILE_WALK(TILE, CMAX, DTYPE, w, ldw, rows, n, x, ldx, nx, y, ldy);                     \
+    }
+
+ROWS_FN(rows_f32_plain, tile_plain, TILE_C_PLAIN, LA_DTYPE_F32, )
+ROWS_FN(rows_f16_plain, tile_plain, TILE_C_PLAIN, LA_DTYPE_F16, )
+ROWS_FN(rows_bf16_plain, tile_plain, TILE_C_PLAIN, LA_DTYPE_BF16, )
+
+static void axpy_plain(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++)
-        s += cpu_f16_to_f32(w[i]) * x[i];
+        y[i] += a * x[i];
+}
+
+static double expsum_plain(const float *x, int n, float m) {
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += exp((double)(x[i] - m));
     return s;
 }
 
 #ifdef LA_X86
-/* ---- dot products: AVX-512 ---------------------------------------------------------- */
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
+/* ---- AVX-512 ---------------------------------------------------------------------- */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
 
-AVX512 static inline __m512 bf16x16_to_f32(__m256i h) {
+AVX512 static ALWAYS_INLINE __m512 bf16x16_to_f32(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-AVX512 static float dot_bf16_avx512(const void *row, const float *x, int n) {
-    const uint16_t *w = row;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_fmadd_ps(bf16x16_to_f32(_mm256_loadu_si256((const __m256i *)(w + i))),
-                             _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(bf16x16_to_f32(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
-                             _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(bf16x16_to_f32(_mm256_loadu_si256((const __m256i *)(w + i + 32))),
-                             _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(bf16x16_to_f32(_mm256_loadu_si256((const __m256i *)(w + i + 48))),
-                             _mm512_loadu_ps(x + i + 48), a3);
+/* load16_avx512 widens 16 weights at element i to float32. */
+AVX512 static ALWAYS_INLINE __m512 load16_avx512(la_dtype t, const void *w, size_t i) {
+    switch (t) {
+    case LA_DTYPE_BF16:
+        return bf16x16_to_f32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+    case LA_DTYPE_F16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+    default:
+        return _mm512_loadu_ps((const float *)w + i);
     }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(bf16x16_to_f32(_mm256_loadu_si256((const __m256i *)(w + i))),
-                             _mm512_loadu_ps(x + i), a0);
-    if (i < n) { /* masked tail: lanes past n load as zero */
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        a1 = _mm512_fmadd_ps(bf16x16_to_f32(_mm256_maskz_loadu_epi16(m, w + i)),
-                             _mm512_maskz_loadu_ps(m, x + i), a1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-AVX512 static float dot_f16_avx512(const void *row, const float *x, int n) {
-    const uint16_t *w = row;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))),
-                             _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))),
-                             _mm512_loadu_ps(x + i + 16), a1);
+/* load16_masked_avx512 is load16_avx512 for the last partial vector: lanes outside m
+ * read nothing and hold zero. */
+AVX512 static ALWAYS_INLINE __m512 load16_masked_avx512(la_dtype t, const void *w, size_t i,
+                                                        __mmask16 m) {
+    switch (t) {
+    case LA_DTYPE_BF16:
+        return bf16x16_to_f32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i));
+    case LA_DTYPE_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i));
+    default:
+        return _mm512_maskz_loadu_ps(m, (const float *)w + i);
     }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))),
-                             _mm512_loadu_ps(x + i), a0);
+}
+
+AVX512 static ALWAYS_INLINE void tile_avx512(la_dtype t, const void *w, size_t ldw, int n,
+                                             const float *x, size_t ldx, float *y, size_t ldy,
+                                             const int R, const int C) {
+    __m512 acc[TILE_R][TILE_C_LIMIT];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wv[TILE_R];
+        for (int r = 0; r < R; r++)
+            wv[r] = load16_avx512(t, w, (size_t)r * ldw + (size_t)i);
+        for (int c = 0; c < C; c++) {
+            const __m512 xv = _mm512_loadu_ps(x + (size_t)c * ldx + (size_t)i);
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
+        }
+    }
     if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i)),
-                             _mm512_maskz_loadu_ps(m, x + i), a1);
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 wv[TILE_R];
+        for (int r = 0; r < R; r++)
+            wv[r] = load16_masked_avx512(t, w, (size_t)r * ldw + (size_t)i, m);
+        for (int c = 0; c < C; c++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)c * ldx + (size_t)i);
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
+        }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            y[(size_t)c * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-AVX512 static float dot_f32_avx512(const void *row, const float *x, int n) {
-    const float *w = row;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+ROWS_FN(rows_f32_avx512, tile_avx512, TILE_C_AVX512, LA_DTYPE_F32, AVX512)
+ROWS_FN(rows_f16_avx512, tile_avx512, TILE_C_AVX512, LA_DTYPE_F16, AVX512)
+ROWS_FN(rows_bf16_avx512, tile_avx512, TILE_C_AVX512, LA_DTYPE_BF16, AVX512)
+
+AVX512 static void axpy_avx512(float *y, float a, const float *x, int n) {
+    const __m512 av = _mm512_set1_ps(a);
     int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-    }
     for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
     if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a1);
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i),
+                                                        _mm512_maskz_loadu_ps(m, y + i)));
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-/* ---- dot products: AVX2 + FMA + F16C ------------------------------------------------ */
+/* exp16_avx512 is e^x for x <= 0 (Cephes' expf: x = k ln2 + r, |r| <= ln2/2, a degree-7
+ * polynomial for e^r, then scaled by 2^k; within 2 ulp). Inputs below -87 give e^-87,
+ * which is as good as zero next to the largest term of a softmax sum (1). */
+AVX512 static ALWAYS_INLINE __m512 exp16_avx512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, k);
+}
+
+/* expsum_avx512 sums e^(x[i] - m) in double (each 16 floats widened to two 8-double
+ * halves), so the sum of 150k terms loses nothing to float rounding. */
+AVX512 static double expsum_avx512(const float *x, int n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    if (i < n) {
+        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);
+        /* masked-off lanes are e^(m - m) = 1 before the mask zeroes them */
+        const __m512 e = _mm512_maskz_mov_ps(mk, exp16_avx512(_mm512_sub_ps(
+                                                     _mm512_mask_loadu_ps(mv, mk, x + i), mv)));
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+}
+
+/* ---- AVX2 + FMA + F16C ------------------------------------------------------------ */
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-AVX2 static inline float hsum256(__m256 v) {
+AVX2 static ALWAYS_INLINE float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
 
-AVX2 static inline __m256 bf16x8_to_f32(const uint16_t *p) {
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+/* load8_avx2 widens 8 weights at element i to float32. */
+AVX2 static ALWAYS_INLINE __m256 load8_avx2(la_dtype t, const void *w, size_t i) {
+    switch (t) {
+    case LA_DTYPE_BF16: {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case LA_DTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+    default:
+        return _mm256_loadu_ps((const float *)w + i);
+    }
 }
 
-AVX2 static float dot_bf16_avx2(const void *row, const float *x, int n) {
-    const uint16_t *w = row;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+/* tile_avx2: one 8-lane accumulator per dot product; the last n % 8 elements are added
+ * one by one after the lanes are summed. */
+AVX2 static ALWAYS_INLINE void tile_avx2(la_dtype t, const void *w, size_t ldw, int n,
+                                         const float *x, size_t ldx, float *y, size_t ldy,
+                                         const int R, const int C) {
+    __m256 acc[TILE_R][TILE_C_LIMIT];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(bf16x8_to_f32(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(bf16x8_to_f32(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(bf16x8_to_f32(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(bf16x8_to_f32(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv[TILE_R];
+        for (int r = 0; r < R; r++)
+            wv[r] = load8_avx2(t, w, (size_t)r * ldw + (size_t)i);
+        for (int c = 0; c < C; c++) {
+            const __m256 xv = _mm256_loadu_ps(x + (size_t)c * ldx + (size_t)i);
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+        }
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(bf16x8_to_f32(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++)
-        s += cpu_bf16_to_f32(w[i]) * x[i];
-    return s;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float s = hsum256(acc[r][c]);
+            for (int j = i; j < n; j++)
+                s += load1_plain(w, t, (size_t)r * ldw + (size_t)j) * x[(size_t)c * ldx + (size_t)j];
+            y[(size_t)c * ldy + (size_t)r] = s;
+        }
 }
 
-AVX2 static float dot_f16_avx2(const void *row, const float *x, int n) {
-    const uint16_t *w = row;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+ROWS_FN(rows_f32_avx2, tile_avx2, TILE_C_AVX2, LA_DTYPE_F32, AVX2)
+ROWS_FN(rows_f16_avx2, tile_avx2, TILE_C_AVX2, LA_DTYPE_F16, AVX2)
+ROWS_FN(rows_bf16_avx2, tile_avx2, TILE_C_AVX2, LA_DTYPE_BF16, AVX2)
+
+AVX2 static void axpy_avx2(float *y, float a, const float *x, int n) {
+    const __m256 av = _mm256_set1_ps(a);
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))),
-                             _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))),
-                             _mm256_loadu_ps(x + i + 8), a1);
-    }
     for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))),
-                             _mm256_loadu_ps(x + i), a0);
-    float s = hsum256(_mm256_add_ps(a0, a1));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++)
-        s += cpu_f16_to_f32(w[i]) * x[i];
-    return s;
+        y[i] += a * x[i];
 }
 
-AVX2 static float dot_f32_avx2(const void *row, const float *x, int n) {
-    const float *w = row;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+/* exp8_avx2 is exp16_avx512 on 8 lanes, scaling by 2^k through the exponent bits (k is
+ * at least -126 for x >= -87, a normal number). */
+AVX2 static ALWAYS_INLINE __m256 exp8_avx2(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2 static double expsum_avx2(const float *x, int n, float m) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = hsum256(_mm256_add_ps(a0, a1));
+    __m256d s = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    double total = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
     for (; i < n; i++)
-        s += w[i] * x[i];
-    return s;
+        total += exp((double)(x[i] - m));
+    return total;
 }
 #endif /* LA_X86 */
 
 void cpu_kernels_generic(cpu_kernels *k) {
     k->isa = "generic";
-    k->dot[LA_DTYPE_F32] = dot_f32_generic;
-    k->dot[LA_DTYPE_F16] = dot_f16_generic;
-    k->dot[LA_DTYPE_BF16] = dot_bf16_generic;
+    k->rows[LA_DTYPE_F32] = rows_f32_plain;
+    k->rows[LA_DTYPE_F16] = rows_f16_plain;
+    k->rows[LA_DTYPE_BF16] = rows_bf16_plain;
+    k->axpy = axpy_plain;
+    k->expsum = expsum_plain;
 }
 
 void cpu_kernels_select(cpu_kernels *k) {
@@ -282,16 +454,22 @@ void cpu_kernels_select(cpu_kernels *k) {
 #ifdef LA_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         k->isa = "avx512";
-        k->dot[LA_DTYPE_F32] = dot_f32_avx512;
-        k->dot[LA_DTYPE_F16] = dot_f16_avx512;
-        k->dot[LA_DTYPE_BF16] = dot_bf16_avx512;
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        k->rows[LA_DTYPE_F32] = rows_f32_avx512;
+        k->rows[LA_DTYPE_F16] = rows_f16_avx512;
+        k->rows[LA_DTYPE_BF16] = rows_bf16_avx512;
+        k->axpy = axpy_avx512;
+        k->expsum = expsum_avx512;
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c")) {
         k->isa = "avx2";
-        k->dot[LA_DTYPE_F32] = dot_f32_avx2;
-        k->dot[LA_DTYPE_F16] = dot_f16_avx2;
-        k->dot[LA_DTYPE_BF16] = dot_bf16_avx2;
+        k->rows[LA_DTYPE_F32] = rows_f32_avx2;
+        k->rows[LA_DTYPE_F16] = rows_f16_avx2;
+        k->rows[LA_DTYPE_BF16] = rows_bf16_avx2;
+        k->axpy = axpy_avx2;
+        k->expsum = expsum_avx2;
     }
 #endif
 }
@@ -305,37 +483,64 @@ float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, in
         cpu_kernels_select(&k);
     if (isa)
         *isa = k.isa;
-    return k.dot[t](row, x, n);
+    float y;
+    k.rows[t](row, (size_t)n, 1, n, x, (size_t)n, 1, &y, 1);
+    return y;
 }
 
-/* ---- matrix-vector products on the pool --------------------------------------------- */
+void cpu_rows_probe(int generic, la_dtype t, const void *w, int rows, int n, const float *x,
+                    int nx, float *y) {
+    cpu_kernels k;
+    if (generic)
+        cpu_kernels_generic(&k);
+    else
+        cpu_kernels_select(&k);
+    k.rows[t](w, (size_t)n, rows, n, x, (size_t)n, nx, y, (size_t)rows);
+}
+
+double cpu_expsum_probe(int generic, const float *x, int n, float m) {
+    cpu_kernels k;
+    if (generic)
+        cpu_kernels_generic(&k);
+    else
+        cpu_kernels_select(&k);
+    return k.expsum(x, n, m);
+}
+
+/* ---- batched matrix-vector products on the pool ------------------------------------- */
 
 typedef struct {
     const cpu_kernels *k;
-    const cpu_matvec *mv;
-    int n;
-} matvec_task;
+    const cpu_matmat *mm;
+    int count, n;
+} matmat_task;
 
-static void matvec_slice(void *arg, int thread, int nthreads) {
-    const matvec_task *t = arg;
-    for (int j = 0; j < t->n; j++) {
-        const cpu_matvec *mv = &t->mv[j];
-        const cpu_matrix *w = mv->w;
-        int r0 = (int)((int64_t)w->rows * thread / nthreads);
-        int r1 = (int)((int64_t)w->rows * (thread + 1) / nthreads);
-        size_t stride = (size_t)w->cols * cpu_dtype_size(w->dtype);
-        cpu_dot_fn dot = t->k->dot[w->dtype];
-        const char *base = w->data;
-        for (int r = r0; r < r1; r++) {
-            float y = dot(base + (size_t)r * stride, mv->x, w->cols);
-            mv->y[r] = mv->bias ? y + mv->bias[r] : y;
-        }
+/* matmat_slice gives each thread the same share of every product's weight rows, for all
+ * n sequences: the weights are read once per step whatever the batch. */
+static void matmat_slice(void *arg, int thread, int nthreads) {
+    const matmat_task *t = arg;
+    for (int j = 0; j < t->count; j++) {
+        const cpu_matmat *mm = &t->mm[j];
+        const cpu_matrix *w = mm->w;
+        const int r0 = (int)((int64_t)w->rows * thread / nthreads);
+        const int r1 = (int)((int64_t)w->rows * (thread + 1) / nthreads);
+        if (r0 == r1)
+            continue;
+        const size_t stride = (size_t)w->cols * cpu_dtype_size(w->dtype);
+        t->k->rows[w->dtype]((const char *)w->data + (size_t)r0 * stride, (size_t)w->cols, r1 - r0,
+                             w->cols, mm->x, mm->ldx, t->n, mm->y + r0, mm->ldy);
+        if (mm->bias)
+            for (int c = 0; c < t->n; c++) {
+                float *y = mm->y + (size_t)c * mm->ldy;
+                for (int r = r0; r < r1; r++)
+                    y[r] += mm->bias[r];
+            }
     }
 }
 
-void cpu_matvec_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matvec *mv, int n) {
-    matvec_task t = {k, mv, n};
-    cpu_pool_run(pool, matvec_slice, &t);
+void cpu_matmat_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matmat *mm, int count, int n) {
+    matmat_task t = {k, mm, count, n};
+    cpu_pool_run(pool, matmat_slice, &t);
 }
 
 /* ---- dense helpers ------------------------------------------------------------------ */

@@ -36,8 +36,8 @@ int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats,
         /* mats distinct matrices back to back, as decode walks its layers */
         for (int m = 0; m < mats; m++) {
             cpu_matrix mat = {(const char *)w + (size_t)m * bytes, dtype, rows, cols};
-            cpu_matvec mv = {&mat, NULL, x, y};
-            cpu_matvec_run(&pool, &k, &mv, 1);
+            cpu_matmat mm = {&mat, NULL, x, (size_t)cols, y, (size_t)rows};
+            cpu_matmat_run(&pool, &k, &mm, 1, 1);
         }
         double dt = now_seconds() - t0;
         if (dt < best)

@@ -36,3 +36,27 @@ func bicubicProbe(in []float32, ih, iw, c, oh, ow int) []float32 {
 		(*C.float)(unsafe.SliceData(out)), C.int(oh), C.int(ow))
 	return out
 }
+
+// rowsProbe runs the batched matrix-vector kernel once: y[c*rows+r] = w[r] . x[c] for
+// rows contiguous weight rows (raw little-endian elements of dtype) and len(x)/n
+// activation rows of n floats, through the selected or (generic) the plain C kernels.
+func rowsProbe(generic bool, dtype checkpoint.DType, w []byte, rows, n int, x []float32) []float32 {
+	g := C.int(0)
+	if generic {
+		g = 1
+	}
+	nx := len(x) / n
+	y := make([]float32, rows*nx)
+	C.cpu_rows_probe(g, C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(w)), C.int(rows), C.int(n),
+		(*C.float)(unsafe.SliceData(x)), C.int(nx), (*C.float)(unsafe.SliceData(y)))
+	return y
+}
+
+// expsumProbe is the token-probability kernel: the sum of e^(x[i] - m) in double.
+func expsumProbe(generic bool, x []float32, m float32) float64 {
+	g := C.int(0)
+	if generic {
+		g = 1
+	}
+	return float64(C.cpu_expsum_probe(g, (*C.float)(unsafe.SliceData(x)), C.int(len(x)), C.float(m)))
+}
