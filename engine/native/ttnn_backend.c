@@ -3,21 +3,37 @@
  * calling a Python adapter module through an embedded CPython.
  *
  * The adapter (engine/ttnn: la_ttnn_adapter drives TT-NN on a Blackhole chip,
- * la_ttnn_standin runs the same architecture in numpy) is a module with these functions:
+ * la_ttnn_standin runs the same architecture in numpy) is a module with these functions,
+ * the batched protocol of ABI 2:
  *
  *   open(config: dict) -> handle
+ *        the dimensions of la_config under their config.json names, max_seq_len, max_batch,
+ *        threads, weights_dir, llm_dir and options (the raw option lines)
  *   vision(handle, patches: bytes, grid_h: int, grid_w: int) -> None
- *        patches: float32 little-endian, [grid_h*grid_w, 3, patch, patch]
- *   prefill(handle, ids: list[int]) -> int          greedy first token
- *   decode(handle, token: int) -> int               greedy next token
- *   reset(handle) -> None
+ *        patches: float32 little-endian, [grid_h*grid_w, 3, patch, patch]; keeps the image
+ *        embeddings for the next prefill, whatever slot it uses
+ *   prefill(handle, slot: int, ids: list[int], want_prob: bool) -> (token, prob)
+ *        runs ids from position 0 in the free slot; token: the greedy first token; prob:
+ *        its softmax probability, or None when want_prob is False
+ *   decode(handle, slots: list[int], tokens: list[int], want_prob: bool) -> (next, probs)
+ *        one step for distinct live slots: tokens[i] is appended to slots[i] and next[i] is
+ *        its greedy next token; probs: a list like next, or None when want_prob is False
+ *   release(handle, slot: int) -> None        frees the slot (a free one too)
+ *   reset(handle) -> None                     frees every slot, forgets the image
  *   close(handle) -> None
- *   logits(handle) -> bytes                         optional: last step, vocab float32
- *   image_embeddings(handle) -> (bytes, n, dim)     optional: kept embeddings, float32
+ *   logits(handle, row: int) -> bytes | None  optional: row of the last prefill (0) or
+ *                                             decode (i = slots[i]), vocab float32
+ *   image_embeddings(handle) -> (bytes, n, dim) | None   optional: the kept embeddings
+ *
+ * The bridge keeps the slot rules of la_backend.h itself (which slots are live and how
+ * many positions each holds), so an adapter only ever sees calls that keep them: a prefill
+ * into a free slot, a decode of distinct live slots with room left in their caches. It
+ * checks every result before writing anything (a token inside the vocabulary, one per
+ * row, probabilities finite and in [0, 1]), so a failed call leaves the caller's outputs
+ * untouched. A Python exception becomes the call's error string, never an abort.
  *
  * Every call takes the GIL (PyGILState_Ensure) and gives it back before returning, so the
  * Go side may call from its one locked OS thread and two engines may live in one process.
- * A Python exception becomes the call's error string, never an abort.
  *
  * Settings come only from la_config.options, "key=value" lines the Go worker builds from
  * its configuration; this file reads no environment variable and has no defaults of its
@@ -31,6 +47,7 @@
  * The adapter gets the whole options text as config["options"] and reads its own keys
  * (canon_grid, precision, trace, ...) from there.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +60,7 @@
 
 /* The adapter's functions, looked up once at open. */
 typedef struct {
-    PyObject *vision, *prefill, *decode, *reset, *close;
+    PyObject *vision, *prefill, *decode, *release, *reset, *close;
     PyObject *logits;           /* NULL when the adapter has none */
     PyObject *image_embeddings; /* NULL when the adapter has none */
 } adapter_fns;
@@ -56,6 +73,17 @@ struct la_engine {
 
     int vocab;
     int patch_floats; /* 3 * patch * patch */
+    int max_batch, max_seq_len;
+
+    /* The slot rules, kept here so every adapter sees the same calls: live[s] when slot s
+     * holds a sequence, used[s] the positions it holds (prompt and decoded tokens). */
+    unsigned char *live;
+    int *used;
+    int rows; /* rows of the last successful prefill (1) or decode (n); 0 after reset */
+
+    /* A decode's results, checked here before any is copied to the caller. */
+    int32_t *next;
+    float *prob;
 
     /* Copies of the adapter's inspection results, valid until the next call. */
     float *logits;
@@ -139,6 +167,20 @@ static void set_str(const la_python *py, PyObject *d, const char *key, const cha
     }
 }
 
+/* int_list builds a Python list of v[0..n), or NULL with an exception pending. */
+static PyObject *int_list(const la_python *py, const int32_t *v, int n) {
+    PyObject *list = py->PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *o = py->PyLong_FromLong(v[i]);
+        if (!o) {
+            py->Py_DecRef(list);
+            return NULL;
+        }
+        py->PyList_SetItem(list, i, o); /* steals */
+    }
+    return list;
+}
+
 /* config_dict is the adapter's view of la_config: the dimensions under the config.json
  * names a Python reader expects, the weights directory and the run-time options. */
 static PyObject *config_dict(const la_python *py, const la_config *c, const char *llm_dir) {
@@ -165,6 +207,7 @@ static PyObject *config_dict(const la_python *py, const la_config *c, const char
     set_float(py, d, "rms_norm_eps", c->rms_norm_eps);
     set_int(py, d, "image_token_id", c->image_token_id);
     set_int(py, d, "max_seq_len", c->max_seq_len);
+    set_int(py, d, "max_batch", c->max_batch);
     set_int(py, d, "threads", c->threads);
     set_str(py, d, "weights_dir", c->weights_dir);
     set_str(py, d, "llm_dir", llm_dir);
@@ -214,11 +257,11 @@ static int lookup(const la_python *py, PyObject *module, const char *adapter, co
         if (!required)
             return 0;
         return la_errorf(err, errlen, "adapter module %s has no function %s() (the protocol "
-                      "needs open, vision, prefill, decode, reset, close)", adapter, name);
+                      "needs open, vision, prefill, decode, release, reset, close)", adapter, name);
     }
     PyObject *f = py->PyObject_GetAttrString(module, name);
     if (!f) {
-        char what[160];
+        char what[320];
         snprintf(what, sizeof what, "adapter %s.%s", adapter, name);
         return ttnn_python_error(py, what, err, errlen);
     }
@@ -232,22 +275,145 @@ static int lookup(const la_python *py, PyObject *module, const char *adapter, co
 
 /* ---- results ------------------------------------------------------------------------ */
 
-/* token_result converts a prefill/decode result to a token id inside the vocabulary and
- * consumes the reference. */
-static int token_result(la_engine *e, PyObject *r, const char *op, int32_t *tok, char *err,
-                        size_t errlen) {
-    const la_python *py = e->py;
-    if (!r)
-        return ttnn_python_error(py, op, err, errlen);
-    long v = py->PyLong_AsLong(r);
+/* type_name writes the name of o's type into buf ("?" when that fails). It clears the
+ * pending exception first: the failed check that led here leaves one, and the API calls
+ * below would fail with it. */
+static void type_name(const la_python *py, PyObject *o, char *buf, size_t len) {
+    snprintf(buf, len, "?");
+    py->PyErr_Clear();
+    PyObject *cls = py->PyObject_GetAttrString(o, "__class__");
+    PyObject *name = cls ? py->PyObject_GetAttrString(cls, "__name__") : NULL;
+    const char *s = name ? py->PyUnicode_AsUTF8(name) : NULL;
+    if (s)
+        snprintf(buf, len, "%s", s);
+    if (name)
+        py->Py_DecRef(name);
+    if (cls)
+        py->Py_DecRef(cls);
+    py->PyErr_Clear();
+}
+
+/* pair splits r, which must be a sequence of two (a list or tuple), into new references
+ * *a and *b. It consumes r; on failure *a and *b are NULL and err says what came back. */
+static int pair(const la_python *py, PyObject *r, const char *op, const char *want,
+                PyObject **a, PyObject **b, char *err, size_t errlen) {
+    *a = *b = NULL;
+    if (py->PySequence_Size(r) == 2) {
+        *a = py->PySequence_GetItem(r, 0);
+        *b = *a ? py->PySequence_GetItem(r, 1) : NULL;
+    }
+    if (*a && *b) {
+        py->Py_DecRef(r);
+        return 0;
+    }
+    char got[64];
+    type_name(py, r, got, sizeof got);
     py->Py_DecRef(r);
-    if (v == -1 && py->PyErr_Occurred())
-        return ttnn_python_error(py, op, err, errlen);
+    if (*a)
+        py->Py_DecRef(*a);
+    *a = NULL;
+    return la_errorf(err, errlen, "%s: adapter returned a %s, want %s", op, got, want);
+}
+
+/* token_of converts an adapter's token to an id inside the vocabulary (row: which one, for
+ * the message). */
+static int token_of(la_engine *e, PyObject *o, const char *op, int row, int32_t *tok,
+                    char *err, size_t errlen) {
+    const la_python *py = e->py;
+    long v = py->PyLong_AsLong(o);
+    if (v == -1 && py->PyErr_Occurred()) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: token of row %d", op, row);
+        return ttnn_python_error(py, what, err, errlen);
+    }
     if (v < 0 || v >= e->vocab)
-        return la_errorf(err, errlen, "%s: adapter returned token %ld, outside the vocabulary of %d",
-                      op, v, e->vocab);
+        return la_errorf(err, errlen, "%s: adapter returned token %ld for row %d, outside the "
+                         "vocabulary of %d", op, v, row, e->vocab);
     *tok = (int32_t)v;
     return 0;
+}
+
+/* prob_of converts an adapter's probability, which must be a finite number in [0, 1]. */
+static int prob_of(const la_python *py, PyObject *o, const char *op, int row, float *p,
+                   char *err, size_t errlen) {
+    double v = py->PyFloat_AsDouble(o);
+    if (v == -1.0 && py->PyErr_Occurred()) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: probability of row %d", op, row);
+        return ttnn_python_error(py, what, err, errlen);
+    }
+    if (!isfinite(v) || v < 0 || v > 1) /* NaN fails isfinite */
+        return la_errorf(err, errlen, "%s: adapter returned probability %g for row %d, want a "
+                         "number in [0, 1]", op, v, row);
+    *p = (float)v;
+    return 0;
+}
+
+/* prefill_result checks prefill's (token, prob) and consumes r. */
+static int prefill_result(la_engine *e, PyObject *r, int32_t *first, float *prob, char *err,
+                          size_t errlen) {
+    const char *op = "adapter prefill";
+    PyObject *tok, *p;
+    if (pair(e->py, r, op, "(token, prob)", &tok, &p, err, errlen) != 0)
+        return -1;
+    int32_t t = 0;
+    float pv = 0;
+    int rc = token_of(e, tok, op, 0, &t, err, errlen);
+    if (rc == 0 && prob)
+        rc = prob_of(e->py, p, op, 0, &pv, err, errlen);
+    e->py->Py_DecRef(tok);
+    e->py->Py_DecRef(p);
+    if (rc != 0)
+        return rc;
+    *first = t;
+    if (prob)
+        *prob = pv;
+    return 0;
+}
+
+/* row_list checks that o is a sequence of n items (what: of what, for the message). */
+static int row_list(const la_python *py, PyObject *o, int n, const char *op, const char *what,
+                    char *err, size_t errlen) {
+    Py_ssize_t size = py->PySequence_Size(o);
+    if (size == n)
+        return 0;
+    char got[64];
+    type_name(py, o, got, sizeof got);
+    if (size < 0)
+        return la_errorf(err, errlen, "%s: adapter returned a %s of %s, want a list of %d",
+                         op, got, what, n);
+    return la_errorf(err, errlen, "%s: adapter returned %zd %s for %d rows", op, (ssize_t)size,
+                     what, n);
+}
+
+/* decode_result checks decode's (next, probs) into e->next and e->prob and consumes r. */
+static int decode_result(la_engine *e, PyObject *r, int n, int want_prob, char *err,
+                         size_t errlen) {
+    const la_python *py = e->py;
+    const char *op = "adapter decode";
+    PyObject *toks, *probs;
+    if (pair(py, r, op, "(next, probs)", &toks, &probs, err, errlen) != 0)
+        return -1;
+    int rc = row_list(py, toks, n, op, "tokens", err, errlen);
+    if (rc == 0 && want_prob)
+        rc = row_list(py, probs, n, op, "probabilities", err, errlen);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        PyObject *o = py->PySequence_GetItem(toks, i);
+        rc = o ? token_of(e, o, op, i, &e->next[i], err, errlen)
+               : ttnn_python_error(py, op, err, errlen);
+        if (o)
+            py->Py_DecRef(o);
+        if (rc != 0 || !want_prob)
+            continue;
+        o = py->PySequence_GetItem(probs, i);
+        rc = o ? prob_of(py, o, op, i, &e->prob[i], err, errlen)
+               : ttnn_python_error(py, op, err, errlen);
+        if (o)
+            py->Py_DecRef(o);
+    }
+    py->Py_DecRef(toks);
+    py->Py_DecRef(probs);
+    return rc;
 }
 
 /* copy_floats copies a bytes object holding exactly n float32s into dst (owned, grown). */
@@ -266,16 +432,55 @@ static int copy_floats(const la_python *py, PyObject *b, size_t n, float **dst) 
     return 0;
 }
 
+/* ---- the slot rules ------------------------------------------------------------------ */
+
+static int check_slot(const la_engine *e, const char *op, int slot, char *err, size_t errlen) {
+    if (slot < 0 || slot >= e->max_batch)
+        return la_errorf(err, errlen, "%s: slot %d out of range 0..%d", op, slot, e->max_batch - 1);
+    return 0;
+}
+
+/* check_decode refuses a decode the ABI does not allow, before the adapter sees it: a row
+ * count outside 1..max_batch, a free or repeated slot, a full cache, a token outside the
+ * vocabulary. */
+static int check_decode(const la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
+                        char *err, size_t errlen) {
+    if (n < 1 || n > e->max_batch)
+        return la_errorf(err, errlen, "decode: %d rows, want 1..%d (max_batch)", n, e->max_batch);
+    for (int i = 0; i < n; i++) {
+        int s = slots[i];
+        if (check_slot(e, "decode", s, err, errlen) != 0)
+            return -1;
+        if (!e->live[s])
+            return la_errorf(err, errlen, "decode: slot %d is free (prefill it first)", s);
+        for (int j = 0; j < i; j++)
+            if (slots[j] == s)
+                return la_errorf(err, errlen, "decode: slot %d appears twice", s);
+        if (e->used[s] >= e->max_seq_len)
+            return la_errorf(err, errlen, "decode: slot %d is full (%d positions, max_seq_len %d)",
+                             s, e->used[s], e->max_seq_len);
+        if (tokens[i] < 0 || tokens[i] >= e->vocab)
+            return la_errorf(err, errlen, "decode: token %d of slot %d outside the vocabulary of %d",
+                             tokens[i], s, e->vocab);
+    }
+    return 0;
+}
+
 /* ---- the ops ------------------------------------------------------------------------ */
 
 static void release_engine(la_engine *e) {
     const la_python *py = e->py;
-    PyObject *owned[] = {e->fn.vision, e->fn.prefill,          e->fn.decode, e->fn.reset,
-                         e->fn.close,  e->fn.logits,           e->fn.image_embeddings,
-                         e->handle,    e->module};
+    PyObject *owned[] = {e->fn.vision, e->fn.prefill, e->fn.decode,
+                         e->fn.release, e->fn.reset, e->fn.close,
+                         e->fn.logits, e->fn.image_embeddings, e->handle,
+                         e->module};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         if (owned[i])
             py->Py_DecRef(owned[i]);
+    free(e->live);
+    free(e->used);
+    free(e->next);
+    free(e->prob);
     free(e->logits);
     free(e->emb);
     free(e);
@@ -291,16 +496,47 @@ static int import_adapter(la_engine *e, const char *adapter, char *err, size_t e
                  "path, to the directory holding it)", adapter);
         return ttnn_python_error(py, what, err, errlen);
     }
-    if (lookup(py, e->module, adapter, "vision", 1, &e->fn.vision, err, errlen) != 0 ||
-        lookup(py, e->module, adapter, "prefill", 1, &e->fn.prefill, err, errlen) != 0 ||
-        lookup(py, e->module, adapter, "decode", 1, &e->fn.decode, err, errlen) != 0 ||
-        lookup(py, e->module, adapter, "reset", 1, &e->fn.reset, err, errlen) != 0 ||
-        lookup(py, e->module, adapter, "close", 1, &e->fn.close, err, errlen) != 0 ||
-        lookup(py, e->module, adapter, "logits", 0, &e->fn.logits, err, errlen) != 0 ||
-        lookup(py, e->module, adapter, "image_embeddings", 0, &e->fn.image_embeddings, err,
-               errlen) != 0)
-        return -1;
+    struct {
+        const char *name;
+        int required;
+        PyObject **out;
+    } fns[] = {
+        {"vision", 1, &e->fn.vision},   {"prefill", 1, &e->fn.prefill},
+        {"decode", 1, &e->fn.decode},   {"release", 1, &e->fn.release},
+        {"reset", 1, &e->fn.reset},     {"close", 1, &e->fn.close},
+        {"logits", 0, &e->fn.logits},   {"image_embeddings", 0, &e->fn.image_embeddings},
+    };
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        if (lookup(py, e->module, adapter, fns[i].name, fns[i].required, fns[i].out, err,
+                   errlen) != 0)
+            return -1;
     return 0;
+}
+
+/* new_engine allocates an engine with its per-slot arrays, or NULL. */
+static la_engine *new_engine(const la_python *py, const la_config *c) {
+    la_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->py = py;
+    e->vocab = c->vocab;
+    e->patch_floats = 3 * c->patch_size * c->patch_size;
+    e->max_batch = c->max_batch;
+    e->max_seq_len = c->max_seq_len;
+    size_t n = (size_t)c->max_batch;
+    e->live = calloc(n, sizeof *e->live);
+    e->used = calloc(n, sizeof *e->used);
+    e->next = calloc(n, sizeof *e->next);
+    e->prob = calloc(n, sizeof *e->prob);
+    if (!e->live || !e->used || !e->next || !e->prob) {
+        free(e->live);
+        free(e->used);
+        free(e->next);
+        free(e->prob);
+        free(e);
+        return NULL;
+    }
+    return e;
 }
 
 static la_engine *ttnn_open(const la_config *c, char *err, size_t errlen) {
@@ -327,23 +563,20 @@ static la_engine *ttnn_open(const la_config *c, char *err, size_t errlen) {
                   "adapter");
         return NULL;
     }
-    if (c->vocab <= 0 || c->patch_size <= 0) {
-        la_errorf(err, errlen, "config: vocab %d and patch_size %d must be positive", c->vocab,
-               c->patch_size);
+    if (c->vocab <= 0 || c->patch_size <= 0 || c->max_batch < 1 || c->max_seq_len < 1) {
+        la_errorf(err, errlen, "config: vocab %d, patch_size %d, max_batch %d and max_seq_len %d "
+                  "must be positive", c->vocab, c->patch_size, c->max_batch, c->max_seq_len);
         return NULL;
     }
 
     const la_python *py = ttnn_python_start(lib[0] ? lib : NULL, err, errlen);
     if (!py)
         return NULL;
-    la_engine *e = calloc(1, sizeof *e);
+    la_engine *e = new_engine(py, c);
     if (!e) {
         la_errorf(err, errlen, "out of memory");
         return NULL;
     }
-    e->py = py;
-    e->vocab = c->vocab;
-    e->patch_floats = 3 * c->patch_size * c->patch_size;
 
     PyGILState_STATE gil = py->PyGILState_Ensure();
     int rc = prepend_path(py, path, err, errlen);
@@ -387,50 +620,73 @@ static int ttnn_vision(la_engine *e, const float *patches, int grid_h, int grid_
     return rc;
 }
 
-/* TRANSITIONAL (ABI 2 shim): one slot, one row per decode call, no probabilities, until
- * the adapter's batched protocol lands. */
 static int ttnn_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
                         float *prob, char *err, size_t errlen) {
-    if (slot != 0 || prob)
-        return la_errorf(err, errlen, "prefill: only slot 0 without probabilities in this build");
+    if (check_slot(e, "prefill", slot, err, errlen) != 0)
+        return -1;
+    if (e->live[slot])
+        return la_errorf(err, errlen, "prefill: slot %d is live (release it first)", slot);
+    if (n < 1 || n > e->max_seq_len)
+        return la_errorf(err, errlen, "prefill: prompt of %d tokens, want 1..%d (max_seq_len)", n,
+                         e->max_seq_len);
     const la_python *py = e->py;
     PyGILState_STATE gil = py->PyGILState_Ensure();
-    PyObject *list = py->PyList_New(n);
-    for (int i = 0; list && i < n; i++) {
-        PyObject *v = py->PyLong_FromLong(ids[i]);
-        if (!v) {
-            py->Py_DecRef(list);
-            list = NULL;
-            break;
-        }
-        py->PyList_SetItem(list, i, v); /* steals */
-    }
-    PyObject *args[2] = {handle_ref(e), list};
-    int rc = token_result(e, call(py, e->fn.prefill, 2, args), "adapter prefill", first, err,
-                          errlen);
+    PyObject *args[4] = {handle_ref(e), py->PyLong_FromLong(slot), int_list(py, ids, n),
+                         py->PyBool_FromLong(prob != NULL)};
+    PyObject *r = call(py, e->fn.prefill, 4, args);
+    int rc = r ? prefill_result(e, r, first, prob, err, errlen)
+               : ttnn_python_error(py, "adapter prefill", err, errlen);
     py->PyGILState_Release(gil);
+    if (rc == 0) {
+        e->live[slot] = 1;
+        e->used[slot] = n;
+    }
+    e->rows = rc == 0 ? 1 : 0;
     return rc;
 }
 
 static int ttnn_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
                        int32_t *next, float *prob, char *err, size_t errlen) {
-    if (n != 1 || slots[0] != 0 || prob)
-        return la_errorf(err, errlen, "decode: only slot 0, one row, in this build");
+    if (check_decode(e, n, slots, tokens, err, errlen) != 0)
+        return -1;
     const la_python *py = e->py;
     PyGILState_STATE gil = py->PyGILState_Ensure();
-    PyObject *args[2] = {handle_ref(e), py->PyLong_FromLong(tokens[0])};
-    int rc = token_result(e, call(py, e->fn.decode, 2, args), "adapter decode", next, err,
-                          errlen);
+    PyObject *args[4] = {handle_ref(e), int_list(py, slots, n), int_list(py, tokens, n),
+                         py->PyBool_FromLong(prob != NULL)};
+    PyObject *r = call(py, e->fn.decode, 4, args);
+    int rc = r ? decode_result(e, r, n, prob != NULL, err, errlen)
+               : ttnn_python_error(py, "adapter decode", err, errlen);
     py->PyGILState_Release(gil);
-    return rc;
+    e->rows = rc == 0 ? n : 0;
+    if (rc != 0)
+        return rc;
+    /* Every row checked: only now does the caller see any of them. */
+    memcpy(next, e->next, (size_t)n * sizeof *next);
+    if (prob)
+        memcpy(prob, e->prob, (size_t)n * sizeof *prob);
+    for (int i = 0; i < n; i++)
+        e->used[slots[i]]++;
+    return 0;
 }
 
-static int ttnn_reset(la_engine *e, char *err, size_t errlen);
-
 static int ttnn_release(la_engine *e, int slot, char *err, size_t errlen) {
-    if (slot != 0)
-        return la_errorf(err, errlen, "release: slot %d out of range 0..0", slot);
-    return ttnn_reset(e, err, errlen);
+    if (check_slot(e, "release", slot, err, errlen) != 0)
+        return -1;
+    const la_python *py = e->py;
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *args[2] = {handle_ref(e), py->PyLong_FromLong(slot)};
+    PyObject *r = call(py, e->fn.release, 2, args);
+    int rc = r ? 0 : ttnn_python_error(py, "adapter release", err, errlen);
+    if (r)
+        py->Py_DecRef(r);
+    py->PyGILState_Release(gil);
+    /* A failed release keeps the slot as the adapter may still hold it; the caller sees the
+     * error and the next prefill there is refused rather than mixing two sequences. */
+    if (rc == 0) {
+        e->live[slot] = 0;
+        e->used[slot] = 0;
+    }
+    return rc;
 }
 
 static int ttnn_reset(la_engine *e, char *err, size_t errlen) {
@@ -442,19 +698,25 @@ static int ttnn_reset(la_engine *e, char *err, size_t errlen) {
     if (r)
         py->Py_DecRef(r);
     py->PyGILState_Release(gil);
+    if (rc == 0) {
+        memset(e->live, 0, (size_t)e->max_batch * sizeof *e->live);
+        memset(e->used, 0, (size_t)e->max_batch * sizeof *e->used);
+        e->rows = 0;
+    }
     return rc;
 }
 
-/* ttnn_logits copies what the adapter's optional logits(handle) returns; NULL when the
- * adapter has none, has no step yet (None) or returns something else than vocab floats. */
+/* ttnn_logits copies what the adapter's optional logits(handle, row) returns; NULL when
+ * the adapter has none, row is not a row of the last step, the adapter answers None or
+ * something else than vocab floats. */
 static const float *ttnn_logits(la_engine *e, int row, int *n) {
     const la_python *py = e->py;
     *n = 0;
-    if (!e->fn.logits || row != 0)
+    if (!e->fn.logits || row < 0 || row >= e->rows)
         return NULL;
     PyGILState_STATE gil = py->PyGILState_Ensure();
-    PyObject *args[1] = {handle_ref(e)};
-    PyObject *r = call(py, e->fn.logits, 1, args);
+    PyObject *args[2] = {handle_ref(e), py->PyLong_FromLong(row)};
+    PyObject *r = call(py, e->fn.logits, 2, args);
     const float *out = NULL;
     if (r && r != py->none && copy_floats(py, r, (size_t)e->vocab, &e->logits) == 0) {
         out = e->logits;

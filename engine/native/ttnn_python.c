@@ -37,7 +37,8 @@ static const symbol symbols[] = {
     SYM(PyUnicode_FromString),    SYM(PyUnicode_AsUTF8),        SYM(PyBytes_FromStringAndSize),
     SYM(PyBytes_AsStringAndSize), SYM(PyErr_Occurred),          SYM(PyErr_Fetch),
     SYM(PyErr_NormalizeException), SYM(PyErr_Clear),            SYM(Py_IncRef),
-    SYM(Py_DecRef),
+    SYM(Py_DecRef),               SYM(PyFloat_AsDouble),        SYM(PyBool_FromLong),
+    SYM(PySequence_Size),         SYM(PySequence_GetItem),
 };
 
 /* The default libpython names, newest first: the Blackhole image ships 3.12, the tt-metal

@@ -58,10 +58,14 @@ typedef struct {
     PyObject *(*PyLong_FromLong)(long v);
     long (*PyLong_AsLong)(PyObject *o);
     PyObject *(*PyFloat_FromDouble)(double v);
+    double (*PyFloat_AsDouble)(PyObject *o);
+    PyObject *(*PyBool_FromLong)(long v);
     PyObject *(*PyUnicode_FromString)(const char *s);
     const char *(*PyUnicode_AsUTF8)(PyObject *o);
     PyObject *(*PyBytes_FromStringAndSize)(const char *s, Py_ssize_t n);
     int (*PyBytes_AsStringAndSize)(PyObject *o, char **buf, Py_ssize_t *n);
+    Py_ssize_t (*PySequence_Size)(PyObject *o);                  /* -1 when not a sequence */
+    PyObject *(*PySequence_GetItem)(PyObject *o, Py_ssize_t i); /* new reference */
 
     /* errors and reference counts */
     PyObject *(*PyErr_Occurred)(void);

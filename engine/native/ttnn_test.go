@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/locateanything/detect/engine/checkpoint"
 	"github.com/locateanything/detect/engine/checkpoint/golden"
@@ -259,8 +260,9 @@ func TestTTNNPythonExceptionsBecomeErrors(t *testing.T) {
 	}
 }
 
-// TestTTNNBrokenAdapters: a missing module, a module missing a protocol function, and a
-// module that returns nonsense all give clear errors.
+// TestTTNNBrokenAdapters: a missing module, a module of the first protocol (no release),
+// and an adapter that returns nonsense give clear errors, and a failed call writes nothing
+// to the caller's outputs.
 func TestTTNNBrokenAdapters(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
@@ -270,38 +272,84 @@ func TestTTNNBrokenAdapters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("la_test_no_decode", `
+	write("la_test_first_protocol", `
 def open(config): return {}
 def vision(h, p, gh, gw): pass
 def prefill(h, ids): return 1
+def decode(h, token): return 1
 def reset(h): pass
 def close(h): pass
 `)
-	write("la_test_bad_tokens", `
-def open(config):
-    assert config["vocab"] == 152681 and config["weights_dir"], config
-    return {}
-def vision(h, p, gh, gw): pass
-def prefill(h, ids): return 10**9
-def decode(h, token): return "seven"
-def reset(h): pass
-def close(h): pass
-`)
+	write("la_test_bad_results", badResultsAdapter)
 	opts := func(adapter string) Options {
-		return Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: adapterOptions(adapter, dir)}
+		return Options{MaxBatch: 2, MaxSeqLen: 64, BackendOptions: adapterOptions(adapter, dir)}
 	}
 
 	_, err := Open("ttnn", m, opts("la_no_such_adapter"))
 	wantError(t, err, "importing adapter module la_no_such_adapter", "ModuleNotFoundError")
 
-	_, err = Open("ttnn", m, opts("la_test_no_decode"))
-	wantError(t, err, "adapter module la_test_no_decode has no function decode()")
+	_, err = Open("ttnn", m, opts("la_test_first_protocol"))
+	wantError(t, err, "adapter module la_test_first_protocol has no function release()",
+		"needs open, vision, prefill, decode, release, reset, close")
 
-	b := openTTNN(t, m, opts("la_test_bad_tokens"))
-	_, err = prefill1(b, []int32{1, 2})
-	wantError(t, err, "adapter returned token 1000000000, outside the vocabulary of 152681")
-	_, err = decode1(b, 1)
-	wantError(t, err, "adapter decode: TypeError")
+	b := openTTNN(t, m, opts("la_test_bad_results"))
+	// Prefill: the first id picks the adapter's answer; the slot stays free after each.
+	for _, c := range []struct {
+		kind     int32
+		wantProb bool
+		want     string
+	}{
+		{1, false, "adapter prefill: adapter returned token 1000000000 for row 0, outside the vocabulary of 152681"},
+		{2, false, "adapter prefill: adapter returned a int, want (token, prob)"},
+		{3, true, "adapter prefill: adapter returned probability 1.5 for row 0, want a number in [0, 1]"},
+		{4, true, "adapter prefill: probability of row 0: TypeError"},
+		{5, false, "adapter prefill: token of row 0: TypeError"},
+	} {
+		_, _, err := b.Prefill(0, []int32{c.kind, 1}, c.wantProb)
+		wantError(t, err, "native ttnn: prefill: "+c.want)
+	}
+	for slot := range 2 {
+		if tok, prob, err := b.Prefill(slot, []int32{0, 1}, true); err != nil || tok != 7 || prob != 0.25 {
+			t.Fatalf("prefill slot %d after refused results: %d, %g, %v; want 7, 0.25", slot, tok, prob, err)
+		}
+	}
+
+	// Decode: the first token picks the answer. A refused result leaves the caller's
+	// outputs as they were, even when its tokens were fine and only the probabilities not.
+	out, probs := cOutputs(b)
+	for _, c := range []struct {
+		kind     int32
+		wantProb bool
+		want     string
+	}{
+		{1, false, "adapter decode: adapter returned 1 tokens for 2 rows"},
+		{2, true, "adapter decode: adapter returned probability nan for row 0, want a number in [0, 1]"},
+		{3, true, "adapter decode: adapter returned probability -0.5 for row 0"},
+		{4, true, "adapter decode: adapter returned a NoneType of probabilities, want a list of 2"},
+		{5, false, "adapter decode: token of row 0: TypeError"},
+		{6, false, "adapter decode: adapter returned a int, want (next, probs)"},
+		{7, false, "adapter decode: adapter returned token 152681 for row 1, outside the vocabulary of 152681"},
+	} {
+		for i := range out {
+			out[i], probs[i] = -9, -9
+		}
+		next := []int32{-5, -5}
+		var prob []float32
+		if c.wantProb {
+			prob = []float32{-5, -5}
+		}
+		err := b.Decode([]int{0, 1}, []int32{c.kind, 0}, next, prob)
+		wantError(t, err, "native ttnn: decode: "+c.want)
+		if !slices.Equal(out, []int32{-9, -9}) || !slices.Equal(probs, []float32{-9, -9}) ||
+			!slices.Equal(next, []int32{-5, -5}) || (prob != nil && !slices.Equal(prob, []float32{-5, -5})) {
+			t.Fatalf("kind %d: a refused decode wrote outputs: C %v %v, Go %v %v", c.kind, out, probs, next, prob)
+		}
+	}
+	next, prob := []int32{0, 0}, []float32{0, 0}
+	if err := b.Decode([]int{1, 0}, []int32{0, 0}, next, prob); err != nil || !slices.Equal(next, []int32{7, 7}) ||
+		!slices.Equal(prob, []float32{0.25, 0.25}) {
+		t.Fatalf("decode after refused results: %v %v %v; want [7 7] [0.25 0.25]", next, prob, err)
+	}
 	if got := b.Logits(0); got != nil {
 		t.Errorf("an adapter without logits() gave %d logits", len(got))
 	}
@@ -318,6 +366,44 @@ def close(h): pass
 	wantError(t, err, "option adapter: value longer than 255 bytes")
 }
 
+// badResultsAdapter answers prefill and decode by the first id or token it is given: 0 is
+// a good answer (token 7, probability 0.25), the others each a way of getting the
+// protocol's result wrong.
+const badResultsAdapter = `
+def open(config):
+    assert config["vocab"] == 152681 and config["weights_dir"] and config["max_batch"] == 2, config
+    return {}
+def vision(h, p, gh, gw): pass
+def prefill(h, slot, ids, want_prob):
+    kind = ids[0]
+    if kind == 1: return 10**9, None
+    if kind == 2: return 7
+    if kind == 3: return 7, 1.5
+    if kind == 4: return 7, None
+    if kind == 5: return "seven", 0.5
+    return 7, (0.25 if want_prob else None)
+def decode(h, slots, tokens, want_prob):
+    kind, n = tokens[0], len(slots)
+    if kind == 1: return [7] * (n - 1), None
+    if kind == 2: return [7] * n, [float("nan")] * n
+    if kind == 3: return [7] * n, [-0.5] * n
+    if kind == 4: return [7] * n, None
+    if kind == 5: return ["seven"] * n, None
+    if kind == 6: return 7
+    if kind == 7: return [7] + [152681] * (n - 1), None
+    return [7] * n, ([0.25] * n if want_prob else None)
+def release(h, slot): pass
+def reset(h): pass
+def close(h): pass
+`
+
+// cOutputs are the C-side next-token and probability buffers a Backend hands the backend's
+// decode, for checking that a failed call wrote nothing there.
+func cOutputs(b *Backend) ([]int32, []float32) {
+	return unsafe.Slice((*int32)(unsafe.Pointer(b.cNext)), b.maxBatch),
+		unsafe.Slice((*float32)(unsafe.Pointer(b.cProb)), b.maxBatch)
+}
+
 // TestTTNNIgnoresTheEnvironment: the backend takes its settings from the option lines only.
 // The worker's variables in the environment neither stand in for a missing option nor
 // change what the options say.
@@ -329,9 +415,7 @@ func TestTTNNIgnoresTheEnvironment(t *testing.T) {
 	// (The probe's directory is new to this process, so only LA_TTNN_PATH could put it on
 	// sys.path.)
 	probeDir := t.TempDir()
-	src := "def open(c): return None\ndef vision(h, p, gh, gw): pass\ndef prefill(h, ids): return 0\n" +
-		"def decode(h, t): return t\ndef reset(h): pass\ndef close(h): pass\n"
-	if err := os.WriteFile(filepath.Join(probeDir, "la_env_probe.py"), []byte(src), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(probeDir, "la_env_probe.py"), []byte(noopAdapter), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("LA_TTNN_ADAPTER", "la_env_probe")
@@ -413,9 +497,8 @@ func childMissingLibpython(t *testing.T) {
 func childPrintGoesToStderr(t *testing.T) {
 	lockThread(t)
 	dir := t.TempDir()
-	src := "import sys\ndef open(c):\n    print('LA_PRINT_PROBE')\n    sys.stdout.flush()\n    return None\n" +
-		"def vision(h, p, gh, gw): pass\ndef prefill(h, ids): return 0\ndef decode(h, t): return t\n" +
-		"def reset(h): pass\ndef close(h): pass\n"
+	src := strings.Replace(noopAdapter, "def open(c): return None",
+		"import sys\ndef open(c):\n    print('LA_PRINT_PROBE')\n    sys.stdout.flush()\n    return None", 1)
 	if err := os.WriteFile(filepath.Join(dir, "la_print_probe.py"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -440,25 +523,44 @@ func wantError(t *testing.T, err error, parts ...string) {
 	}
 }
 
-// BenchmarkTTNNBridgeDecodeCall measures what the bridge itself costs per step: a decode
-// call into an adapter that does nothing (take the GIL, build the arguments, call, check
-// the result, give the GIL back).
+// noopAdapter keeps the protocol and computes nothing: every token is followed by itself.
+const noopAdapter = `def open(c): return None
+def vision(h, p, gh, gw): pass
+def prefill(h, slot, ids, want_prob): return 0, (1.0 if want_prob else None)
+def decode(h, slots, tokens, want_prob): return tokens, ([1.0] * len(tokens) if want_prob else None)
+def release(h, slot): pass
+def reset(h): pass
+def close(h): pass
+`
+
+// BenchmarkTTNNBridgeDecodeCall measures what the bridge itself costs per decode call of 1
+// and of 8 rows: a call into an adapter that does nothing (check the slot rules, take the
+// GIL, build the argument lists, call, check every row of the result, give the GIL back).
 func BenchmarkTTNNBridgeDecodeCall(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	dir := b.TempDir()
-	src := "def open(c): return None\ndef vision(h, p, gh, gw): pass\ndef prefill(h, ids): return 0\n" +
-		"def decode(h, t): return t\ndef reset(h): pass\ndef close(h): pass\n"
-	if err := os.WriteFile(filepath.Join(dir, "la_bench_noop.py"), []byte(src), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "la_bench_noop.py"), []byte(noopAdapter), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	m := openModel(b, tinyCheckpoint{dtype: checkpoint.F32}.write(b))
-	be := openTTNN(b, m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: adapterOptions("la_bench_noop", dir)})
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := decode1(be, 7); err != nil {
-			b.Fatal(err)
-		}
+	for _, rows := range []int{1, 8} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			be := openTTNN(b, m, Options{MaxBatch: rows, MaxSeqLen: 1 << 30, BackendOptions: adapterOptions("la_bench_noop", dir)})
+			slots, tokens, next := make([]int, rows), make([]int32, rows), make([]int32, rows)
+			for i := range rows {
+				slots[i], tokens[i] = i, 7
+				if _, _, err := be.Prefill(i, []int32{1}, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if err := be.Decode(slots, tokens, next, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

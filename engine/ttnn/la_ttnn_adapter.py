@@ -1,45 +1,71 @@
 """The TT-NN adapter: LocateAnything-3B on one Blackhole p150a chip, driven step by step
 from the Go worker through engine/native/ttnn_backend.c.
 
-VALIDATED ONLY ON HARDWARE. Nothing below the "device" line runs in this project's CI:
-there is no chip there. CI proves the bridge and the protocol with la_ttnn_standin (same
-protocol, numpy) and tests this module's pure parts (settings, knobs, the protocol
-surface) in test_la_ttnn_adapter.py. The device calls follow the recipe the Tenstorrent
-port validated (docs/background.md): a 1x1 mesh opened with a 50 MB trace region and one
-command queue, tt_transformers' Qwen2 (ModelArgs with HF_MODEL = the extracted LLM dir,
-precision preset `precision`, BFP8 weights, paged KV 32 x 1024 blocks), prefill of
-host-merged embeddings padded by the qwen25_vl helper, greedy decode through the stock
-Generator with trace replay (`trace`), MoonViT built once for the canonical grid
-(`canon_grid`), and warm-up runs (`warmup_runs`) that compile every program and capture the
-decode trace before open() returns. It implements the port's legacy graph (TT_FUSED=0); the
-fused vision/prefill traces are not wired here.
+VALIDATED ONLY ON HARDWARE. Nothing below the "device" line has run on a chip from this
+project: there is no chip in CI. CI proves the bridge and the protocol with la_ttnn_standin
+(same protocol, numpy) and tests this module in test_la_ttnn_adapter.py: its pure parts
+(settings, knobs, page tables, the protocol surface) as they are, and its device code
+against fakes of ttnn and the tt_transformers objects that check the calls it makes. The
+device calls follow the recipe the Tenstorrent port validated at batch 1
+(docs/background.md): a 1x1 mesh opened with a 50 MB trace region and one command queue,
+tt_transformers' Qwen2 (ModelArgs with HF_MODEL = the extracted LLM dir, precision preset
+`precision`, BFP8 weights, a paged KV pool of 1024 blocks of 32), prefill of host-merged
+embeddings padded by the qwen25_vl helper, greedy decode through the stock Generator with
+trace replay (`trace`), MoonViT built once for the canonical grid (`canon_grid`) in the
+port's legacy graph (TT_FUSED=0), and warm-up runs (`warmup_runs`) that compile every
+program and capture the decode trace before open() returns.
+
+Batching (docs/ttnn-backend.md, "The batched step on the chip"): the protocol's max_batch
+slots are the Generator's users. ModelArgs gets max_batch_size = max_batch; the KV pool is
+split evenly, user u owning row u of the page table (PAGE_POOL_BLOCKS / max_batch blocks).
+prefill(slot) runs one user into its own pages, the way the Generator's paged prefill does
+(that user's page-table row, user_id 0), then resets the Generator's mode so its next decode
+takes the prefill-to-decode path. decode(slots) is one Generator.decode_forward over all
+max_batch users, a token and a position per user; users not in the call are padded with
+token 0 at position -1, which tt-metal's paged cache update and decode attention skip (the
+convention of tt_transformers' partial batches). Every decode call has max_batch rows, so
+the trace the Generator captures on its first call, in the warm-up, is at the batch size.
 
 Settings: every knob arrives in config["options"], the "key=value" lines the Go worker
-builds from its configuration (package config), plus config["llm_dir"]. This module reads
-no environment variable and states no default: the defaults live in the worker's
-configuration only, and a missing knob is an error naming the option and the worker
-variable it comes from (OPTION_VARIABLES).
+builds from its configuration (package config), plus config["llm_dir"] and the open
+config's max_seq_len and max_batch. This module reads no environment variable and states
+no default: the defaults live in the worker's configuration only, and a missing knob is an
+error naming the option and the worker variable it comes from (OPTION_VARIABLES). It writes
+two, before the libraries read them: HF_MODEL (ModelArgs loads the checkpoint named there)
+and TT_FUSED=0 (the port's MoonViT would otherwise build its fused graph).
 
-Imports of ttnn, torch and tt-metal's models.* happen inside open(), so this module imports
-anywhere (the worker checks the protocol surface at start-up; tests import it without
-ttnn). On the host it needs PYTHONPATH to hold tt-metal's tree (models.tt_transformers,
-models.demos.qwen25_vl) and the port's package (locate_anything.tt.model_la / .vision), and
-the python_site option (LA_PYTHON_SITE) to name the tt-metal virtual environment's
-site-packages.
+Imports of ttnn, torch, numpy and tt-metal's models.* happen inside open(), so this module
+imports anywhere (the worker checks the protocol surface at start-up; tests import it
+without ttnn). On the host it needs PYTHONPATH to hold tt-metal's tree
+(models.tt_transformers, models.demos.qwen25_vl) and the port's package
+(locate_anything.tt.model_la / .vision), and the python_site option (LA_PYTHON_SITE) to
+name the tt-metal virtual environment's site-packages.
 
 Protocol (engine/native/ttnn_backend.c):
-    open(config) -> handle; vision(handle, patches, grid_h, grid_w); prefill(handle, ids)
-    -> int; decode(handle, token) -> int; reset(handle); close(handle); logits(handle)
+    open(config) -> handle; vision(handle, patches, grid_h, grid_w);
+    prefill(handle, slot, ids, want_prob) -> (token, prob | None);
+    decode(handle, slots, tokens, want_prob) -> (next, probs | None);
+    release(handle, slot); reset(handle); close(handle); logits(handle, row)
 """
 
 import dataclasses
 import os
+import random
 import sys
 import time
 
 PAGE_BLOCK_SIZE = 32
-PAGE_MAX_BLOCKS = 1024
+PAGE_POOL_BLOCKS = 1024  # the paged KV pool the port validated: 32768 positions in all
 PRECISIONS = ("accuracy", "bfp8attn")
+
+# A decode row of a user that is not in the call: tt-metal's paged cache update and decode
+# attention skip a user whose position is -1; its token only has to be a valid id.
+IDLE_TOKEN = 0
+IDLE_POSITION = -1
+
+# The exit status when the device can be neither used nor closed (a trace capture may be
+# open: closing the mesh then hangs). 70 is EX_SOFTWARE; the worker's supervisor restarts it.
+EXIT_DEVICE_UNSAFE = 70
 
 # The option keys this module reads from config["options"], each with the worker variable
 # it comes from: error messages name the variable, since that is what an operator sets.
@@ -145,7 +171,8 @@ class Settings:
     weights_dir: str  # the LocateAnything snapshot (MoonViT and mlp1 come from here)
     llm_dir: str  # the extracted Qwen2 directory (HF_MODEL)
     grid: tuple  # canonical vision grid (h, w) in 14-px patches
-    max_seq_len: int
+    max_seq_len: int  # positions per sequence (LA_MAX_SEQ_LEN)
+    max_batch: int  # sequences decoded together, the Generator's users (LA_MAX_BATCH)
     image_token_id: int
     vocab: int
     hidden: int
@@ -163,7 +190,7 @@ class Settings:
         """Reads config (open()'s argument): the dimensions, weights_dir and llm_dir keys
         the bridge sets, and the knobs of config["options"]. ValueError on anything missing
         or malformed, naming the option and its worker variable."""
-        for key in ("weights_dir", "max_seq_len", "image_token_id", "vocab", "hidden", "merge_kernel"):
+        for key in ("weights_dir", "max_seq_len", "max_batch", "image_token_id", "vocab", "hidden", "merge_kernel"):
             if key not in config:
                 raise ValueError(f"config lacks {key!r}")
         options = parse_options(config.get("options", ""))
@@ -175,9 +202,8 @@ class Settings:
         precision = _required(options, "precision")
         if precision not in PRECISIONS:
             raise ValueError(f"LA_PREC={precision!r}: choose one of {PRECISIONS}")
-        max_seq_len = int(config["max_seq_len"])
-        if max_seq_len > PAGE_BLOCK_SIZE * PAGE_MAX_BLOCKS:
-            raise ValueError(f"max_seq_len {max_seq_len} exceeds the paged KV cache ({PAGE_BLOCK_SIZE * PAGE_MAX_BLOCKS})")
+        max_seq_len, max_batch = int(config["max_seq_len"]), int(config["max_batch"])
+        check_page_pool(max_batch, max_seq_len)
         device_id = options.get("device_id", "")
         if device_id and not device_id.isdigit():
             raise ValueError(f"TT_DEVICE_ID={device_id!r}: want a device number")
@@ -186,6 +212,7 @@ class Settings:
             llm_dir=str(llm_dir),
             grid=grid,
             max_seq_len=max_seq_len,
+            max_batch=max_batch,
             image_token_id=int(config["image_token_id"]),
             vocab=int(config["vocab"]),
             hidden=int(config["hidden"]),
@@ -214,6 +241,49 @@ class Settings:
         return (self.grid[0] // k) * (self.grid[1] // k)
 
 
+def check_page_pool(max_batch, max_seq_len):
+    """Each of max_batch sequences owns PAGE_POOL_BLOCKS // max_batch blocks of the paged KV
+    pool, which must hold max_seq_len positions. ValueError naming the worker's variables
+    when they do not fit."""
+    if max_batch < 1 or max_seq_len < 1:
+        raise ValueError(f"LA_MAX_BATCH {max_batch} and LA_MAX_SEQ_LEN {max_seq_len} must be positive")
+    per_user = PAGE_POOL_BLOCKS // max_batch * PAGE_BLOCK_SIZE
+    if max_seq_len > per_user:
+        raise ValueError(
+            f"LA_MAX_SEQ_LEN {max_seq_len} exceeds the paged KV pool: {PAGE_POOL_BLOCKS} blocks of "
+            f"{PAGE_BLOCK_SIZE} shared by LA_MAX_BATCH {max_batch} sequences hold {per_user} positions each; "
+            "lower one of them (LA_MAX_BATCH x LA_MAX_SEQ_LEN <= "
+            f"{PAGE_POOL_BLOCKS * PAGE_BLOCK_SIZE})")
+
+
+def page_rows(max_batch, pool_blocks=PAGE_POOL_BLOCKS, seed=0):
+    """The page table: row u lists the physical blocks of user u, pool_blocks // max_batch
+    of them, no block in two rows. The blocks are shuffled (any virtual-to-physical map
+    works, as the qwen25_vl demo's random one shows; a shuffled one keeps the indirection
+    honest) with a fixed seed, so every run lays the pool out the same way."""
+    blocks = list(range(pool_blocks))
+    random.Random(seed).shuffle(blocks)
+    per_user = pool_blocks // max_batch
+    return [blocks[u * per_user:(u + 1) * per_user] for u in range(max_batch)]
+
+
+def blocks_for(n, block_size=PAGE_BLOCK_SIZE):
+    """Blocks that hold n positions."""
+    return -(-n // block_size)
+
+
+def greedy(row):
+    """The greedy token of a float32 logits row (numpy): the first of the highest."""
+    return int(row.argmax())
+
+
+def token_prob(np, row, token):
+    """The softmax probability of token under a float32 logits row, summed in float64."""
+    z = row.astype(np.float64)
+    e = np.exp(z - z.max())
+    return float(e[token] / e.sum())
+
+
 def warmup_prompt(settings, n_image, text_tokens=27):
     """A prompt shaped like a real detection prompt (the ~303-token bucket at 24x44)."""
     ids = [_IM_START, _SYSTEM, _NEWLINE, _IM_END, _NEWLINE, _IM_START, _USER, _NEWLINE, _IMG_START]
@@ -228,9 +298,11 @@ def warmup_prompt(settings, n_image, text_tokens=27):
 
 
 def _import_device_stack():
-    """Imports ttnn, torch and the tt-metal / port modules, with one clear error if absent."""
+    """Imports ttnn, torch, numpy and the tt-metal / port modules, with one clear error if
+    absent. The tests hand Engine a stack of fakes with the same fields instead."""
     try:
         import ttnn  # first: on a host without it, fail before the slow torch import
+        import numpy
         import torch
         from models.demos.qwen25_vl.tt.common import PagedAttentionConfig, merge_vision_tokens, preprocess_inputs_prefill
         from models.tt_transformers.tt.common import Mode
@@ -243,12 +315,37 @@ def _import_device_stack():
         raise RuntimeError(
             f"the TT-NN stack is not importable ({e}); la_ttnn_adapter runs only on a Tenstorrent host with "
             "tt-metal and the LocateAnything port on PYTHONPATH (tests use LA_TTNN_ADAPTER=la_ttnn_standin)") from e
-    return dataclasses.make_dataclass("Stack", ["torch", "ttnn", "PagedAttentionConfig", "merge_vision_tokens",
-                                                "preprocess_inputs_prefill", "Mode", "Generator", "DecodersPrecision",
-                                                "MathFidelitySetting", "ModelArgs", "ModelOptimizations", "OpGroup",
-                                                "LATransformer", "MoonViT"])(
-        torch, ttnn, PagedAttentionConfig, merge_vision_tokens, preprocess_inputs_prefill, Mode, Generator,
-        DecodersPrecision, MathFidelitySetting, ModelArgs, ModelOptimizations, OpGroup, LATransformer, MoonViT)
+    try:
+        from locate_anything.tt.fused import FusedConfig
+    except ImportError:
+        FusedConfig = None  # a port from before the fused paths: its MoonViT takes no fused=
+    return Stack(torch=torch, np=numpy, ttnn=ttnn, PagedAttentionConfig=PagedAttentionConfig,
+                 merge_vision_tokens=merge_vision_tokens, preprocess_inputs_prefill=preprocess_inputs_prefill,
+                 Mode=Mode, Generator=Generator, DecodersPrecision=DecodersPrecision,
+                 MathFidelitySetting=MathFidelitySetting, ModelArgs=ModelArgs, ModelOptimizations=ModelOptimizations,
+                 OpGroup=OpGroup, LATransformer=LATransformer, MoonViT=MoonViT, FusedConfig=FusedConfig)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+    """The libraries the device code calls, gathered in one place."""
+
+    torch: object
+    np: object
+    ttnn: object
+    PagedAttentionConfig: object
+    merge_vision_tokens: object
+    preprocess_inputs_prefill: object
+    Mode: object
+    Generator: object
+    DecodersPrecision: object
+    MathFidelitySetting: object
+    ModelArgs: object
+    ModelOptimizations: object
+    OpGroup: object
+    LATransformer: object
+    MoonViT: object
+    FusedConfig: object  # None when the port has no locate_anything.tt.fused
 
 
 class _MergeConfig:
@@ -258,20 +355,57 @@ class _MergeConfig:
         self.image_token_id = image_token_id
 
 
-class Engine:
-    """The model on one chip: LLM with paged KV, MoonViT for the canonical grid, the
-    Generator's decode trace, and the per-request state (position, image, last logits)."""
+def legacy_vision_kwargs(FusedConfig):
+    """Selects the port's legacy MoonViT graph (the one this adapter's host-side merge
+    expects): TT_FUSED=0 in the environment, which every reader of the knob family sees,
+    and fused=<a disabled FusedConfig> only when one could be built. A MoonViT without a
+    fused parameter (older ports) gets no such argument."""
+    os.environ["TT_FUSED"] = "0"
+    if FusedConfig is None:
+        return {}
+    try:
+        disabled = FusedConfig.disabled() if hasattr(FusedConfig, "disabled") else FusedConfig(enabled=False)
+    except TypeError:
+        return {}
+    return {"fused": disabled}
 
-    def __init__(self, settings):
+
+def decode_trace_ids(generator):
+    """The trace ids a tt_transformers Generator holds: trace_ids_decode ({sampling on
+    device: {model: id}}) in current trees, trace_ids_text ({model: id}) in older ones, and
+    trace_id_prefill ({key: id}) should anything have run the Generator's own prefill."""
+    ids = []
+    for attr in ("trace_ids_decode", "trace_ids_text", "trace_id_prefill"):
+        for v in dict(getattr(generator, attr, None) or {}).values():
+            if isinstance(v, dict):
+                ids.extend(t for t in v.values() if t is not None)
+            elif v is not None:
+                ids.append(v)
+    return ids
+
+
+class Engine:
+    """The model on one chip: the LLM with its paged KV pool split among max_batch users,
+    MoonViT for the canonical grid, the Generator and its decode trace, and the state of
+    each slot (live, position) and of the last step (logits rows)."""
+
+    def __init__(self, settings, stack, exit_process=os._exit):
         s = self.s = settings
-        x = self.x = _import_device_stack()
-        torch, ttnn = x.torch, x.ttnn
-        # The adapter's one touch of the environment, a write: tt_transformers' ModelArgs
+        x = self.x = stack
+        self._exit_process = exit_process
+        self.mesh = self.generator = None
+        # True from the first traced decode call until it returns: if it raises, the
+        # Generator may have begun a trace capture it never ended (see close).
+        self.capture_may_be_open = False
+        self.trace_captured = False
+        self.reset()
+        # The adapter's touches of the environment are writes: tt_transformers' ModelArgs
         # reads the checkpoint's location from os.environ["HF_MODEL"], so point that at the
         # extracted Qwen2 directory before ModelArgs exists. (The launcher's HF_MODEL names
         # the Hugging Face repo, which is not what ModelArgs must load.)
         os.environ["HF_MODEL"] = s.llm_dir
 
+        ttnn = x.ttnn
         log(f"Opening mesh device {s.mesh_shape}")
         kwargs = dict(trace_region_size=s.trace_region_size, num_command_queues=1,
                       dispatch_core_config=ttnn.DispatchCoreConfig())
@@ -281,7 +415,8 @@ class Engine:
         try:
             self._build()
             self._warm_up()
-        except BaseException:
+        except BaseException as e:
+            log(f"open failed: {type(e).__name__}: {e}")
             self.close()
             raise
 
@@ -299,11 +434,20 @@ class Engine:
         s, x = self.s, self.x
         torch, ttnn = x.torch, x.ttnn
         t0 = time.perf_counter()
-        log(f"Loading weights: Qwen2.5-3B LLM from {s.llm_dir} ({s.precision}, max_seq_len {s.max_seq_len})")
-        self.args = x.ModelArgs(self.mesh, instruct=False, max_batch_size=1, optimizations=self._optimizations,
-                                max_seq_len=s.max_seq_len, cache_hf=True)
+        log(f"Loading weights: Qwen2.5-3B LLM from {s.llm_dir} ({s.precision}, max_seq_len {s.max_seq_len}, "
+            f"max_batch {s.max_batch})")
+        self.args = x.ModelArgs(self.mesh, instruct=False, max_batch_size=s.max_batch,
+                                optimizations=self._optimizations, max_seq_len=s.max_seq_len, cache_hf=True)
+        # Logits rows are cut at the checkpoint's vocabulary (the device pads it): the
+        # extracted LLM must have that vocabulary, or every token id would be off.
+        if int(self.args.vocab_size) != s.vocab:
+            raise ValueError(f"the extracted LLM in {s.llm_dir} has a vocabulary of {self.args.vocab_size}, the "
+                             f"checkpoint {s.weights_dir} one of {s.vocab}: extract it again (LA_FORCE_EXTRACT=1)")
+        # The prefill below is the model's one-pass prefill; tt_transformers runs a prompt
+        # padded past max_prefill_chunk_size in chunks, which this adapter does not do.
+        self.max_prefill = int(self.args.max_prefill_chunk_size)
         state_dict = self.args.load_state_dict()
-        self.paged = x.PagedAttentionConfig(block_size=PAGE_BLOCK_SIZE, max_num_blocks=PAGE_MAX_BLOCKS)
+        self.paged = x.PagedAttentionConfig(block_size=PAGE_BLOCK_SIZE, max_num_blocks=PAGE_POOL_BLOCKS)
         # paged_attention_config selects the paged cache; use_paged_kv_cache stays False
         # (the stock Attention allocates layer_past only then).
         self.model = x.LATransformer(args=self.args, mesh_device=self.mesh, dtype=ttnn.bfloat8_b,
@@ -313,8 +457,7 @@ class Engine:
         del state_dict
         self.kv_cache = [layer.attention.layer_past for layer in self.model.layers]
         self.generator = x.Generator([self.model], [self.args], self.mesh)
-        perm = torch.randperm(PAGE_MAX_BLOCKS)  # any virtual->physical block map works
-        self.page_table = torch.argsort(perm).reshape(1, PAGE_MAX_BLOCKS)
+        self.page_table = torch.tensor(page_rows(s.max_batch), dtype=torch.int32)  # [max_batch, blocks per user]
         hf = self.args.cached_hf_model
         self.embed = hf.get_input_embeddings().weight.detach().clone()  # [vocab, hidden] bf16, host
         tok = self.args.tokenizer
@@ -324,46 +467,80 @@ class Engine:
         log(f"LLM ready in {time.perf_counter() - t0:.1f}s")
 
         t0 = time.perf_counter()
-        log(f"Loading weights: MoonViT from {s.weights_dir} (grid {s.grid[0]}x{s.grid[1]})")
-        self.vis = x.MoonViT(self.mesh, s.weights_dir, s.grid, dtype=ttnn.bfloat16, fused=self._legacy_vision())
+        log(f"Loading weights: MoonViT from {s.weights_dir} (grid {s.grid[0]}x{s.grid[1]}, legacy graph)")
+        self.vis = x.MoonViT(self.mesh, s.weights_dir, s.grid, dtype=ttnn.bfloat16,
+                             **legacy_vision_kwargs(x.FusedConfig))
         self.vis.state_dict = None
         log(f"MoonViT ready in {time.perf_counter() - t0:.1f}s")
-        self.reset()
-
-    @staticmethod
-    def _legacy_vision():
-        """The port's legacy vision graph (TT_FUSED=0): the one this adapter's host-side
-        merge expects."""
-        try:
-            from locate_anything.tt.fused import FusedConfig
-            return FusedConfig(enabled=False)
-        except (ImportError, TypeError):
-            return None
 
     def _warm_up(self):
         """Compile every program and capture the decode trace before ready (the upstream
-        server's 'Warmup run i/n'); a failure here fails open(), there is no fallback."""
-        s, torch = self.s, self.x.torch
-        n = self.s.image_tokens()
-        patches = torch.zeros(s.grid[0] * s.grid[1] * 3 * 14 * 14, dtype=torch.float32).numpy().tobytes()
-        ids = warmup_prompt(s, n)
+        server's 'Warmup run i/n'): the warm-up prompt in every slot, decode steps with all
+        of them (the first one captures the trace, at max_batch rows), then one step of a
+        partial batch so the idle-row path has run too. A failure here fails open(); there
+        is no fallback."""
+        s = self.s
+        slots = list(range(s.max_batch))
+        patches = bytes(s.grid[0] * s.grid[1] * 3 * 14 * 14 * 4)  # float32 zeros
+        ids = warmup_prompt(s, s.image_tokens())
+        if len(ids) + s.warmup_decode_steps + 1 > s.max_seq_len:
+            raise ValueError(f"the warm-up needs {len(ids) + s.warmup_decode_steps + 1} positions, "
+                             f"LA_MAX_SEQ_LEN is {s.max_seq_len}")
         for i in range(s.warmup_runs):
             t0 = time.perf_counter()
             self.vision(patches, s.grid[0], s.grid[1])
-            tok = self.prefill(ids)
+            image = self.image
+            tokens = []
+            for slot in slots:
+                self.image = image  # one vision result serves every slot's prefill
+                tokens.append(self.prefill(slot, ids, False)[0])
             for _ in range(s.warmup_decode_steps):
-                tok = self.decode(tok)
+                tokens, _ = self.decode(slots, tokens, False)
+            if s.max_batch > 1:
+                self.decode(slots[:1], tokens[:1], False)
             self.reset()
             log(f"Warmup run {i + 1}/{s.warmup_runs}: {time.perf_counter() - t0:.1f}s")
         log("Warmup complete")
 
+    # --- per-request state ------------------------------------------------------------
+
     def reset(self):
-        self.pos = 0
-        self.steps = 0
+        n = self.s.max_batch
+        self.live = [False] * n
+        self.pos = [0] * n  # positions each slot holds: prompt and decoded tokens
         self.image = None
-        self.last_logits = None
+        self.last_logits = []  # numpy float32 [vocab] per row of the last step
+        self.batch_changed = True  # a slot started or ended since the last decode
+
+    def _usable(self):
+        if self.capture_may_be_open:
+            raise RuntimeError("the decode trace capture failed and may still be open: the device can be neither "
+                               "used nor closed; the worker must restart")
+
+    def _check_slot(self, slot):
+        if not 0 <= slot < self.s.max_batch:
+            raise ValueError(f"slot {slot} out of range 0..{self.s.max_batch - 1}")
+
+    def release(self, slot):
+        self._check_slot(slot)
+        if self.live[slot]:
+            self.batch_changed = True
+        self.live[slot] = False
+        self.pos[slot] = 0
+
+    def logits(self, row):
+        if not 0 <= row < len(self.last_logits):
+            return None
+        return self.last_logits[row].astype("<f4").tobytes()
+
+    def _answer(self, rows, tokens, want_prob):
+        np = self.x.np
+        return [token_prob(np, r, t) for r, t in zip(rows, tokens)] if want_prob else None
+
+    # --- vision -------------------------------------------------------------------------
 
     def vision(self, patches, grid_h, grid_w):
+        self._usable()
         s, torch = self.s, self.x.torch
         if (grid_h, grid_w) != s.grid:
             raise ValueError(f"grid {grid_h}x{grid_w}: MoonViT is built for {s.grid[0]}x{s.grid[1]} "
@@ -374,73 +551,162 @@ class Engine:
         pixels = torch.frombuffer(bytearray(patches), dtype=torch.float32).reshape(n, 3, 14, 14)
         self.image = self.vis.forward(pixels).to(torch.float32)  # [n/4, hidden], host
 
-    def prefill(self, ids):
+    # --- prefill: one user into its pages -----------------------------------------------
+
+    def prefill(self, slot, ids, want_prob):
+        self._usable()
         s, x = self.s, self.x
         torch, ttnn = x.torch, x.ttnn
+        self._check_slot(slot)
+        if self.live[slot]:
+            raise ValueError(f"slot {slot} is live: release it before a new prefill")
+        ids = [int(i) for i in ids]
         if not ids:
             raise ValueError("empty prompt")
-        if len(ids) >= s.max_seq_len:
-            raise ValueError(f"prompt of {len(ids)} tokens leaves no room in max_seq_len {s.max_seq_len}")
-        input_ids = torch.tensor([ids], dtype=torch.int64)
-        n_slots = int((input_ids == s.image_token_id).sum())
+        if len(ids) > s.max_seq_len:
+            raise ValueError(f"prompt of {len(ids)} tokens exceeds max_seq_len {s.max_seq_len}")
+        if not all(0 <= i < s.vocab for i in ids):
+            raise ValueError(f"token id outside the vocabulary of {s.vocab}")
+        n_img = ids.count(s.image_token_id)
         have = 0 if self.image is None else int(self.image.shape[0])
-        if n_slots != have:
-            raise ValueError(f"prompt has {n_slots} image tokens but {have} image embeddings are kept")
+        if n_img != have:
+            raise ValueError(f"prompt has {n_img} image tokens but {have} image embeddings are kept")
+
+        # Host side: text embeddings, the image rows merged in, padded to the prefill bucket.
+        input_ids = torch.tensor([ids], dtype=torch.int64)
         text = torch.nn.functional.embedding(input_ids, self.embed).to(torch.float32)
         embeds = text if have == 0 else x.merge_vision_tokens(input_ids, text, self.image, _MergeConfig(s.image_token_id))
-        padded, decode_pos, _ = x.preprocess_inputs_prefill(
+        padded, _, _ = x.preprocess_inputs_prefill(
             [embeds[0]], self.args, torch.ones_like(input_ids), pad_embedding=self.embed[self.pad_id].to(torch.float32))
+        padded_len = int(padded[0].shape[0])
+        if padded_len > self.max_prefill:
+            raise ValueError(f"prompt of {len(ids)} tokens pads to {padded_len}, beyond the model's "
+                             f"max_prefill_chunk_size {self.max_prefill}: this adapter does not run chunked prefill "
+                             "(lower LA_IN_TOKEN_LIMIT or the grid)")
+
+        # Device: the user's own pages, as the Generator's paged prefill passes them: the
+        # first blocks of its page-table row that hold the prompt, as user 0 of a batch of 1.
         last = len(ids) - 1
+        user_table = self.page_table[slot:slot + 1, :blocks_for(len(ids))]
         self.model.switch_mode(x.Mode.PREFILL)
-        emb, rot, page_table, _ = self.model.prepare_inputs_prefill_embeds(
-            padded[0].unsqueeze(0).to(torch.float32), start_pos=0, page_table=self.page_table, last_token_idx=last)
-        out = self.model.ttnn_prefill_forward(emb, rot_mats_global=rot, rot_mats_local=None, user_id=0,
-                                              page_table=page_table, get_last_token=(last // 32) * 32,
-                                              kv_cache=self.kv_cache)
-        logits = self.model.process_output_prefill(out.cpu(), last_token_idx=last % 32)
-        # Free the prefill tensors before decode allocates its circular buffers.
-        ttnn.deallocate(out)
-        ttnn.deallocate(emb)
-        if page_table is not None:
-            ttnn.deallocate(page_table)
-        self.last_logits = logits[: s.vocab]
-        self.pos = int(decode_pos[0])
-        self.steps = 0
-        return int(torch.argmax(self.last_logits).item())
+        try:
+            emb, rot, tt_table, _ = self.model.prepare_inputs_prefill_embeds(
+                padded[0].unsqueeze(0).to(torch.float32), start_pos=0, page_table=user_table, last_token_idx=last)
+            out = self.model.ttnn_prefill_forward(emb, rot_mats_global=rot, rot_mats_local=None, user_id=0,
+                                                  page_table=tt_table, get_last_token=(last // 32) * 32,
+                                                  kv_cache=self.kv_cache)
+            logits = self.model.process_output_prefill(out.cpu(), last_token_idx=last % 32)
+            # Free the prefill tensors before decode allocates its circular buffers.
+            ttnn.deallocate(out)
+            ttnn.deallocate(emb)
+            if tt_table is not None:
+                ttnn.deallocate(tt_table)
+        finally:
+            # The Generator's own prefill sets its mode to "prefill"; this one bypasses it,
+            # so say the same, or its next decode would skip the prefill-to-decode path.
+            if hasattr(self.generator, "mode"):
+                self.generator.mode = "prefill"
+        row = self._vocab_row(logits)
 
-    def decode(self, token):
+        self.live[slot], self.pos[slot] = True, len(ids)
+        self.image = None  # consumed: the next prefill needs its own vision call
+        self.batch_changed = True
+        self.last_logits = [row]
+        token = greedy(row)
+        return token, (self._answer([row], [token], True)[0] if want_prob else None)
+
+    def _vocab_row(self, logits):
+        """A prefill's logits as float32 numpy [vocab]: the device pads the vocabulary, the
+        padding is cut off here by index."""
+        flat = logits.reshape(-1)
+        if flat.shape[0] < self.s.vocab:
+            raise RuntimeError(f"prefill gave {flat.shape[0]} logits for a vocabulary of {self.s.vocab}")
+        return flat[: self.s.vocab].float().numpy().copy()
+
+    # --- decode: every user, one step ---------------------------------------------------
+
+    def decode(self, slots, tokens, want_prob):
+        self._usable()
+        s = self.s
+        slots, tokens = [int(v) for v in slots], [int(v) for v in tokens]
+        if not 1 <= len(slots) <= s.max_batch or len(tokens) != len(slots):
+            raise ValueError(f"{len(slots)} slots and {len(tokens)} tokens: want 1..{s.max_batch} of each, as many")
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"slots {slots} repeat a slot")
+        for slot, token in zip(slots, tokens):
+            self._check_slot(slot)
+            if not self.live[slot]:
+                raise ValueError(f"slot {slot} is free: decode before prefill")
+            if self.pos[slot] >= s.max_seq_len:
+                raise ValueError(f"slot {slot} is full: {self.pos[slot]} positions, max_seq_len {s.max_seq_len}")
+            if not 0 <= token < s.vocab:
+                raise ValueError(f"token {token} outside the vocabulary of {s.vocab}")
+
+        # One row per user: the call's slots at their positions, every other user idle.
+        user_tokens = [IDLE_TOKEN] * s.max_batch
+        positions = [IDLE_POSITION] * s.max_batch
+        for slot, token in zip(slots, tokens):
+            user_tokens[slot], positions[slot] = token, self.pos[slot]
+        rows = self._decode_users(user_tokens, positions)
+
+        picked = [rows[slot] for slot in slots]
+        for slot in slots:
+            self.pos[slot] += 1
+        self.last_logits = picked
+        nxt = [greedy(r) for r in picked]
+        return nxt, self._answer(picked, nxt, want_prob)
+
+    def _decode_users(self, user_tokens, positions):
+        """One Generator decode step over all max_batch users; the logits row of each user,
+        float32 numpy [vocab], taken by index (user u is row u, the padding cut off)."""
         s, torch = self.s, self.x.torch
-        if self.pos == 0:
-            raise ValueError("decode before prefill")
-        if self.pos >= s.max_seq_len:
-            raise ValueError(f"sequence reached max_seq_len {s.max_seq_len}")
-        if not 0 <= token < s.vocab:
-            raise ValueError(f"token {token} outside the vocabulary of {s.vocab}")
-        out, _ = self.generator.decode_forward(
-            torch.tensor([[token]], dtype=torch.int64), torch.tensor([self.pos], dtype=torch.int64),
+        capturing = s.trace and not self.trace_captured
+        self.capture_may_be_open = capturing
+        out = self.generator.decode_forward(
+            torch.tensor([[t] for t in user_tokens], dtype=torch.int64),
+            torch.tensor(positions, dtype=torch.int64),
             page_table=self.page_table, kv_cache=[self.kv_cache], enable_trace=s.trace,
-            reset_batch=(self.steps == 0))
-        self.last_logits = out.reshape(-1)[: s.vocab]
-        self.pos += 1
-        self.steps += 1
-        return int(torch.argmax(self.last_logits).item())
+            reset_batch=self.batch_changed)
+        self.capture_may_be_open = False
+        self.trace_captured = self.trace_captured or capturing
+        self.batch_changed = False
+        logits = out[0] if isinstance(out, tuple) else out  # (logits, log-probs) in current trees
+        by_user = logits.reshape(logits.shape[0], -1)
+        if by_user.shape[0] < s.max_batch or by_user.shape[1] < s.vocab:
+            raise RuntimeError(f"decode gave logits of shape {tuple(logits.shape)} for {s.max_batch} users and a "
+                               f"vocabulary of {s.vocab}")
+        # Copies: the rows outlive this call (logits()), the Generator's buffers may not.
+        return [by_user[u, : s.vocab].float().numpy().copy() for u in range(s.max_batch)]
 
-    def logits(self):
-        if self.last_logits is None:
-            return None
-        return self.last_logits.to(self.x.torch.float32).numpy().astype("<f4").tobytes()
+    # --- close --------------------------------------------------------------------------
 
     def close(self):
-        """Drop every device tensor, then close the mesh (as the upstream server's lifespan
-        shutdown does)."""
+        """Release the decode traces, drop every device tensor, then close the mesh (as the
+        upstream server's lifespan shutdown does). If a trace capture may still be open,
+        closing the mesh would hang: exit the process instead, after saying why."""
         import gc
 
-        for attr in ("generator", "vis", "kv_cache", "page_table", "model", "args", "embed", "image", "last_logits"):
+        mesh, self.mesh = self.mesh, None
+        if mesh is None:
+            return
+        if self.capture_may_be_open:
+            log("a decode trace capture may still be open, and closing the device would hang: exiting the process "
+                f"with status {EXIT_DEVICE_UNSAFE} instead (the worker's supervisor restarts it)")
+            sys.stderr.flush()
+            self._exit_process(EXIT_DEVICE_UNSAFE)
+            return  # only a test's exit_process returns
+        ttnn = self.x.ttnn
+        if self.generator is not None:
+            for trace_id in decode_trace_ids(self.generator):
+                try:
+                    ttnn.release_trace(mesh, trace_id)
+                except Exception as e:  # noqa: BLE001 - the mesh must still be closed
+                    log(f"releasing trace {trace_id}: {type(e).__name__}: {e}")
+        for attr in ("generator", "vis", "kv_cache", "page_table", "model", "args", "embed", "image"):
             setattr(self, attr, None)
+        self.last_logits = []
         gc.collect()
-        mesh, self.mesh = getattr(self, "mesh", None), None
-        if mesh is not None:
-            self.x.ttnn.close_mesh_device(mesh)
+        ttnn.close_mesh_device(mesh)
 
 
 # ---------------------------------------------------------------------------------------
@@ -469,19 +735,23 @@ def open(config):  # noqa: A001 - the protocol's name
     settings = Settings.from_config(config)
     settings.check_files()
     add_site_dirs(settings.python_site)
-    return Engine(settings)
+    return Engine(settings, _import_device_stack())
 
 
 def vision(handle, patches, grid_h, grid_w):
     handle.vision(patches, grid_h, grid_w)
 
 
-def prefill(handle, ids):
-    return handle.prefill(ids)
+def prefill(handle, slot, ids, want_prob):
+    return handle.prefill(slot, ids, want_prob)
 
 
-def decode(handle, token):
-    return handle.decode(token)
+def decode(handle, slots, tokens, want_prob):
+    return handle.decode(slots, tokens, want_prob)
+
+
+def release(handle, slot):
+    handle.release(slot)
 
 
 def reset(handle):
@@ -492,5 +762,5 @@ def close(handle):
     handle.close()
 
 
-def logits(handle):
-    return handle.logits()
+def logits(handle, row):
+    return handle.logits(row)

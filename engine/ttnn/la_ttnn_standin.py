@@ -1,20 +1,26 @@
-"""A numpy stand-in for the TT-NN adapter: the same step-wise protocol, the real
+"""A numpy stand-in for the TT-NN adapter: the same batched protocol, the real
 LocateAnything architecture, float32 compute on the host CPU.
 
 It exists to prove, on machines without a Blackhole chip, everything around the device
 calls: the embedded-CPython bridge in engine/native/ttnn_*.c, the protocol below, and the
 weights the Go side hands over. Its greedy tokens must equal the CPU backend's (the
-engine/native ttnn parity test checks that on the committed tiny checkpoints).
+engine/native ttnn tests check that on the committed tiny checkpoints, alone and batched).
 
 Protocol (see engine/native/ttnn_backend.c):
 
-    open(config: dict) -> handle
+    open(config: dict) -> handle                       config["max_batch"] slots
     vision(handle, patches: bytes, grid_h, grid_w)     float32 LE [gh*gw, 3, p, p]
-    prefill(handle, ids: list[int]) -> int             greedy first token
-    decode(handle, token: int) -> int                  greedy next token
-    reset(handle); close(handle)
-    logits(handle) -> bytes | None                     last step, float32 [vocab]
+    prefill(handle, slot, ids, want_prob) -> (token, prob | None)
+    decode(handle, slots, tokens, want_prob) -> (next, probs | None)
+    release(handle, slot); reset(handle); close(handle)
+    logits(handle, row) -> bytes | None                row of the last step, float32 [vocab]
     image_embeddings(handle) -> (bytes, n, dim) | None
+
+Each slot has its own KV cache and position. A decode call advances every row it is given,
+and each row runs through exactly the operations it would run alone (the same shapes, so
+the same float32 rounding): batching cannot change a slot's tokens. The stand-in gains no
+speed from batching; the chip does, and the protocol is what this module proves.
+A probability is the chosen token's softmax over the vocabulary, summed in float64.
 
 The maths follows tools/refmodel/model.py (the PyTorch reference) step by step; weights
 are read from the checkpoint's safetensors with numpy (bf16 widened by a 16-bit shift).
@@ -23,12 +29,12 @@ work but take minutes per request.
 
 Settings: like the real adapter it reads no environment variable; everything comes in
 config. Of config["options"] it reads one test hook, fail_in=<step>, which raises
-RuntimeError in that step (vision, prefill, decode, reset, open) so the bridge's error path
-can be tested. The real adapter's knobs, which the worker passes to every adapter
-(canon_grid, precision, trace, trace_region_size, warmup_runs, warmup_decode_steps,
-mesh_shape, device_id, python_site) and llm_dir, are accepted and ignored: the stand-in
-computes in float32 at whatever grid vision() is given ("native" included), with no trace,
-warm-up or device.
+RuntimeError in that step (vision, prefill, decode, release, reset, open) so the bridge's
+error path can be tested. The real adapter's knobs, which the worker passes to every
+adapter (canon_grid, precision, trace, trace_region_size, warmup_runs,
+warmup_decode_steps, mesh_shape, device_id, python_site) and llm_dir, are accepted and
+ignored: the stand-in computes in float32 at whatever grid vision() is given ("native"
+included), with no trace, warm-up or device.
 """
 
 import io
@@ -48,7 +54,7 @@ REQUIRED_KEYS = (
     "vision_hidden", "vision_layers", "vision_heads", "vision_intermediate", "patch_size",
     "merge_kernel", "pos_emb_height", "pos_emb_width", "vision_norm_eps", "hidden", "layers",
     "heads", "kv_heads", "head_dim", "intermediate", "vocab", "rope_theta", "rms_norm_eps",
-    "image_token_id", "max_seq_len", "weights_dir",
+    "image_token_id", "max_seq_len", "max_batch", "weights_dir",
 )
 
 # ---------------------------------------------------------------------------------------
@@ -216,7 +222,8 @@ def rotate_half(x):
 
 
 class Engine:
-    """One loaded checkpoint with its KV cache and kept image embeddings."""
+    """One loaded checkpoint with max_batch sequence slots (a KV cache and a position each)
+    and the kept image embeddings."""
 
     def __init__(self, config):
         missing = [k for k in REQUIRED_KEYS if k not in config]
@@ -225,10 +232,14 @@ class Engine:
         self.c = dict(config)
         self.fail_in = _parse_options(config.get("options", "")).get("fail_in", "")
         self._maybe_fail("open")
+        c = self.c
+        self.max_batch = int(c["max_batch"])
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch {self.max_batch}: want at least 1")
         self.w = read_weights(config["weights_dir"])
         self.head = self.w.get(LM_HEAD, self.w["language_model.model.embed_tokens.weight"])
-        c = self.c
-        self.k_cache = np.zeros((c["layers"], c["max_seq_len"], c["kv_heads"], c["head_dim"]), np.float32)
+        shape = (self.max_batch, c["layers"], c["max_seq_len"], c["kv_heads"], c["head_dim"])
+        self.k_cache = np.zeros(shape, np.float32)  # untouched pages cost no memory
         self.v_cache = np.zeros_like(self.k_cache)
         self.reset()
 
@@ -238,9 +249,20 @@ class Engine:
 
     def reset(self):
         self._maybe_fail("reset")
-        self.pos = 0
+        self.live = [False] * self.max_batch
+        self.pos = [0] * self.max_batch  # positions held by each slot
         self.image = None
-        self.last_logits = None
+        self.last_logits = []  # one row per row of the last prefill or decode
+
+    def _check_slot(self, slot):
+        if not 0 <= slot < self.max_batch:
+            raise ValueError(f"slot {slot} out of range 0..{self.max_batch - 1}")
+
+    def release(self, slot):
+        self._maybe_fail("release")
+        self._check_slot(slot)
+        self.live[slot] = False
+        self.pos[slot] = 0
 
     # --- vision ---------------------------------------------------------------------
 
@@ -285,21 +307,21 @@ class Engine:
 
     # --- decoder --------------------------------------------------------------------
 
-    def _forward(self, x):
-        """Runs embeddings x [S, hidden] at positions pos.. through the decoder, filling the
-        KV cache; returns the last position's logits."""
+    def _forward(self, slot, x, start):
+        """Runs embeddings x [S, hidden] at positions start.. of slot through the decoder,
+        writing the slot's KV cache there; returns the last position's logits. The slot's
+        position is the caller's to advance, once every row of its call has run."""
         c, w = self.c, self.w
         s = x.shape[0]
-        if self.pos + s > c["max_seq_len"]:
-            raise ValueError(f"sequence of {self.pos + s} tokens exceeds max_seq_len {c['max_seq_len']}")
         heads, kvh, hd = c["heads"], c["kv_heads"], c["head_dim"]
-        positions = np.arange(self.pos, self.pos + s)
+        positions = np.arange(start, start + s)
         cos, sin = text_rope(positions, hd, c["rope_theta"])
         cos, sin = cos[:, None, :], sin[:, None, :]
-        end = self.pos + s
-        # causal mask over [pos, end) x [0, end)
+        end = start + s
+        # causal mask over [start, end) x [0, end)
         mask = np.arange(end)[None, :] > positions[:, None]
         eps = c["rms_norm_eps"]
+        k_cache, v_cache = self.k_cache[slot], self.v_cache[slot]
         for i in range(c["layers"]):
             p = f"language_model.model.layers.{i}."
             h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
@@ -308,11 +330,11 @@ class Engine:
             v = linear(h, w[p + "self_attn.v_proj.weight"], w[p + "self_attn.v_proj.bias"]).reshape(s, kvh, hd)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
-            self.k_cache[i, self.pos:end] = k
-            self.v_cache[i, self.pos:end] = v
+            k_cache[i, start:end] = k
+            v_cache[i, start:end] = v
             rep = heads // kvh
-            keys = np.repeat(self.k_cache[i, :end], rep, axis=1)  # [end, heads, hd]
-            vals = np.repeat(self.v_cache[i, :end], rep, axis=1)
+            keys = np.repeat(k_cache[i, :end], rep, axis=1)  # [end, heads, hd]
+            vals = np.repeat(v_cache[i, :end], rep, axis=1)
             scores = np.einsum("qhd,khd->hqk", q, keys) / np.float32(math.sqrt(hd))
             scores = np.where(mask[None], np.float32(-np.inf), scores)
             attn = np.einsum("hqk,khd->qhd", softmax(scores), vals).reshape(s, -1)
@@ -321,37 +343,69 @@ class Engine:
             h = linear(silu(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"]),
                        w[p + "mlp.down_proj.weight"])
             x = x + h
-        self.pos = end
         last = rms_norm(x[-1:], w["language_model.model.norm.weight"], eps)
-        self.last_logits = linear(last, self.head)[0].astype(np.float32)
-        return int(np.argmax(self.last_logits))
+        return linear(last, self.head)[0].astype(np.float32)
 
-    def prefill(self, ids):
+    def _embed(self, ids):
+        return self.w["language_model.model.embed_tokens.weight"][ids].astype(np.float32)
+
+    def prefill(self, slot, ids, want_prob):
         self._maybe_fail("prefill")
         c = self.c
+        self._check_slot(slot)
+        if self.live[slot]:
+            raise ValueError(f"slot {slot} is live: release it before a new prefill")
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError("prefill needs a non-empty list of token ids")
+        if ids.size > c["max_seq_len"]:
+            raise ValueError(f"prompt of {ids.size} tokens exceeds max_seq_len {c['max_seq_len']}")
         if ids.min() < 0 or ids.max() >= c["vocab"]:
             raise ValueError(f"token id outside the vocabulary of {c['vocab']}")
-        self.pos = 0
-        x = self.w["language_model.model.embed_tokens.weight"][ids].astype(np.float32)
-        slots = np.flatnonzero(ids == c["image_token_id"])
+        x = self._embed(ids)
+        at = np.flatnonzero(ids == c["image_token_id"])
         have = 0 if self.image is None else self.image.shape[0]
-        if slots.size != have:
-            raise ValueError(f"prompt has {slots.size} image tokens but {have} image embeddings are kept")
+        if at.size != have:
+            raise ValueError(f"prompt has {at.size} image tokens but {have} image embeddings are kept")
         if have:
-            x[slots] = self.image
-        return self._forward(x)
+            x[at] = self.image
+        logits = self._forward(slot, x, 0)
+        self.live[slot], self.pos[slot] = True, int(ids.size)
+        self.image = None  # consumed: the next prefill needs its own vision call
+        self.last_logits = [logits]
+        token = int(np.argmax(logits))
+        return token, (token_prob(logits, token) if want_prob else None)
 
-    def decode(self, token):
+    def decode(self, slots, tokens, want_prob):
         self._maybe_fail("decode")
-        if self.pos == 0:
-            raise ValueError("decode before prefill")
-        if not 0 <= token < self.c["vocab"]:
-            raise ValueError(f"token {token} outside the vocabulary of {self.c['vocab']}")
-        x = self.w["language_model.model.embed_tokens.weight"][[token]].astype(np.float32)
-        return self._forward(x)
+        c = self.c
+        slots, tokens = [int(s) for s in slots], [int(t) for t in tokens]
+        if not 1 <= len(slots) <= self.max_batch or len(tokens) != len(slots):
+            raise ValueError(f"{len(slots)} slots and {len(tokens)} tokens: want 1..{self.max_batch} of each, as many")
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"slots {slots} repeat a slot")
+        # Every row is checked before any runs, so a refused call changes nothing.
+        for slot, token in zip(slots, tokens):
+            self._check_slot(slot)
+            if not self.live[slot]:
+                raise ValueError(f"slot {slot} is free: decode before prefill")
+            if self.pos[slot] >= c["max_seq_len"]:
+                raise ValueError(f"slot {slot} is full: {self.pos[slot]} positions, max_seq_len {c['max_seq_len']}")
+            if not 0 <= token < c["vocab"]:
+                raise ValueError(f"token {token} outside the vocabulary of {c['vocab']}")
+        rows = [self._forward(slot, self._embed([token]), self.pos[slot]) for slot, token in zip(slots, tokens)]
+        for slot in slots:
+            self.pos[slot] += 1
+        self.last_logits = rows
+        nxt = [int(np.argmax(r)) for r in rows]
+        return nxt, ([token_prob(r, t) for r, t in zip(rows, nxt)] if want_prob else None)
+
+
+def token_prob(logits, token):
+    """The softmax probability of token under logits, accumulated in float64."""
+    z = logits.astype(np.float64)
+    e = np.exp(z - z.max())
+    return float(e[token] / e.sum())
 
 
 def _parse_options(lines):
@@ -376,12 +430,16 @@ def vision(handle, patches, grid_h, grid_w):
     handle.vision(patches, grid_h, grid_w)
 
 
-def prefill(handle, ids):
-    return handle.prefill(ids)
+def prefill(handle, slot, ids, want_prob):
+    return handle.prefill(slot, ids, want_prob)
 
 
-def decode(handle, token):
-    return handle.decode(token)
+def decode(handle, slots, tokens, want_prob):
+    return handle.decode(slots, tokens, want_prob)
+
+
+def release(handle, slot):
+    handle.release(slot)
 
 
 def reset(handle):
@@ -393,8 +451,10 @@ def close(handle):
     handle.k_cache = handle.v_cache = None
 
 
-def logits(handle):
-    return None if handle.last_logits is None else handle.last_logits.astype("<f4").tobytes()
+def logits(handle, row):
+    if not 0 <= row < len(handle.last_logits):
+        return None
+    return handle.last_logits[row].astype("<f4").tobytes()
 
 
 def image_embeddings(handle):

@@ -1,16 +1,25 @@
-"""Tests of the TT-NN adapter's parts that need no chip: settings from the option lines
-(never from the environment), the file checks, the warm-up prompt, the protocol surface,
-and a clear error from open() where ttnn is missing.
-Run: cd engine/ttnn && /usr/bin/python3 -m unittest -v (engine/native's Go tests run them too)."""
+"""Tests of the TT-NN adapter without a chip: settings from the option lines (never from
+the environment), the file checks, the page table, the warm-up prompt, the protocol
+surface, a clear error from open() where ttnn is missing, and the device code driven
+against fakes of ttnn and the tt_transformers objects (fake_stack below) that check the
+calls it makes: a page-table row and a position per user, the decode trace captured at the
+batch size and released before the mesh closes, TT_FUSED=0 before MoonViT is built, the
+refusal of prompts past max_prefill_chunk_size, the vocabulary check, the Generator's
+mode reset after a prefill.
+Run: cd engine/ttnn && /usr/bin/python3 -m unittest -v (engine/native's Go tests run them too).
+Needs only Debian's python3-numpy; the fakes stand in for torch too."""
 
 import os
 import tempfile
+import types
 import unittest
 from unittest import mock
 
+import numpy as np
+
 import la_ttnn_adapter as A
 
-CONFIG = {"weights_dir": "/snap", "max_seq_len": 4096, "image_token_id": 151665, "vocab": 152681,
+CONFIG = {"weights_dir": "/snap", "max_seq_len": 4096, "max_batch": 8, "image_token_id": 151665, "vocab": 152681,
           "hidden": 2048, "merge_kernel": 2, "llm_dir": "/llm"}
 
 # The option lines the Go worker passes, at its configuration's defaults (package config),
@@ -43,6 +52,7 @@ class SettingsTest(unittest.TestCase):
     def test_worker_defaults_are_the_validated_recipe(self):
         s = A.Settings.from_config(config())
         self.assertEqual(s.llm_dir, "/llm")
+        self.assertEqual((s.max_seq_len, s.max_batch), (4096, 8))
         self.assertEqual(s.grid, (24, 44))
         self.assertEqual(s.image_tokens(), 264)
         self.assertEqual((s.precision, s.trace, s.trace_region_size), ("accuracy", True, 50_000_000))
@@ -78,7 +88,13 @@ class SettingsTest(unittest.TestCase):
             with self.subTest(key=key), self.assertRaisesRegex(ValueError, want):
                 A.Settings.from_config(config({key: value}))
         with self.assertRaisesRegex(ValueError, "paged KV"):
-            A.Settings.from_config(config(max_seq_len=40000))
+            A.Settings.from_config(config(max_seq_len=40000, max_batch=1))
+        with self.assertRaisesRegex(ValueError, "LA_MAX_SEQ_LEN 4097 exceeds the paged KV pool: .* LA_MAX_BATCH 8 "
+                                                "sequences hold 4096 positions each"):
+            A.Settings.from_config(config(max_seq_len=4097))
+        self.assertEqual(A.Settings.from_config(config(max_seq_len=8192, max_batch=4)).max_batch, 4)
+        with self.assertRaisesRegex(ValueError, "config lacks 'max_batch'"):
+            A.Settings.from_config({k: v for k, v in config().items() if k != "max_batch"})
         with self.assertRaisesRegex(ValueError, "config lacks 'vocab'"):
             A.Settings.from_config({k: v for k, v in config().items() if k != "vocab"})
 
@@ -184,9 +200,25 @@ class SiteDirsTest(unittest.TestCase):
         self.assertEqual(A.add_site_dirs(""), [])
 
 
+class PageTableTest(unittest.TestCase):
+    def test_rows_split_the_pool(self):
+        for batch in (1, 3, 8, 32):
+            rows = A.page_rows(batch)
+            self.assertEqual(len(rows), batch)
+            self.assertTrue(all(len(r) == A.PAGE_POOL_BLOCKS // batch for r in rows))
+            flat = [b for r in rows for b in r]
+            self.assertEqual(len(set(flat)), len(flat), "a block in two rows")
+            self.assertTrue(all(0 <= b < A.PAGE_POOL_BLOCKS for b in flat))
+        self.assertEqual(A.page_rows(4), A.page_rows(4), "the layout is fixed")
+        self.assertNotEqual(A.page_rows(1)[0], list(range(A.PAGE_POOL_BLOCKS)), "the blocks are shuffled")
+
+    def test_blocks_for(self):
+        self.assertEqual([A.blocks_for(n) for n in (1, 32, 33, 303)], [1, 1, 2, 10])
+
+
 class ProtocolTest(unittest.TestCase):
     def test_surface(self):
-        for name in ("open", "vision", "prefill", "decode", "reset", "close", "logits"):
+        for name in ("open", "vision", "prefill", "decode", "release", "reset", "close", "logits"):
             self.assertTrue(callable(getattr(A, name)), name)
 
     def test_warmup_prompt_is_shaped_like_a_request(self):
@@ -205,11 +237,458 @@ class ProtocolTest(unittest.TestCase):
 
         h = Handle()
         A.vision(h, b"p", 2, 4)
-        self.assertEqual(A.prefill(h, [1, 2]), 7)
-        self.assertEqual(A.decode(h, 3), 7)
+        self.assertEqual(A.prefill(h, 1, [1, 2], True), 7)
+        self.assertEqual(A.decode(h, [0, 1], [3, 4], False), 7)
+        A.release(h, 1)
+        self.assertEqual(A.logits(h, 0), 7)
         A.reset(h)
         A.close(h)
-        self.assertEqual([c[0] for c in calls], ["vision", "prefill", "decode", "reset", "close"])
+        self.assertEqual(calls, [("vision", (b"p", 2, 4)), ("prefill", (1, [1, 2], True)),
+                                 ("decode", ([0, 1], [3, 4], False)), ("release", (1,)), ("logits", (0,)),
+                                 ("reset", ()), ("close", ())])
+
+# ---------------------------------------------------------------------------------------
+# fakes of the device stack
+# ---------------------------------------------------------------------------------------
+#
+# A fake chip: the KV pool holds, per physical block, the "content" of each position (the
+# first component of its embedding: a token id, an image row's marker, the pad id). A
+# position's logits peak at score(the user's sequence read back through its page-table
+# row), so a wrong page table, position or row shows up as a wrong token. The device pads
+# the vocabulary; its padding columns hold the largest logits, so a row not cut at the
+# vocabulary by index picks a padding id.
+
+VOCAB = CONFIG["vocab"]
+PADDED_VOCAB = 152704
+HIDDEN = 4
+IMAGE_MARK = 200000  # image embedding row i has first component IMAGE_MARK + i
+
+
+class T(np.ndarray):
+    """A numpy array with the few torch.Tensor methods the adapter calls."""
+
+    def to(self, dtype):
+        return np.asarray(self, dtype=dtype).view(T)
+
+    def float(self):
+        return self.to(np.float32)
+
+    def numpy(self):
+        return np.asarray(self)
+
+    def unsqueeze(self, dim):
+        return np.expand_dims(self, dim).view(T)
+
+    def clone(self):
+        return self.copy()
+
+    def detach(self):
+        return self
+
+
+def t(a, dtype=None):
+    return np.array(a, dtype=dtype).view(T)
+
+
+fake_torch = types.SimpleNamespace(
+    int64=np.int64, int32=np.int32, float32=np.float32,
+    tensor=t,
+    ones_like=lambda x: t(np.ones_like(x)),
+    frombuffer=lambda buf, dtype: t(np.frombuffer(bytes(buf), dtype=dtype)),
+    nn=types.SimpleNamespace(functional=types.SimpleNamespace(embedding=lambda ids, w: t(np.asarray(w)[np.asarray(ids)]))),
+)
+
+
+def score(seq):
+    """The fake model's next token after the contents seq (position-weighted, mod vocab)."""
+    return sum((i + 1) * int(v) for i, v in enumerate(seq)) % VOCAB
+
+
+def logits_row(peak):
+    row = np.zeros(PADDED_VOCAB, np.float32)
+    row[peak] = 10.0
+    row[VOCAB:] = 50.0  # the device's vocabulary padding
+    return row
+
+
+class Device:
+    """What the device tensors of the fakes wrap."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def cpu(self):
+        return self.value
+
+
+class Chip:
+    """The fake chip's state and the log of what was done to it, in order."""
+
+    def __init__(self, vocab_size=VOCAB, max_prefill_chunk_size=1024, fail_capture=False):
+        self.vocab_size, self.max_prefill_chunk_size, self.fail_capture = vocab_size, max_prefill_chunk_size, fail_capture
+        self.events = []
+        self.blocks = {}  # physical block -> contents of its 32 positions
+        self.next_trace = 100
+
+    def write(self, table_row, pos, value):
+        self.blocks.setdefault(int(table_row[pos // A.PAGE_BLOCK_SIZE]), [None] * A.PAGE_BLOCK_SIZE)[
+            pos % A.PAGE_BLOCK_SIZE] = value
+
+    def read(self, table_row, n):
+        return [self.blocks[int(table_row[p // A.PAGE_BLOCK_SIZE])][p % A.PAGE_BLOCK_SIZE] for p in range(n)]
+
+
+def fake_stack(chip, fused=True):
+    """A Stack of fakes over chip. fused: the port has locate_anything.tt.fused."""
+
+    class ttnn:
+        bfloat8_b, bfloat16 = "bfloat8_b", "bfloat16"
+
+        @staticmethod
+        def MeshShape(*shape):
+            return shape
+
+        @staticmethod
+        def DispatchCoreConfig():
+            return "dispatch"
+
+        @staticmethod
+        def open_mesh_device(mesh_shape, **kwargs):
+            chip.events.append(("open_mesh_device", mesh_shape, kwargs["trace_region_size"]))
+            return "mesh"
+
+        @staticmethod
+        def close_mesh_device(mesh):
+            chip.events.append(("close_mesh_device", mesh))
+
+        @staticmethod
+        def begin_trace_capture(mesh, cq_id):
+            chip.next_trace += 1
+            chip.events.append(("begin_trace_capture", chip.next_trace))
+            return chip.next_trace
+
+        @staticmethod
+        def end_trace_capture(mesh, trace_id, cq_id):
+            chip.events.append(("end_trace_capture", trace_id))
+
+        @staticmethod
+        def release_trace(mesh, trace_id):
+            chip.events.append(("release_trace", trace_id))
+
+        @staticmethod
+        def deallocate(tensor):
+            pass
+
+    class ModelArgs:
+        def __init__(self, mesh, instruct, max_batch_size, optimizations, max_seq_len, cache_hf):
+            chip.events.append(("ModelArgs", max_batch_size, max_seq_len))
+            self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
+            self.vocab_size, self.max_prefill_chunk_size = chip.vocab_size, chip.max_prefill_chunk_size
+            self.n_layers, self.model_name = 2, "fake"
+            table = np.zeros((VOCAB, HIDDEN), np.float32)
+            table[:, 0] = np.arange(VOCAB)
+            weight = t(table)
+            self.cached_hf_model = types.SimpleNamespace(get_input_embeddings=lambda: types.SimpleNamespace(weight=weight))
+            self.tokenizer = types.SimpleNamespace(pad_token_id=None, eos_token_id=151643)
+
+        def load_state_dict(self):
+            return {}
+
+        def weight_cache_path(self, dtype):
+            return "/cache"
+
+    class PagedAttentionConfig:
+        def __init__(self, block_size, max_num_blocks):
+            chip.events.append(("PagedAttentionConfig", block_size, max_num_blocks))
+            self.block_size, self.max_num_blocks = block_size, max_num_blocks
+
+    class Mode:
+        PREFILL, DECODE = "prefill", "decode"
+
+    class LATransformer:
+        def __init__(self, args, mesh_device, dtype, state_dict, weight_cache_path, paged_attention_config):
+            self.args, self.mode = args, None
+            self.layers = [types.SimpleNamespace(attention=types.SimpleNamespace(layer_past=f"kv{i}")) for i in range(2)]
+
+        def switch_mode(self, mode):
+            self.mode = mode
+
+        def prepare_inputs_prefill_embeds(self, embeds, start_pos, page_table, last_token_idx):
+            assert self.mode == Mode.PREFILL and start_pos == 0
+            self.pending = (np.asarray(embeds), np.asarray(page_table), last_token_idx)
+            return Device(embeds), "rot", Device(page_table), None
+
+        def ttnn_prefill_forward(self, x, rot_mats_global, rot_mats_local, user_id, page_table, get_last_token, kv_cache):
+            embeds, table, last = self.pending
+            assert user_id == 0 and kv_cache == ["kv0", "kv1"] and get_last_token == (last // 32) * 32
+            chip.events.append(("prefill", table.tolist(), last + 1, embeds.shape[1]))
+            row = table[0]
+            for pos in range(min(embeds.shape[1], len(row) * A.PAGE_BLOCK_SIZE)):
+                chip.write(row, pos, int(round(float(embeds[0, pos, 0]))))
+            return Device(t(logits_row(score(chip.read(row, last + 1)))))
+
+        def process_output_prefill(self, out, last_token_idx):
+            assert last_token_idx == self.pending[2] % 32
+            return out
+
+    class Generator:
+        def __init__(self, models, args, mesh):
+            self.model, self.mode = models[0], None
+            self.trace_ids_decode = {}
+            self.calls = []
+
+        def decode_forward(self, tokens, start_pos, page_table, kv_cache, enable_trace, reset_batch):
+            tokens, positions, table = np.asarray(tokens), np.asarray(start_pos), np.asarray(page_table)
+            batch = self.model.args.max_batch_size
+            assert tokens.shape == (batch, 1) and positions.shape == (batch,), (tokens.shape, positions.shape)
+            assert table.shape == (batch, A.PAGE_POOL_BLOCKS // batch) and kv_cache == [["kv0", "kv1"]]
+            self.calls.append(types.SimpleNamespace(tokens=tokens[:, 0].tolist(), positions=positions.tolist(),
+                                                    mode=self.mode, trace=enable_trace, reset_batch=reset_batch))
+            self.mode = "decode"
+            if enable_trace and not self.trace_ids_decode:
+                trace_id = ttnn.begin_trace_capture("mesh", cq_id=0)
+                chip.events.append(("capture_batch", tokens.shape[0]))
+                if chip.fail_capture:
+                    raise RuntimeError("fake capture failed")
+                ttnn.end_trace_capture("mesh", trace_id, cq_id=0)
+                self.trace_ids_decode = {False: {0: trace_id}}
+            out = np.zeros((batch, 1, PADDED_VOCAB), np.float32)
+            for u in range(batch):
+                if positions[u] < 0:
+                    out[u, 0] = logits_row(1)  # an idle user: whatever the device leaves there
+                    continue
+                chip.write(table[u], int(positions[u]), int(tokens[u, 0]))
+                out[u, 0] = logits_row(score(chip.read(table[u], int(positions[u]) + 1)))
+            return t(out), None
+
+    class MoonViT:
+        def __init__(self, mesh, weights_dir, grid, dtype, **kwargs):
+            chip.events.append(("MoonViT", os.environ.get("TT_FUSED"), kwargs))
+            self.grid = grid
+
+        def forward(self, pixels):
+            assert np.asarray(pixels).shape[1:] == (3, 14, 14)
+            n = np.asarray(pixels).shape[0] // 4
+            rows = np.zeros((n, HIDDEN), np.float32)
+            rows[:, 0] = IMAGE_MARK + np.arange(n) + int(np.asarray(pixels).sum())
+            return t(rows)
+
+    def merge_vision_tokens(input_ids, text, image, cfg):
+        out = np.array(text)
+        out[0, np.asarray(input_ids)[0] == cfg.image_token_id] = np.asarray(image)
+        return t(out)
+
+    def preprocess_inputs_prefill(embeds, args, mask, pad_embedding):
+        e = np.asarray(embeds[0])
+        n = e.shape[0]
+        padded = max(128, 1 << (n - 1).bit_length())
+        out = np.concatenate([e, np.tile(np.asarray(pad_embedding), (padded - n, 1))])
+        return [t(out)], [n], [padded]
+
+    class FusedConfig:
+        def __init__(self, enabled=True):
+            self.enabled = enabled
+
+        @classmethod
+        def disabled(cls):
+            return cls(enabled=False)
+
+    precision = types.SimpleNamespace(accuracy=lambda n, name: "accuracy")
+    return A.Stack(torch=fake_torch, np=np, ttnn=ttnn, PagedAttentionConfig=PagedAttentionConfig,
+                   merge_vision_tokens=merge_vision_tokens, preprocess_inputs_prefill=preprocess_inputs_prefill,
+                   Mode=Mode, Generator=Generator, DecodersPrecision=precision, MathFidelitySetting=None,
+                   ModelArgs=ModelArgs, ModelOptimizations=None, OpGroup=None, LATransformer=LATransformer,
+                   MoonViT=MoonViT, FusedConfig=FusedConfig if fused else None)
+
+
+GRID = (4, 4)  # 4 image tokens: the warm-up prompt fits the 128-token prefill bucket
+
+
+def patches_for(seed):
+    return np.full(GRID[0] * GRID[1] * 3 * 14 * 14, seed, np.float32).tobytes()
+
+
+def prompt(n_image, n_text):
+    """A prompt of n_image image tokens and n_text text tokens."""
+    return [151644, 872] + [151665] * n_image + [1000 + i for i in range(n_text)]
+
+
+class DeviceEngineTest(unittest.TestCase):
+    """The device code against the fakes (no ttnn, no torch)."""
+
+    def setUp(self):
+        for patcher in (mock.patch.dict(os.environ),  # the engine writes HF_MODEL and TT_FUSED
+                        mock.patch.object(A, "log")):  # progress lines: noise here
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        os.environ.pop("TT_FUSED", None)
+        self.exits = []
+
+    def open(self, batch, chip=None, fused=True, **options):
+        chip = chip or Chip()
+        o = {"canon_grid": f"{GRID[0]}x{GRID[1]}", "warmup_runs": "1", "warmup_decode_steps": "2"}
+        o.update(options)
+        settings = A.Settings.from_config(config(o, max_batch=batch, max_seq_len=A.PAGE_POOL_BLOCKS // batch * 32))
+        engine = A.Engine(settings, fake_stack(chip, fused), exit_process=self.exits.append)
+        self.addCleanup(engine.close)
+        return engine, chip
+
+    def start(self, engine, slot, seed, n_text, want_prob=False):
+        engine.vision(patches_for(seed), *GRID)
+        return engine.prefill(slot, prompt(4, n_text), want_prob)
+
+    def test_open_builds_for_the_batch_and_warms_up_at_it(self):
+        engine, chip = self.open(4)
+        self.assertIn(("ModelArgs", 4, A.PAGE_POOL_BLOCKS // 4 * 32), chip.events)
+        self.assertIn(("PagedAttentionConfig", 32, A.PAGE_POOL_BLOCKS), chip.events)
+        self.assertEqual(np.asarray(engine.page_table).tolist(), A.page_rows(4))
+        self.assertEqual(os.environ["HF_MODEL"], "/llm")
+        # Warm-up: every slot prefilled into its own row, the trace captured at 4 rows on the
+        # first decode, then a partial batch with the idle users at position -1.
+        prefills = [e for e in chip.events if e[0] == "prefill"]
+        self.assertEqual([e[1][0] for e in prefills], [row[:A.blocks_for(e[2])] for row, e in zip(A.page_rows(4), prefills)])
+        self.assertIn(("capture_batch", 4), chip.events)
+        calls = engine.generator.calls
+        self.assertEqual(len(calls), 3)
+        self.assertTrue(all(c.trace for c in calls))
+        n = prefills[0][2]
+        self.assertEqual([c.positions for c in calls], [[n] * 4, [n + 1] * 4, [n + 2, -1, -1, -1]])
+        self.assertEqual(calls[2].tokens[1:], [A.IDLE_TOKEN] * 3)
+        self.assertEqual(engine.live, [False] * 4)
+
+    def test_moonvit_is_built_legacy(self):
+        _, chip = self.open(1)
+        built = [e for e in chip.events if e[0] == "MoonViT"]
+        self.assertEqual(len(built), 1)
+        self.assertEqual(built[0][1], "0", "TT_FUSED=0 before MoonViT is built")
+        self.assertFalse(built[0][2]["fused"].enabled)
+        _, chip = self.open(1, fused=False)
+        self.assertEqual([e[1:] for e in chip.events if e[0] == "MoonViT"], [("0", {})],
+                         "no fused= without a FusedConfig")
+
+    def test_batched_decode_gives_each_slot_its_tokens_alone(self):
+        def run(engine, schedule, steps):
+            """schedule: {step: [(slot, seed, n_text)]}, each started before that step's
+            decode; every live slot decodes each step, in reverse order on odd steps.
+            Returns each (seed, n_text) sequence's tokens."""
+            last, seq_of, out = {}, {}, {}
+            for step in range(steps):
+                for slot, seed, n_text in schedule.get(step, []):
+                    tok, _ = self.start(engine, slot, seed, n_text)
+                    last[slot], seq_of[slot], out[(seed, n_text)] = tok, (seed, n_text), [tok]
+                slots = sorted(last, reverse=step % 2 == 1)
+                nxt, _ = engine.decode(slots, [last[s] for s in slots], False)
+                for slot, tok in zip(slots, nxt):
+                    last[slot] = tok
+                    out[seq_of[slot]].append(tok)
+            return out
+
+        alone = {}
+        for seed, n_text in [(1, 5), (2, 9), (3, 5)]:
+            engine, _ = self.open(1)
+            alone.update(run(engine, {0: [(0, seed, n_text)]}, 6))
+        engine, _ = self.open(3)
+        warm = len(engine.generator.calls)
+        got = run(engine, {0: [(2, 1, 5)], 2: [(0, 2, 9)], 3: [(1, 3, 5)]}, 9)
+        for key, want in alone.items():
+            self.assertEqual(got[key][:len(want)], want, key)
+        self.assertEqual(len(set(map(tuple, alone.values()))), 3, "the sequences differ from each other")
+        # A position per user, -1 for the idle ones: slot 2 started at step 0, slot 0 at
+        # step 2, slot 1 at step 3.
+        calls = engine.generator.calls[warm:]
+        n5, n9 = len(prompt(4, 5)), len(prompt(4, 9))
+        self.assertEqual(calls[0].positions, [-1, -1, n5])
+        self.assertEqual(calls[2].positions, [n9, -1, n5 + 2])
+        self.assertEqual(calls[3].positions, [n9 + 1, n5, n5 + 3])
+        self.assertEqual(calls[0].tokens[:2], [A.IDLE_TOKEN] * 2)
+        self.assertEqual([c.reset_batch for c in calls[:5]], [True, False, True, True, False])
+
+    def test_prefill_resets_the_generator_mode(self):
+        engine, _ = self.open(2)
+        tok, _ = self.start(engine, 0, 1, 5)
+        self.assertEqual(engine.generator.mode, "prefill")
+        engine.decode([0], [tok], False)
+        self.assertEqual(engine.generator.calls[-1].mode, "prefill", "the decode after a prefill saw the mode switch")
+        engine.decode([0], [tok], False)
+        self.assertEqual(engine.generator.calls[-1].mode, "decode")
+
+    def test_prompts_past_the_prefill_chunk_are_refused(self):
+        engine, chip = self.open(2, chip=Chip(max_prefill_chunk_size=128))
+        before = len(chip.events)
+        engine.vision(patches_for(1), *GRID)
+        with self.assertRaisesRegex(ValueError, "prompt of 200 tokens pads to 256, beyond the model's "
+                                                "max_prefill_chunk_size 128: this adapter does not run chunked"):
+            engine.prefill(0, prompt(4, 194), False)
+        self.assertEqual(chip.events[before:], [], "no device work for a refused prompt")
+        self.assertFalse(engine.live[0])
+        self.start(engine, 0, 1, 5)  # the kept image is still there for a prompt that fits
+        with self.assertRaisesRegex(ValueError, "pads to 128, beyond the model's max_prefill_chunk_size 64"):
+            self.open(1, chip=Chip(max_prefill_chunk_size=64))  # the warm-up prompt itself
+
+    def test_vocabulary_must_match_the_checkpoint(self):
+        chip = Chip(vocab_size=VOCAB + 23)
+        with self.assertRaisesRegex(ValueError, f"vocabulary of {VOCAB + 23}, the checkpoint /snap one of {VOCAB}"):
+            self.open(1, chip=chip)
+        self.assertEqual(chip.events[-1], ("close_mesh_device", "mesh"))
+
+    def test_logits_are_cut_at_the_vocabulary(self):
+        engine, _ = self.open(2)
+        tok, prob = self.start(engine, 1, 4, 7, want_prob=True)
+        self.assertLess(tok, VOCAB)
+        self.assertEqual(len(A.logits(engine, 0)), 4 * VOCAB)
+        nxt, probs = engine.decode([1], [tok], True)
+        self.assertLess(nxt[0], VOCAB)
+        row = np.frombuffer(A.logits(engine, 0), "<f4")
+        self.assertEqual((len(row), int(row.argmax())), (VOCAB, nxt[0]))
+        want = float(np.exp(np.float64(10)) / (np.exp(np.float64(10)) + VOCAB - 1))
+        self.assertAlmostEqual(prob, want, places=12)
+        self.assertAlmostEqual(probs[0], want, places=12)
+        self.assertIsNone(A.logits(engine, 1))
+        self.assertIsNone(engine.decode([1], [nxt[0]], False)[1])
+
+    def test_slot_rules(self):
+        engine, _ = self.open(2)
+        tok, _ = self.start(engine, 0, 1, 5)
+        with self.assertRaisesRegex(ValueError, "slot 0 is live"):
+            self.start(engine, 0, 1, 5)
+        with self.assertRaisesRegex(ValueError, "slot 1 is free"):
+            engine.decode([1], [tok], False)
+        with self.assertRaisesRegex(ValueError, "repeat a slot"):
+            engine.decode([0, 0], [tok, tok], False)
+        with self.assertRaisesRegex(ValueError, "slot 2 out of range 0..1"):
+            engine.release(2)
+        engine.release(0)
+        engine.release(0)
+        with self.assertRaisesRegex(ValueError, "slot 0 is free"):
+            engine.decode([0], [tok], False)
+        engine.pos[1], engine.live[1] = engine.s.max_seq_len, True
+        with self.assertRaisesRegex(ValueError, "slot 1 is full"):
+            engine.decode([1], [tok], False)
+
+    def test_close_releases_the_traces_before_the_mesh(self):
+        engine, chip = self.open(2)
+        captured = [e[1] for e in chip.events if e[0] == "end_trace_capture"]
+        self.assertEqual(len(captured), 1)
+        engine.close()
+        tail = chip.events[-2:]
+        self.assertEqual(tail, [("release_trace", captured[0]), ("close_mesh_device", "mesh")])
+        engine.close()  # closing twice does nothing
+        self.assertEqual(chip.events[-2:], tail)
+        self.assertEqual(self.exits, [])
+
+    def test_without_trace_nothing_is_captured_or_released(self):
+        engine, chip = self.open(2, trace="0")
+        engine.close()
+        self.assertFalse([e for e in chip.events if "trace" in e[0]])
+        self.assertEqual(chip.events[-1], ("close_mesh_device", "mesh"))
+
+    def test_a_failed_capture_exits_instead_of_closing(self):
+        chip = Chip(fail_capture=True)
+        with self.assertRaisesRegex(RuntimeError, "fake capture failed"):
+            self.open(2, chip=chip)
+        self.assertEqual(self.exits, [A.EXIT_DEVICE_UNSAFE])
+        self.assertNotIn(("close_mesh_device", "mesh"), chip.events)
+        self.assertEqual(chip.events[-1][0], "capture_batch", "nothing after the capture began")
 
 
 if __name__ == "__main__":
