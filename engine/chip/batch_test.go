@@ -334,3 +334,27 @@ func pump(b *batcher) (stop func()) {
 	})
 	return func() { close(done); wg.Wait() }
 }
+
+func TestBatchDeadlineStopsOneSequence(t *testing.T) {
+	b := newBatcher(4)
+	c := openBatcher(t, b)
+	a := run(context.Background(), c, Batch, "a", 4)
+	waitStarts(t, b, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	late := run(ctx, c, Interactive, "d", 4)
+	waitQueued(t, c, 1)
+	b.step(t) // [a]; d joins after it
+	waitStarts(t, b, 2)
+	<-ctx.Done()
+	if o := <-late; !errors.Is(o.err, context.DeadlineExceeded) {
+		t.Fatalf("sequence past its deadline: %v, want context.DeadlineExceeded", o.err)
+	}
+	b.step(t) // [a d]; d leaves at the boundary
+	b.step(t) // [a]: done
+	wantTokens(t, <-a, "a", 4)
+	_, steps, abandoned := b.record()
+	if want := [][]string{{"a"}, {"a", "d"}, {"a"}}; !slices.EqualFunc(steps, want, slices.Equal) || !slices.Equal(abandoned, []string{"d"}) {
+		t.Fatalf("steps %v abandoned %v, want %v and [d]", steps, abandoned, want)
+	}
+}
