@@ -30,6 +30,8 @@ var jobSeeds = []string{
 	`{"id":"a","image":"b","query":"c","metadata":[1]}`,
 	`{"id":"a","image":"b","query":"c","v":2}`,
 	`{"id":"a","image":"b","query":"c","max_new_tokens":-1}`,
+	`{"id":"a","image":"b","query":"c","overlay":true,"overlay_format":"jpeg"}`,
+	`{"id":"a","image":"b","query":"c","overlay":true,"overlay_format":"JPG"}`,
 	`{"id":"a","image":"b","query":"c"} {"id":"d"}`,
 	`[]`, `null`, `"job"`, ``,
 }
@@ -99,6 +101,8 @@ func checkValidJob(t *testing.T, data []byte, j *Job) {
 		t.Fatalf("%.300q: accepted task %q", data, j.Task)
 	case j.MaxNewTokens < 0:
 		t.Fatalf("%.300q: accepted max_new_tokens %d", data, j.MaxNewTokens)
+	case j.OverlayFormat != "" && !j.OverlayFormat.Valid():
+		t.Fatalf("%.300q: accepted overlay_format %q", data, j.OverlayFormat)
 	}
 	if len(j.Metadata) > 0 {
 		var obj map[string]any
@@ -215,6 +219,7 @@ func TestDecodeJobErrorsNameTheField(t *testing.T) {
 		"query":          `"query":""`,
 		"task":           `"task":"segment"`,
 		"max_new_tokens": `"max_new_tokens":-5`,
+		"overlay_format": `"overlay_format":"gif"`,
 		"batch":          `"batch":"a.b"`,
 		"metadata":       `"metadata":[1]`,
 		"deadline":       `"deadline":"2026-13-01T00:00:00Z"`,

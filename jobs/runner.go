@@ -396,19 +396,21 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 	}
 	if job.Overlay {
 		t := time.Now()
-		var png []byte
+		format := job.OverlayEncoding()
+		var pic []byte
 		err := r.noPanic("draw overlay", func() (err error) {
-			png, err = r.chip.Engine().Overlay(prep, pred)
+			pic, err = drawOverlay(prep, pred, format)
 			return err
 		})
 		if err != nil {
 			return r.fail(ctx, log, job, a, CodeInternal, fmt.Errorf("draw overlay: %w", err))
 		}
-		url, err := r.sink.putOverlay(ctx, job, png)
+		url, err := r.sink.putOverlay(ctx, job, format, pic)
 		if err != nil {
 			return r.stopped(ctx, jobCtx, log, job, a, err)
 		}
 		res.OverlayURL = &url
+		res.OverlayFormat = format
 		a.timing.Upload = ms(time.Since(t))
 	}
 	return r.finish(ctx, log, job, a, res, false)

@@ -1,8 +1,11 @@
 package jobs
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"image/jpeg"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/storage"
 )
@@ -52,12 +56,18 @@ func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 	if res.TimingMS.Decode != want.TimingMS.Decode || res.TimingMS.Fetch <= 0 || res.TimingMS.Total < res.TimingMS.Fetch {
 		t.Errorf("timings %+v, want the engine's decode time %v", res.TimingMS, want.TimingMS.Decode)
 	}
-	wantOverlay := OverlayURL(defaultOutput, "job-1")
-	if res.OverlayURL == nil || *res.OverlayURL != wantOverlay {
+	wantOverlay := OverlayURL(defaultOutput, "job-1", overlay.PNG)
+	if res.OverlayURL == nil || *res.OverlayURL != wantOverlay || !strings.HasSuffix(wantOverlay, "/job-1.png") {
 		t.Fatalf("overlay %v, want %s", res.OverlayURL, wantOverlay)
+	}
+	if res.OverlayFormat != overlay.PNG {
+		t.Errorf("overlay_format %q, want png (the default)", res.OverlayFormat)
 	}
 	if png, err := e.store.Get(t.Context(), wantOverlay, 0); err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
 		t.Errorf("overlay not stored as PNG: %v", err)
+	}
+	if obj, err := e.store.Stat(t.Context(), wantOverlay); err != nil || obj.ContentType != "image/png" {
+		t.Errorf("overlay stored as %q (%v), want image/png", obj.ContentType, err)
 	}
 	stored := e.storedResult(t, defaultOutput, "job-1")
 	if stored.ID != "job-1" || stored.Status != StatusSucceeded || stored.RawText != res.RawText {
@@ -77,6 +87,45 @@ func TestHappyPathStoresAndPublishesResult(t *testing.T) {
 	var m dto.Metric
 	if err := cfg.Metrics.Stage.WithLabelValues("total").(prometheus.Histogram).Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 1 {
 		t.Errorf("total-stage histogram: %v samples (%v); want 1", m.GetHistogram().GetSampleCount(), err)
+	}
+}
+
+// A job asking for a JPEG overlay gets <id>.jpg, a JPEG of the image's size stored as
+// image/jpeg, and a result that says so; a job without an overlay says nothing of one.
+func TestJPEGOverlay(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	startRunner(t, e.topo, e.store, enginetest.New(), e.runnerConfig("w1"))
+
+	e.publishJob(t, Job{ID: "jpeg-1", Image: img, Query: "dog</c>bicycle", Overlay: true, OverlayFormat: overlay.JPEG})
+	e.publishJob(t, Job{ID: "no-overlay", Image: img, Query: "dog", OverlayFormat: overlay.JPEG})
+	res := e.publishedResult(t, DefaultBatch, "jpeg-1")
+	if res.Status != StatusSucceeded {
+		t.Fatalf("status %s, error %+v; want succeeded", res.Status, res.Error)
+	}
+	want := OverlayURL(defaultOutput, "jpeg-1", overlay.JPEG)
+	if res.OverlayURL == nil || *res.OverlayURL != want || !strings.HasSuffix(want, "/jpeg-1.jpg") || res.OverlayFormat != overlay.JPEG {
+		t.Fatalf("overlay %v format %q, want %s jpeg", res.OverlayURL, res.OverlayFormat, want)
+	}
+	if stored := e.storedResult(t, defaultOutput, "jpeg-1"); stored.OverlayFormat != overlay.JPEG || stored.OverlayURL == nil || *stored.OverlayURL != want {
+		t.Errorf("stored result: overlay %v format %q", stored.OverlayURL, stored.OverlayFormat)
+	}
+	data, err := e.store.Get(t.Context(), want, 0)
+	if err != nil || !bytes.HasPrefix(data, []byte{0xFF, 0xD8, 0xFF}) {
+		t.Fatalf("overlay not stored as JPEG: %v (% x)", err, data[:min(4, len(data))])
+	}
+	if obj, err := e.store.Stat(t.Context(), want); err != nil || obj.ContentType != "image/jpeg" {
+		t.Errorf("overlay stored as %q (%v), want image/jpeg", obj.ContentType, err)
+	}
+	cfg, err := jpeg.DecodeConfig(bytes.NewReader(data))
+	if err != nil || cfg.Width != 768 || cfg.Height != 576 {
+		t.Errorf("overlay JPEG %dx%d (%v), want the image's 768x576", cfg.Width, cfg.Height, err)
+	}
+	if _, err := e.store.Stat(t.Context(), OverlayURL(defaultOutput, "jpeg-1", overlay.PNG)); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("a PNG overlay was stored too: %v", err)
+	}
+	if res := e.publishedResult(t, DefaultBatch, "no-overlay"); res.Status != StatusSucceeded || res.OverlayURL != nil || res.OverlayFormat != "" {
+		t.Errorf("no-overlay: status %s overlay %v format %q; want succeeded without an overlay", res.Status, res.OverlayURL, res.OverlayFormat)
 	}
 }
 
@@ -163,6 +212,7 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 	}{
 		{"bad-json", CodeInvalidJob, []byte(`{"id": "bad-json", "image": `)},
 		{"unknown-field", CodeInvalidJob, []byte(`{"id":"unknown-field","image":"` + good + `","query":"dog","colour":"red"}`)},
+		{"bad-overlay-format", CodeInvalidJob, []byte(`{"id":"bad-overlay-format","image":"` + good + `","query":"dog","overlay":true,"overlay_format":"webp"}`)},
 		{"unknown-scheme", CodeBadURL, job("unknown-scheme", "ftp://host/dog.jpg")},
 		{"missing-object", CodeNotFound, job("missing-object", "s3://images/no-such.jpg")},
 		{"empty-object", CodeEmptyImage, job("empty-object", empty)},
@@ -180,6 +230,9 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 			}
 			if res.Error.Message == "" || res.Attempt != 1 {
 				t.Errorf("error message %q attempt %d; want a reason after one delivery", res.Error.Message, res.Attempt)
+			}
+			if c.id == "bad-overlay-format" && !strings.Contains(res.Error.Message, `field overlay_format: "webp" is not one of [png jpeg]`) {
+				t.Errorf("error message %q; want it to name the field and the formats", res.Error.Message)
 			}
 			if stored := e.storedResult(t, defaultOutput, c.id); stored.Status != StatusFailed {
 				t.Errorf("stored status %s", stored.Status)

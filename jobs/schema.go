@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/overlay"
 )
 
 // SchemaVersion is the job schema this package reads and writes (the `v` field).
@@ -42,17 +43,21 @@ func ResultSubject(batch, id string) string { return ResultSubjectPrefix + batch
 
 // Job is one detection request on the queue.
 type Job struct {
-	V            int             `json:"v,omitempty"`
-	ID           string          `json:"id"`
-	Image        string          `json:"image"` // s3://bucket/key or file:///abs/path
-	Query        string          `json:"query"`
-	Task         engine.Task     `json:"task,omitempty"`
-	MaxNewTokens int             `json:"max_new_tokens,omitempty"`
-	Overlay      bool            `json:"overlay,omitempty"`
-	Output       string          `json:"output,omitempty"` // URL prefix for result files
-	Batch        string          `json:"batch,omitempty"`
-	Deadline     *time.Time      `json:"deadline,omitempty"`
-	Metadata     json.RawMessage `json:"metadata,omitempty"` // a JSON object, echoed back
+	V            int         `json:"v,omitempty"`
+	ID           string      `json:"id"`
+	Image        string      `json:"image"` // s3://bucket/key or file:///abs/path
+	Query        string      `json:"query"`
+	Task         engine.Task `json:"task,omitempty"`
+	MaxNewTokens int         `json:"max_new_tokens,omitempty"`
+	Overlay      bool        `json:"overlay,omitempty"`
+	// OverlayFormat is how the overlay is encoded: "png" (also when empty) or "jpeg".
+	// Left empty rather than filled in, so that a job for a PNG overlay stays readable
+	// by workers that predate the field (they refuse unknown fields).
+	OverlayFormat overlay.Format  `json:"overlay_format,omitempty"`
+	Output        string          `json:"output,omitempty"` // URL prefix for result files
+	Batch         string          `json:"batch,omitempty"`
+	Deadline      *time.Time      `json:"deadline,omitempty"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"` // a JSON object, echoed back
 }
 
 // Status is a job's outcome, or its state in the state bucket.
@@ -150,19 +155,22 @@ func emptyAnswer(query string) Answer {
 // when the job did not run) and the job's own fields.
 type Result struct {
 	Answer
-	ID         string          `json:"id"`
-	Status     Status          `json:"status"`
-	Error      *ErrorInfo      `json:"error,omitempty"`
-	Attempt    int             `json:"attempt"`
-	Worker     string          `json:"worker"`
-	Model      string          `json:"model,omitempty"` // the checkpoint that answered (engine.Info.Model)
-	OverlayURL *string         `json:"overlay"`
-	Metadata   json.RawMessage `json:"metadata,omitempty"`
-	Batch      string          `json:"batch"`
-	Image      string          `json:"image"`
-	Task       engine.Task     `json:"task"`
-	TimingMS   JobTiming       `json:"timing_ms"`
-	FinishedAt time.Time       `json:"finished_at"`
+	ID         string     `json:"id"`
+	Status     Status     `json:"status"`
+	Error      *ErrorInfo `json:"error,omitempty"`
+	Attempt    int        `json:"attempt"`
+	Worker     string     `json:"worker"`
+	Model      string     `json:"model,omitempty"` // the checkpoint that answered (engine.Info.Model)
+	OverlayURL *string    `json:"overlay"`
+	// OverlayFormat is the encoding of the stored overlay ("png" or "jpeg"); absent
+	// when there is none.
+	OverlayFormat overlay.Format  `json:"overlay_format,omitempty"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	Batch         string          `json:"batch"`
+	Image         string          `json:"image"`
+	Task          engine.Task     `json:"task"`
+	TimingMS      JobTiming       `json:"timing_ms"`
+	FinishedAt    time.Time       `json:"finished_at"`
 
 	// ResultURL is where this result is stored in full: <output>/<id>.json, or under the
 	// worker's default output when the job's own refused it; absent when it could not be
@@ -171,6 +179,15 @@ type Result struct {
 	// Truncated marks a published result too large for one NATS message: metadata,
 	// raw_text, detections and points are left out (the lists empty); ResultURL has them.
 	Truncated bool `json:"truncated,omitempty"`
+}
+
+// OverlayEncoding is the format the job's overlay is stored in: OverlayFormat, PNG when
+// it is empty.
+func (j *Job) OverlayEncoding() overlay.Format {
+	if j.OverlayFormat == "" {
+		return overlay.PNG
+	}
+	return j.OverlayFormat
 }
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
@@ -226,6 +243,9 @@ func (j *Job) Validate() error {
 	}
 	if !j.Task.Valid() {
 		return fmt.Errorf("field task: %q is not one of %v", j.Task, engine.Tasks)
+	}
+	if j.OverlayFormat != "" && !j.OverlayFormat.Valid() {
+		return fmt.Errorf("field overlay_format: %q is not one of %v", j.OverlayFormat, overlay.Formats)
 	}
 	if j.MaxNewTokens < 0 {
 		return fmt.Errorf("field max_new_tokens: %d is negative", j.MaxNewTokens)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -44,8 +45,9 @@ func ResultURL(output, id string) string { return joinURL(output, id+".json") }
 // dead-letter record cannot carry it.
 func JobURL(output, id string) string { return joinURL(output, id+".job.json") }
 
-// OverlayURL is where the overlay PNG of job id is stored under output prefix.
-func OverlayURL(output, id string) string { return joinURL(output, id+".png") }
+// OverlayURL is where the overlay of job id, encoded as f, is stored under output prefix:
+// <id>.png or <id>.jpg.
+func OverlayURL(output, id string, f overlay.Format) string { return joinURL(output, id+f.Ext()) }
 
 func joinURL(prefix, name string) string {
 	if strings.HasSuffix(prefix, "/") {
@@ -94,12 +96,12 @@ func (s *sink) output(job *Job) string {
 	return s.defaultOutput
 }
 
-// putOverlay stores the overlay PNG and returns its URL.
-func (s *sink) putOverlay(ctx context.Context, job *Job, png []byte) (string, error) {
-	url := OverlayURL(s.output(job), job.ID)
+// putOverlay stores the overlay picture, encoded as f, and returns its URL.
+func (s *sink) putOverlay(ctx context.Context, job *Job, f overlay.Format, pic []byte) (string, error) {
+	url := OverlayURL(s.output(job), job.ID, f)
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	if err := s.store.Put(ctx, url, png, "image/png"); err != nil {
+	if err := s.store.Put(ctx, url, pic, f.ContentType()); err != nil {
 		return "", classifyStoreWrite(fmt.Errorf("store overlay %s: %w", url, err))
 	}
 	return url, nil
@@ -168,7 +170,7 @@ func (s *sink) storeResult(ctx context.Context, job *Job, res *Result) (output s
 	res.Answer = emptyAnswer(res.Query)
 	res.Status = StatusFailed
 	res.Error = &ErrorInfo{Code: CodeBadURL, Message: msg}
-	res.OverlayURL = nil
+	res.OverlayURL, res.OverlayFormat = nil, ""
 	if output != s.defaultOutput {
 		output = s.defaultOutput
 		if err = s.putResult(ctx, output, res); !refusedForGood(err) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"image/jpeg"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/internal/syncbuf"
 	"github.com/locateanything/detect/internal/testwait"
@@ -110,7 +112,7 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(map[string]any{"image": base64.StdEncoding.EncodeToString(raw), "query": "dog</c>bicycle"})
+	body, _ := json.Marshal(map[string]any{"image": base64.StdEncoding.EncodeToString(raw), "query": "dog</c>bicycle", "return_overlay": true})
 	resp, err := http.Post(base+"/predict", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +126,7 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 		RawText            string `json:"raw_text"`
 		NumGeneratedTokens int    `json:"num_generated_tokens"`
 		GridHW             [2]int `json:"grid_hw"`
+		OverlayPNG         []byte `json:"overlay_png_b64"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&pred); err != nil {
 		t.Fatal(err)
@@ -131,6 +134,34 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	if pred.RawText != stored.RawText || pred.NumGeneratedTokens != stored.NumGeneratedTokens || pred.GridHW != stored.GridHW {
 		t.Fatalf("/predict and the queued job disagree:\n predict %+v\n job     raw=%q n=%d grid=%v",
 			pred, stored.RawText, stored.NumGeneratedTokens, stored.GridHW)
+	}
+	// The job draws its overlay itself (jobs.drawOverlay), /predict through the engine:
+	// the same answer gives the same picture, byte for byte.
+	if !bytes.Equal(pred.OverlayPNG, png) {
+		t.Fatalf("/predict's overlay (%d bytes) differs from the job's PNG (%d bytes)", len(pred.OverlayPNG), len(png))
+	}
+
+	// The same job with a JPEG overlay: <id>.jpg next to the result, the image's size.
+	job, _ = json.Marshal(jobs.Job{ID: "e2e-dog-jpeg", Image: "file://" + img, Query: "dog</c>bicycle", Overlay: true, OverlayFormat: overlay.JPEG})
+	if _, err := js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), job, jetstream.WithMsgID("e2e-dog-jpeg")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := results.Next(jetstream.FetchMaxWait(2 * time.Minute)); err != nil {
+		t.Fatalf("no result published: %v", err)
+	}
+	stored, ok = readResult(t, dataDir, "e2e-dog-jpeg")
+	if !ok || stored.Status != jobs.StatusSucceeded || stored.OverlayURL == nil || stored.OverlayFormat != overlay.JPEG {
+		t.Fatalf("JPEG job: stored %v, %+v", ok, stored)
+	}
+	if want := "file://" + filepath.Join(dataDir, "results", "e2e-dog-jpeg.jpg"); *stored.OverlayURL != want {
+		t.Fatalf("JPEG overlay at %s, want %s", *stored.OverlayURL, want)
+	}
+	pic, err := os.ReadFile(strings.TrimPrefix(*stored.OverlayURL, "file://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := jpeg.DecodeConfig(bytes.NewReader(pic)); err != nil || cfg.Width != 768 || cfg.Height != 576 {
+		t.Fatalf("JPEG overlay: %dx%d, %v; want a 768x576 JPEG", cfg.Width, cfg.Height, err)
 	}
 }
 
