@@ -36,6 +36,7 @@ func subcommands() map[string]subcommand {
 		"bench":      runBench,
 		"smoke":      runSmoke,
 		"preprocess": runPreprocess,
+		"loadtest":   runLoadtest,
 	}
 }
 

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/locateanything/detect/bench/loadtest"
+)
+
+// runLoadtest implements `worker loadtest`: the service's throughput on the simulated chip
+// (package bench/loadtest, docs/throughput.md). It reads the worker's configuration like the
+// worker does, so LA_SIM_* set the cost model; SIGINT stops it.
+func runLoadtest(args []string, stdout io.Writer) error {
+	cfg, err := loadConfig()
+	if err != nil {
+		return usageError{err}
+	}
+	log, err := newLogger(os.Stderr, cfg.Observe.LogFormat, "warn")
+	if err != nil {
+		return usageError{err}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	err = loadtest.Run(ctx, args, cfg, loadtest.Env{Stdout: stdout, Log: log, WorkDir: wd})
+	if errors.Is(err, loadtest.ErrUsage) {
+		return usageError{err}
+	}
+	return err
+}
