@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
 )
@@ -145,13 +146,15 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 	fs := flag.NewFlagSet("submit run", flag.ContinueOnError)
 	fs.SetOutput(cio.Stderr)
 	var (
-		rc   RunConfig
-		task string
+		rc            RunConfig
+		task          string
+		overlayFormat string
 	)
 	fs.StringVar(&rc.Defaults.Query, "query", "", "query for every image without its own (detect: categories joined by </c>)")
 	fs.StringVar(&task, "task", string(engine.TaskDetect), "task: "+taskList())
 	fs.IntVar(&rc.Defaults.MaxNewTokens, "max-new-tokens", 0, "token budget per job (0 = the worker's default)")
-	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay PNGs and download them into OUT/overlays")
+	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay pictures and download them into OUT/overlays")
+	fs.StringVar(&overlayFormat, "overlay-format", "", "with --overlay: "+overlayFormatList()+" (default png; jpeg is about a fifth of the size)")
 	fs.StringVar(&rc.Defaults.Batch, "batch", "", "batch name (default: the one OUT belongs to, else a new one)")
 	fs.StringVar(&rc.Defaults.Output, "result-prefix", "", "URL prefix where workers store result JSON and overlays (default: the worker's LA default output)")
 	fs.StringVar(&rc.Class, "class", "default", "job class: jobs go to la.jobs.<class>")
@@ -171,6 +174,15 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 	rc.Defaults.Task = engine.Task(task)
 	if !rc.Defaults.Task.Valid() {
 		return fail(cio, usagef("--task %q is not one of %s", task, taskList()))
+	}
+	if overlayFormat != "" {
+		rc.Defaults.OverlayFormat = overlay.Format(overlayFormat)
+		if !rc.Defaults.OverlayFormat.Valid() {
+			return fail(cio, usagef("--overlay-format %q is not one of %s", overlayFormat, overlayFormatList()))
+		}
+		if !rc.Defaults.Overlay {
+			return fail(cio, usagef("--overlay-format %s needs --overlay", overlayFormat))
+		}
 	}
 	if rc.Defaults.MaxNewTokens < 0 {
 		return fail(cio, usagef("--max-new-tokens %d is negative", rc.Defaults.MaxNewTokens))
@@ -221,6 +233,14 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 		return ExitJobsFailed
 	}
 	return ExitOK
+}
+
+func overlayFormatList() string {
+	names := make([]string, len(overlay.Formats))
+	for i, f := range overlay.Formats {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
 }
 
 func taskList() string {

@@ -29,6 +29,8 @@ func TestMainUsageErrors(t *testing.T) {
 		{[]string{"--out", t.TempDir(), "--upload", "/tmp/x", "frames/"}, "must be an s3:// prefix"},
 		{[]string{"--out", t.TempDir(), "--class", "no spaces", "frames/"}, `--class "no spaces" must be`},
 		{[]string{"--out", t.TempDir(), "--batch", "a/b", "frames/"}, `--batch "a/b" must be`},
+		{[]string{"--out", t.TempDir(), "--overlay", "--overlay-format", "webp", "frames/"}, `--overlay-format "webp" is not one of png, jpeg`},
+		{[]string{"--out", t.TempDir(), "--overlay-format", "jpeg", "frames/"}, "--overlay-format jpeg needs --overlay"},
 		{[]string{"status"}, "give one job ID or --batch B"},
 		{[]string{"status", "a", "b"}, "give one job ID or --batch B"},
 		{[]string{"cancel", "--batch", "b", "id"}, "give one job ID or --batch B"},

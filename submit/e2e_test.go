@@ -1,8 +1,10 @@
 package submit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
 )
@@ -202,6 +205,41 @@ func TestEndToEndFileURLsAndOverlays(t *testing.T) {
 		png, err := os.ReadFile(filepath.Join(out, OverlaysDir, r.ID+".png"))
 		if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 			t.Errorf("overlay of %s: %v (%d bytes), want the PNG", r.ID, err, len(png))
+		}
+	}
+}
+
+// --overlay-format jpeg: every job asks for a JPEG overlay, the worker stores <id>.jpg and
+// the CLI downloads it into OUT/overlays/<id>.jpg.
+func TestEndToEndJPEGOverlays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	root := t.TempDir()
+	sys := startSystem(t, enginetest.New(), systemOptions{fileRoot: root})
+	frames := filepath.Join(root, "frames")
+	writeImages(t, frames, 3)
+	out := filepath.Join(root, "out")
+
+	code, stdout, _ := sys.submit(t, "--out", out, "--query", "cat", "--overlay", "--overlay-format", "jpeg", frames)
+	if code != ExitOK || !strings.Contains(stdout, "3 submitted, 0 already done, 3 succeeded, 0 failed") {
+		t.Fatalf("exit %d, %q", code, stdout)
+	}
+	rows := readResults(t, out)
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
+	}
+	for _, r := range rows {
+		if r.OverlayURL == nil || !strings.HasSuffix(*r.OverlayURL, "/"+r.ID+".jpg") || r.OverlayFormat != overlay.JPEG {
+			t.Errorf("row %s: overlay %v format %q, want <id>.jpg and jpeg", r.ID, r.OverlayURL, r.OverlayFormat)
+			continue
+		}
+		pic, err := os.ReadFile(filepath.Join(out, OverlaysDir, r.ID+".jpg"))
+		if err != nil || !bytes.HasPrefix(pic, []byte{0xFF, 0xD8, 0xFF}) {
+			t.Errorf("overlay of %s: %v (%d bytes), want the JPEG", r.ID, err, len(pic))
+		}
+		if _, err := os.Stat(filepath.Join(out, OverlaysDir, r.ID+".png")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("overlay of %s also as .png: %v", r.ID, err)
 		}
 	}
 }

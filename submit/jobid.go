@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/overlay"
 )
 
 // JobParams are the settings that, together with the image, make a job what it is. Two
@@ -15,7 +16,10 @@ type JobParams struct {
 	Task         engine.Task `json:"task"`
 	MaxNewTokens int         `json:"max_new_tokens"`
 	Overlay      bool        `json:"overlay"`
-	Batch        string      `json:"batch"`
+	// OverlayFormat is empty for PNG, the default, so that the ids of PNG-overlay jobs
+	// stay those an earlier submit gave them.
+	OverlayFormat overlay.Format `json:"overlay_format,omitempty"`
+	Batch         string         `json:"batch"`
 }
 
 // idVersion is hashed into every id, so a change of the scheme can never collide with ids

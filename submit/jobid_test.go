@@ -3,6 +3,7 @@ package submit
 import (
 	"testing"
 
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -22,6 +23,8 @@ func TestJobIDIsDeterministicAndCoversEveryParameter(t *testing.T) {
 		"budget":  JobID("sha256:abc", JobParams{Query: "person</c>car", Task: "detect", MaxNewTokens: 64, Overlay: true, Batch: "b1"}),
 		"overlay": JobID("sha256:abc", JobParams{Query: "person</c>car", Task: "detect", MaxNewTokens: 128, Batch: "b1"}),
 		"batch":   JobID("sha256:abc", JobParams{Query: "person</c>car", Task: "detect", MaxNewTokens: 128, Overlay: true, Batch: "b2"}),
+		"overlay format": JobID("sha256:abc", JobParams{Query: "person</c>car", Task: "detect", MaxNewTokens: 128, Overlay: true,
+			OverlayFormat: overlay.JPEG, Batch: "b1"}),
 	}
 	seen := map[string]string{id: "base"}
 	for what, v := range variants {
@@ -29,6 +32,11 @@ func TestJobIDIsDeterministicAndCoversEveryParameter(t *testing.T) {
 			t.Errorf("changing %s gives the id of %s", what, prev)
 		}
 		seen[v] = what
+	}
+	// The id of a job with a PNG overlay (no overlay_format) is the one submit gave it
+	// before JPEG overlays existed, so a rerun of an older batch finds its jobs.
+	if id != "e3934f722e3822d3fa53149d7d810d002db46e5915d029bba2e10e137b62c1c7" {
+		t.Errorf("the id scheme changed: %s", id)
 	}
 	// Fields must not run into each other: moving a character between two fields changes the id.
 	a := JobID("sha256:abc", JobParams{Query: "ab", Task: "c"})

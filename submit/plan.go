@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
 )
@@ -22,7 +23,9 @@ type JobDefaults struct {
 	Task         engine.Task
 	MaxNewTokens int
 	Overlay      bool
-	Batch        string
+	// OverlayFormat is the overlays' encoding; "" and "png" ask for the default (PNG).
+	OverlayFormat overlay.Format
+	Batch         string
 	// Output is the URL prefix the worker writes result files and overlays under; "" lets
 	// the worker decide.
 	Output string
@@ -65,6 +68,11 @@ func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 	if job.Task == "" {
 		job.Task = engine.TaskDetect
 	}
+	// PNG is the default and is sent as no field at all: the job, and so its id, stays
+	// what it was before the field existed, and workers that predate it still read it.
+	if job.Overlay && p.defaults.OverlayFormat != "" && p.defaults.OverlayFormat != overlay.PNG {
+		job.OverlayFormat = p.defaults.OverlayFormat
+	}
 	identity := it.Image
 	job.Image = it.Image
 	if it.Local() {
@@ -77,7 +85,7 @@ func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 	}
 	job.ID = JobID(identity, JobParams{
 		Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens,
-		Overlay: job.Overlay, Batch: job.Batch,
+		Overlay: job.Overlay, OverlayFormat: job.OverlayFormat, Batch: job.Batch,
 	})
 	if err := job.Validate(); err != nil {
 		return nil, &InputError{Err: fmt.Errorf("%s: %w", it.Origin, err)}

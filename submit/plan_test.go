@@ -2,10 +2,14 @@ package submit
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/locateanything/detect/engine/overlay"
 )
 
 // A rerun does not read an image again while its size and modification time are those
@@ -55,5 +59,34 @@ func TestPlannerReusesRecordedHashesOfUnchangedFiles(t *testing.T) {
 	p.uploadPrefix = "s3://bucket/up/"
 	if _, err := p.plan(context.Background(), it); err == nil {
 		t.Fatal("a file:// record was reused for an upload run")
+	}
+}
+
+// --overlay-format png is the default and sends no field: the same job, with the same id,
+// as without the flag (workers that predate the field read it). jpeg is a field and
+// another job. Without an overlay the format is not sent.
+func TestPlannerOverlayFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.jpg")
+	must(t, os.WriteFile(path, []byte("content"), 0o644))
+	plan := func(d JobDefaults) (id string, raw []byte) {
+		t.Helper()
+		d.Query, d.Batch = "q", "b"
+		job, err := (&planner{defaults: d}).plan(context.Background(), Item{Image: path, Origin: "a.jpg"})
+		must(t, err)
+		raw, err = json.Marshal(job)
+		must(t, err)
+		return job.ID, raw
+	}
+	plainID, plainRaw := plan(JobDefaults{Overlay: true})
+	pngID, pngRaw := plan(JobDefaults{Overlay: true, OverlayFormat: overlay.PNG})
+	if pngID != plainID || string(pngRaw) != string(plainRaw) || strings.Contains(string(pngRaw), "overlay_format") {
+		t.Errorf("png: %s, want the job without the flag: %s", pngRaw, plainRaw)
+	}
+	jpegID, jpegRaw := plan(JobDefaults{Overlay: true, OverlayFormat: overlay.JPEG})
+	if jpegID == plainID || !strings.Contains(string(jpegRaw), `"overlay_format":"jpeg"`) {
+		t.Errorf("jpeg: id %s (png %s), job %s; want another job carrying the field", jpegID, plainID, jpegRaw)
+	}
+	if _, raw := plan(JobDefaults{OverlayFormat: overlay.JPEG}); strings.Contains(string(raw), "overlay_format") {
+		t.Errorf("no overlay, yet the format is sent: %s", raw)
 	}
 }

@@ -12,11 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
 )
@@ -488,7 +490,7 @@ func (r *batchRun) ensureOverlay(ctx context.Context, res jobs.Result) {
 	if !r.cfg.Defaults.Overlay || res.OverlayURL == nil || *res.OverlayURL == "" {
 		return
 	}
-	path := filepath.Join(r.cfg.OutDir, OverlaysDir, res.ID+".png")
+	path := filepath.Join(r.cfg.OutDir, OverlaysDir, res.ID+overlayFormatOf(res).Ext())
 	if _, err := os.Stat(path); err == nil {
 		return
 	}
@@ -497,8 +499,21 @@ func (r *batchRun) ensureOverlay(ctx context.Context, res jobs.Result) {
 	}
 }
 
+// overlayFormatOf is the encoding of a result's overlay: what the result says, else what
+// its URL's extension says (PNG for workers that predate overlay_format, which wrote
+// nothing else).
+func overlayFormatOf(res jobs.Result) overlay.Format {
+	if res.OverlayFormat.Valid() {
+		return res.OverlayFormat
+	}
+	if res.OverlayURL != nil && strings.HasSuffix(*res.OverlayURL, overlay.JPEG.Ext()) {
+		return overlay.JPEG
+	}
+	return overlay.PNG
+}
+
 // downloadOverlay copies the overlay at url to path, through a temporary file so that a
-// crash never leaves half a PNG under the final name.
+// crash never leaves half a picture under the final name.
 func (r *batchRun) downloadOverlay(ctx context.Context, path, url string) error {
 	if r.env.Store == nil {
 		return fmt.Errorf("overlay %s: storage is not configured (LA_S3_* or LA_FILE_ROOTS)", url)
@@ -519,7 +534,8 @@ func (r *batchRun) downloadOverlay(ctx context.Context, path, url string) error 
 	return os.Rename(tmp, path)
 }
 
-// maxOverlayBytes bounds an overlay download; an overlay is a PNG of the input image.
+// maxOverlayBytes bounds an overlay download; an overlay is a PNG or JPEG of the input
+// image.
 const maxOverlayBytes = 256 << 20
 
 func (r *batchRun) snapshot(planning bool) progressSnapshot {
