@@ -29,8 +29,8 @@ type Request struct {
 	Dir string
 	// Hub says where the pinned snapshot is looked for and, with Download, fetched from.
 	Hub weights.Options
-	// Bundled finds the bundled model; nil means there is none.
-	Bundled func() (dir string, ok bool)
+	// Bundled finds (or unpacks) the bundled model; nil means there is none.
+	Bundled func() (dir string, err error)
 }
 
 // Choice is the checkpoint the worker runs and why.
@@ -68,9 +68,9 @@ func Choose(ctx context.Context, r Request) (Choice, error) {
 	if r.Bundled == nil {
 		return Choice{}, fmt.Errorf("%w (and no bundled model)", err)
 	}
-	bundled, ok := r.Bundled()
-	if !ok {
-		return Choice{}, fmt.Errorf("%w (and the bundled model is not installed)", err)
+	bundled, berr := r.Bundled()
+	if berr != nil {
+		return Choice{}, fmt.Errorf("%w (and the bundled model: %w)", err, berr)
 	}
 	return Choice{Dir: bundled, Model: modelName(bundled),
 		Reason: "no weights configured and " + weights.Repo + " not in the Hugging Face cache: the bundled model"}, nil

@@ -38,7 +38,7 @@ func request(t *testing.T, dir, cache string) provision.Request {
 	return provision.Request{
 		Dir:     dir,
 		Hub:     weights.Options{Revision: revision, HubCache: cache, Endpoint: "http://127.0.0.1:1"},
-		Bundled: func() (string, bool) { return bundled, true },
+		Bundled: func() (string, error) { return bundled, nil },
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
@@ -32,7 +33,7 @@ func MeteredOpener(meters []*sim.Meter) EngineOpener {
 
 func openEngine(ctx context.Context, cfg config.Worker, log *slog.Logger, meter *sim.Meter) (engine.Engine, error) {
 	choice, err := provision.Choose(ctx, provision.Request{
-		Dir: cfg.Weights.Directory(), Hub: cfg.Weights.Hub(), Bundled: provision.FindBundled,
+		Dir: cfg.Weights.Directory(), Hub: cfg.Weights.Hub(), Bundled: provision.Bundled(filepath.Join(cfg.DataDir, "bundled")),
 	})
 	if err != nil {
 		return nil, err
