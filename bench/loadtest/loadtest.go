@@ -26,11 +26,12 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/engine/sim"
 )
 
 // Usage is the command line of `worker loadtest`.
-const Usage = "usage: worker loadtest [--chips 1,4] [--batch 1,8] [--jobs 64] [--images DIR] [--overlay] [--query Q]"
+const Usage = "usage: worker loadtest [--chips 1,4] [--batch 1,8] [--jobs 64] [--images DIR] [--overlay] [--overlay-format png|jpeg] [--query Q]"
 
 // ErrUsage marks an error of the command line, a bad image directory included (cmd/worker
 // exits 2 on it).
@@ -50,6 +51,7 @@ type options struct {
 	jobs    int
 	images  string
 	overlay bool
+	format  overlay.Format
 	query   string
 	stall   time.Duration
 }
@@ -75,6 +77,7 @@ type Report struct {
 	CostModel                     costModel `json:"cost_model"`
 	Images                        string    `json:"images"`
 	Overlay                       bool      `json:"overlay"`
+	OverlayFormat                 string    `json:"overlay_format,omitempty"`
 	Query                         string    `json:"query"`
 	Scenarios                     []Outcome `json:"scenarios"`
 }
@@ -121,7 +124,11 @@ func Run(ctx context.Context, args []string, base config.Worker, env Env) error 
 	if r.frames.generated > 0 {
 		imagesNote += fmt.Sprintf(" (%d generated: scaled to cover and centre-cropped from photographs of other sizes)", r.frames.generated)
 	}
-	fmt.Fprintf(out, "jobs: %d per scenario, %s, query %q, overlay %v\n", o.jobs, imagesNote, o.query, o.overlay)
+	overlayNote := "no overlay"
+	if o.overlay {
+		overlayNote = "overlay " + string(o.format)
+	}
+	fmt.Fprintf(out, "jobs: %d per scenario, %s, query %q, %s\n", o.jobs, imagesNote, o.query, overlayNote)
 
 	var outcomes []Outcome
 	for _, s := range scenarios(o) {
@@ -137,6 +144,9 @@ func Run(ctx context.Context, args []string, base config.Worker, env Env) error 
 	writeTable(out, outcomes)
 	rep := report(outcomes, c)
 	rep.Images, rep.Overlay, rep.Query = imagesNote, o.overlay, o.query
+	if o.overlay {
+		rep.OverlayFormat = string(o.format)
+	}
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false) // the query's </c> as written
 	return enc.Encode(rep)
@@ -198,6 +208,7 @@ func parseFlags(args []string, base config.Worker) (options, error) {
 	fs.IntVar(&o.jobs, "jobs", 64, "jobs per scenario")
 	fs.StringVar(&o.images, "images", "testdata/images", "directory of photographs; each not a 1920x1080 JPEG is made into one")
 	fs.BoolVar(&o.overlay, "overlay", false, "ask every job for an overlay picture")
+	format := fs.String("overlay-format", string(overlay.PNG), "the overlays' encoding, png or jpeg")
 	fs.StringVar(&o.query, "query", "person</c>car</c>bicycle", "the query of every job")
 	fs.DurationVar(&o.stall, "stall", 2*time.Minute, "give up when no result arrives for this long")
 	if err := fs.Parse(args); err != nil {
@@ -205,6 +216,9 @@ func parseFlags(args []string, base config.Worker) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, usageErr{fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), Usage)}
+	}
+	if o.format = overlay.Format(*format); !o.format.Valid() {
+		return o, usageErr{fmt.Errorf("--overlay-format %q: want one of %v\n%s", *format, overlay.Formats, Usage)}
 	}
 	var err error
 	if o.chips, err = intList("--chips", *chips, 1, 64); err != nil {

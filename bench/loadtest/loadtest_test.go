@@ -116,7 +116,7 @@ func TestFramesAre1080pJPEGs(t *testing.T) {
 
 func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"--chips", "0"}, {"--batch", "1,99"}, {"--jobs", "0"}, {"extra"}, {"--images", "/nonexistent"}, {"--nope"},
+		{"--chips", "0"}, {"--batch", "1,99"}, {"--overlay-format", "gif"}, {"--jobs", "0"}, {"extra"}, {"--images", "/nonexistent"}, {"--nope"},
 	} {
 		err := Run(context.Background(), args, baseConfig(t), Env{Stdout: &bytes.Buffer{}, WorkDir: "../.."})
 		if !errors.Is(err, ErrUsage) {

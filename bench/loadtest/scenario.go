@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/engine/sim"
 	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/internal/freeport"
@@ -183,10 +184,14 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 	submitted := make(map[string]time.Time, n)
 	for i := range n {
 		id := fmt.Sprintf("%s-%06d", batch, i)
-		data, err := json.Marshal(jobs.Job{
+		job := jobs.Job{
 			ID: id, Image: "file://" + r.frames.paths[i%len(r.frames.paths)], Query: r.o.query,
 			Overlay: r.o.overlay, Batch: batch,
-		})
+		}
+		if r.o.overlay && r.o.format != overlay.PNG {
+			job.OverlayFormat = r.o.format // empty means PNG, the default
+		}
+		data, err := json.Marshal(job)
 		if err != nil {
 			return Outcome{}, err
 		}
