@@ -26,8 +26,9 @@ type Costs struct {
 	Prefill time.Duration
 	// Decode is one decode step of one sequence.
 	Decode time.Duration
-	// BatchAlpha is the extra cost of each further sequence in a decode step, as a
-	// fraction of Decode: a step of B sequences costs Decode * (1 + BatchAlpha*(B-1)).
+	// BatchAlpha is the extra cost of each further row of a decode step, as a fraction of
+	// Decode: a step of B rows costs Decode * (1 + BatchAlpha*(B-1)). A step always has the
+	// chip's batch size of rows (LA_MAX_BATCH), live or idle.
 	BatchAlpha float64
 	// Speed divides every cost: 10 runs the device ten times faster than the chip (CI).
 	Speed float64
@@ -56,7 +57,7 @@ func (c Costs) PrefillCost(paddedLen int) time.Duration {
 	return c.scale(c.Prefill, float64(paddedLen)/ReferencePrefill)
 }
 
-// StepCost is the device time of one decode step of rows sequences.
+// StepCost is the device time of one decode step of the given rows.
 func (c Costs) StepCost(rows int) time.Duration {
 	return c.scale(c.Decode, 1+c.BatchAlpha*float64(max(rows, 1)-1))
 }

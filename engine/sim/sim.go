@@ -202,8 +202,10 @@ func (b *Backend) instruction(ids []int32) string {
 }
 
 // Decode advances every slot in slots by one token of its planned answer, taking the
-// cost of one step of len(slots) sequences. tokens[i] must be the token slots[i] generated
-// last: the host feeds back what the device gave it.
+// cost of one step of MaxBatch rows, however many are live: the chip's decode runs the
+// batch it was built for (the ttnn backend replays a trace captured at max_batch rows,
+// idle ones included). tokens[i] must be the token slots[i] generated last: the host feeds
+// back what the device gave it.
 func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) error {
 	if b.closed {
 		return ErrClosed
@@ -233,7 +235,7 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 			}
 		}
 	}
-	cost := b.o.Costs.StepCost(n)
+	cost := b.o.Costs.StepCost(len(b.slots))
 	done := startStep(cost)
 	for i, id := range slots {
 		s := &b.slots[id]

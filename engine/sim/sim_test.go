@@ -284,11 +284,11 @@ func cpuTime(t *testing.T) time.Duration {
 }
 
 // TestCostsAreSleptNotSpent: a run takes at least its modelled device time, the meter adds
-// up exactly the model's costs, and the host spends almost no CPU on it (the device
-// sleeps; it does not spin).
+// up exactly the model's costs (a decode step costs the chip's whole batch, idle rows
+// included), and the host spends almost no CPU on it (the device sleeps; it does not spin).
 func TestCostsAreSleptNotSpent(t *testing.T) {
 	costs := sim.Costs{Vision: 40 * time.Millisecond, Prefill: 60 * time.Millisecond, Decode: 20 * time.Millisecond, BatchAlpha: 0.5, Speed: 2}
-	f := newFixture(t, costs, 2)
+	f := newFixture(t, costs, 3) // three slots, two of them used
 	a := f.newRequest(t, 1, engine.TaskDetect, "person</c>car")
 	b := f.newRequest(t, 2, engine.TaskDetect, "dog")
 
@@ -309,10 +309,10 @@ func TestCostsAreSleptNotSpent(t *testing.T) {
 	wall, cpu := time.Since(wall0), cpuTime(t)-cpu0
 
 	// Costs at speed 2: vision on a 4x6 grid (24 of the 1056 reference patches), prefill
-	// padded to 128 of 512, steps of two rows at 1.5 times the decode cost.
-	want := 2*costs.VisionCost(4, 6) + 2*costs.PrefillCost(128) + time.Duration(steps)*costs.StepCost(2)
-	if costs.StepCost(2) != 15*time.Millisecond || costs.PrefillCost(128) != 7500*time.Microsecond {
-		t.Fatalf("cost model: step of 2 rows %s (want 15ms), prefill of 128 %s (want 7.5ms)", costs.StepCost(2), costs.PrefillCost(128))
+	// padded to 128 of 512, steps of the chip's three rows at twice the decode cost.
+	want := 2*costs.VisionCost(4, 6) + 2*costs.PrefillCost(128) + time.Duration(steps)*costs.StepCost(3)
+	if costs.StepCost(3) != 20*time.Millisecond || costs.PrefillCost(128) != 7500*time.Microsecond {
+		t.Fatalf("cost model: step of 3 rows %s (want 20ms), prefill of 128 %s (want 7.5ms)", costs.StepCost(3), costs.PrefillCost(128))
 	}
 	if steps < 5 {
 		t.Fatalf("only %d steps before an EOS: the answers are shorter than any plan should be", steps)
