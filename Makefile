@@ -27,8 +27,18 @@ build: deps
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 	$(GO) build -o $(BIN)/submit ./cmd/submit
 
+# LA_ENGINE=sim make run: the same on a simulated Blackhole p150a (docs/sim.md).
 run: build
 	$(BIN)/worker
+
+# The throughput benchmark on the simulated p150a (docs/throughput.md): 1080p JPEG jobs
+# with overlays through the embedded NATS and local storage, the serial baseline, batch 1
+# and batch 8 on 1 and 4 simulated chips; a table, then one JSON line. LOADTEST_ARGS
+# replaces the flags; LA_SIM_* change the cost model (docs/sim.md).
+LOADTEST_ARGS ?= --chips 1,4 --batch 1,8 --jobs 96 --overlay
+.PHONY: loadtest
+loadtest: build
+	$(BIN)/worker loadtest $(LOADTEST_ARGS)
 
 # A dozen freshly drawn shape scenes through the worker and submit, scored; overlays land
 # in demo-out/. LA_DEMO_SEED=N draws the same scenes again, LA_DEMO_SCENES=N more or fewer.
