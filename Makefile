@@ -23,9 +23,16 @@ deps:
 	@test -x $(GOBIN_DIR)/versitygw || { echo "building versitygw $(VERSITYGW_VERSION) (the S3 server the tests start)"; \
 		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 
+# `worker --version` and `submit --version` print these (package internal/version); a
+# build outside git says "unknown" unless VERSION and COMMIT are given.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_PKG := github.com/locateanything/detect/internal/version
+LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
+
 build: deps
-	$(GO) build -o $(BIN)/worker ./cmd/worker
-	$(GO) build -o $(BIN)/submit ./cmd/submit
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/submit ./cmd/submit
 
 # LA_ENGINE=sim make run: the same on a simulated Blackhole p150a (docs/sim.md).
 run: build

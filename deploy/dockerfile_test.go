@@ -93,3 +93,34 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerfileStampsTheVersion: every go build of a binary in the Dockerfile sets the
+// version and commit (build arguments, declared in its stage) with -ldflags, since the
+// build context has no .git for the Go toolchain to stamp them from.
+func TestDockerfileStampsTheVersion(t *testing.T) {
+	const pkg = "github.com/locateanything/detect/internal/version"
+	builds := 0
+	for _, st := range readDockerfile(t, "Dockerfile") {
+		args := map[string]bool{}
+		for _, l := range st.lines {
+			if f := strings.Fields(l); len(f) == 2 && strings.EqualFold(f[0], "ARG") {
+				args[f[1]] = true
+			}
+			if !strings.Contains(l, "go build") {
+				continue
+			}
+			builds += strings.Count(l, "go build")
+			for _, want := range []string{"-ldflags", "-X " + pkg + ".version=${VERSION}", "-X " + pkg + ".commit=${COMMIT}"} {
+				if !strings.Contains(l, want) {
+					t.Errorf("stage %s: %q lacks %q", st.name, l, want)
+				}
+			}
+			if !args["VERSION"] || !args["COMMIT"] {
+				t.Errorf("stage %s builds without declaring ARG VERSION and ARG COMMIT", st.name)
+			}
+		}
+	}
+	if builds < 3 {
+		t.Errorf("%d go builds found, want the worker and submit in build and the worker in build-jammy", builds)
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/overlay"
+	"github.com/locateanything/detect/internal/version"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
 )
@@ -69,6 +70,9 @@ func Main(ctx context.Context, args []string, cio IO) int {
 			cmd, args = args[0], args[1:]
 		case "help", "-h", "-help", "--help":
 			fmt.Fprint(cio.Stdout, usage)
+			return ExitOK
+		case "version", "-version", "--version":
+			fmt.Fprintln(cio.Stdout, version.Get().String("submit"))
 			return ExitOK
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/locateanything/detect/internal/version"
 	"github.com/locateanything/detect/worker"
 )
 
@@ -51,6 +52,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) > 0 && isHelp(args[0]), len(args) > 0 && args[0] == "help":
 		fmt.Fprint(stdout, usage(tools))
+		return 0
+	case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):
+		fmt.Fprintln(stdout, version.Get().String("worker"))
 		return 0
 	case len(args) > 0 && args[0] == "run":
 		if len(args) > 1 && isHelp(args[1]) {
