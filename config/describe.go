@@ -19,6 +19,9 @@ type Setting struct {
 	Default string // the default from the tag; "" when none
 	Source  string // "environment" or "default"
 	Secret  bool
+	// Section is the struct the variable is declared in ("Engine", "NATS", ...; the tree's
+	// own type for its top-level fields), for listings grouped the way the code groups them.
+	Section string
 }
 
 // Redacted stands in for a secret's value.
@@ -34,13 +37,14 @@ func Settings(tree any, environ []string) []Setting {
 		set[k] = true
 	}
 	var out []Setting
-	walk(reflect.Indirect(reflect.ValueOf(tree)), func(f reflect.StructField, v reflect.Value) {
+	walk(reflect.Indirect(reflect.ValueOf(tree)), func(section string, f reflect.StructField, v reflect.Value) {
 		s := Setting{
 			Name:    f.Tag.Get("envconfig"),
 			Value:   format(v),
 			Default: f.Tag.Get("default"),
 			Source:  "default",
 			Secret:  f.Tag.Get("secret") != "",
+			Section: section,
 		}
 		if set[s.Name] {
 			s.Source = "environment"
@@ -60,15 +64,16 @@ func Settings(tree any, environ []string) []Setting {
 func Names(trees ...any) []string {
 	var names []string
 	for _, t := range trees {
-		walk(reflect.Indirect(reflect.ValueOf(t)), func(f reflect.StructField, _ reflect.Value) {
+		walk(reflect.Indirect(reflect.ValueOf(t)), func(_ string, f reflect.StructField, _ reflect.Value) {
 			names = append(names, f.Tag.Get("envconfig"))
 		})
 	}
 	return names
 }
 
-// walk calls visit for every tagged field below v, recursing into untagged structs.
-func walk(v reflect.Value, visit func(reflect.StructField, reflect.Value)) {
+// walk calls visit for every tagged field below v, recursing into untagged structs, with
+// the name of the struct type that declares the field.
+func walk(v reflect.Value, visit func(section string, f reflect.StructField, v reflect.Value)) {
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -76,7 +81,7 @@ func walk(v reflect.Value, visit func(reflect.StructField, reflect.Value)) {
 			continue
 		}
 		if f.Tag.Get("envconfig") != "" {
-			visit(f, v.Field(i))
+			visit(t.Name(), f, v.Field(i))
 			continue
 		}
 		if f.Type.Kind() == reflect.Struct {
