@@ -207,7 +207,8 @@ func (e *testEnv) publishJob(t *testing.T, j Job) {
 	e.publish(t, b, j.ID)
 }
 
-// publishedResult waits for the result of id on la.results.<batch>.<id>.
+// publishedResult waits for the result of id on la.results.<batch>.<id>; it must match
+// the result schema.
 func (e *testEnv) publishedResult(t *testing.T, batch, id string) Result {
 	t.Helper()
 	var raw *jetstream.RawStreamMsg
@@ -223,10 +224,11 @@ func (e *testEnv) publishedResult(t *testing.T, batch, id string) Result {
 	if err := json.Unmarshal(raw.Data, &r); err != nil {
 		t.Fatalf("result of %s is not JSON: %v\n%s", id, err, raw.Data)
 	}
+	checkResultSchema(t, raw.Data)
 	return r
 }
 
-// storedResult reads <output>/<id>.json.
+// storedResult reads <output>/<id>.json; it must match the result schema.
 func (e *testEnv) storedResult(t *testing.T, output, id string) Result {
 	t.Helper()
 	b, err := e.store.Get(t.Context(), ResultURL(output, id), 0)
@@ -237,6 +239,7 @@ func (e *testEnv) storedResult(t *testing.T, output, id string) Result {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatalf("stored result of %s is not JSON: %v", id, err)
 	}
+	checkResultSchema(t, b)
 	return r
 }
 
