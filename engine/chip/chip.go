@@ -38,11 +38,15 @@ type work struct {
 	prep *engine.Prepared
 	done chan result
 	seq  *engine.Sequence // while running in a batch
+	// started is when the owner took the work up (its wait for the chip ended there);
+	// only the owner writes it, before it answers on done.
+	started time.Time
 }
 
 type result struct {
-	pred *engine.Prediction
-	err  error
+	pred    *engine.Prediction
+	started time.Time // zero when the work never reached the device
+	err     error
 }
 
 // Chip owns one engine.
@@ -54,9 +58,9 @@ type Chip struct {
 	wake    chan struct{} // capacity 1: "the queues changed"
 	closing bool
 
-	busy    time.Duration // device time: Generate, or Start and Step of a batch
-	started time.Time
-	running int // sequences in the batch now
+	busy    *busyMeter // device time: Generate, or Start and Step of a batch
+	tokens  uint64     // tokens generated, as they are generated
+	running int        // sequences in the batch now
 
 	stopped  chan struct{}
 	closeErr error // the engine's Close, set before stopped closes
@@ -65,7 +69,8 @@ type Chip struct {
 // Open starts the owner goroutine, which locks itself to an OS thread and calls open there;
 // every later device call and the engine's Close run on that same thread.
 func Open(open func() (engine.Engine, error)) (*Chip, error) {
-	c := &Chip{wake: make(chan struct{}, 1), stopped: make(chan struct{}), started: time.Now()}
+	c := &Chip{wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+		busy: newBusyMeter(time.Now(), BusyWindow, busyBuckets)}
 	opened := make(chan error, 1)
 	go c.loop(open, opened)
 	if err := <-opened; err != nil {
@@ -83,6 +88,14 @@ func (c *Chip) Engine() engine.Engine { return c.eng }
 // before the work starts, the work is dropped and ctx's error returned; once started it runs
 // to completion or until Generate sees ctx cancelled between decode steps.
 func (c *Chip) Generate(ctx context.Context, prio Priority, p *engine.Prepared) (*engine.Prediction, error) {
+	pred, _, err := c.GenerateTimed(ctx, prio, p)
+	return pred, err
+}
+
+// GenerateTimed is Generate that also says when the device took the work up: the wait for
+// the chip ends there and the device time begins (a trace shows the two apart). started is
+// zero when the work never reached the device.
+func (c *Chip) GenerateTimed(ctx context.Context, prio Priority, p *engine.Prepared) (pred *engine.Prediction, started time.Time, err error) {
 	if prio != Interactive {
 		prio = Batch
 	}
@@ -90,19 +103,19 @@ func (c *Chip) Generate(ctx context.Context, prio Priority, p *engine.Prepared) 
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		return nil, ErrClosed
+		return nil, time.Time{}, ErrClosed
 	}
 	c.queues[prio] = append(c.queues[prio], w)
 	c.mu.Unlock()
 	c.signal()
 	select {
 	case r := <-w.done:
-		return r.pred, r.err
+		return r.pred, r.started, r.err
 	case <-ctx.Done():
 		// Give up the place now, so a dead request neither counts as waiting nor holds its
 		// Prepared in memory; if the owner has already taken it, it finishes unread.
 		c.withdraw(prio, w)
-		return nil, fmt.Errorf("waiting for the chip: %w", ctx.Err())
+		return nil, time.Time{}, fmt.Errorf("waiting for the chip: %w", ctx.Err())
 	}
 }
 
@@ -122,15 +135,29 @@ func (c *Chip) Waiting() int {
 	return len(c.queues[0]) + len(c.queues[1])
 }
 
-// BusyRatio is the fraction of the chip's lifetime spent generating.
+// BusyRatio is the fraction of the last BusyWindow the chip spent in device calls (less
+// than the window while the chip is younger than it); a call in flight counts up to now.
 func (c *Chip) BusyRatio() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	life := time.Since(c.started)
-	if life <= 0 {
-		return 0
-	}
-	return float64(c.busy) / float64(life)
+	return c.busy.ratio(time.Now())
+}
+
+// BusySeconds is the chip's device time since it opened, in seconds, the call in flight
+// included: it only grows, so its rate over any range is the busy ratio of that range.
+func (c *Chip) BusySeconds() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.busy.seconds(time.Now()).Seconds()
+}
+
+// GeneratedTokens is the number of tokens the chip has generated since it opened, counted
+// as each step produces them: a batched step of n sequences adds n, and the tokens of a
+// sequence whose caller went away count too.
+func (c *Chip) GeneratedTokens() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tokens
 }
 
 // Close finishes the work in flight, fails everything still waiting with ErrClosed, closes
@@ -179,13 +206,21 @@ func (c *Chip) Running() int {
 	return c.running
 }
 
-// device times one device call and adds it to the busy total.
+// device times one device call on the busy meter.
 func (c *Chip) device(call func()) {
-	start := time.Now()
-	call()
-	took := time.Since(start)
 	c.mu.Lock()
-	c.busy += took
+	c.busy.begin(time.Now())
+	c.mu.Unlock()
+	call()
+	c.mu.Lock()
+	c.busy.end(time.Now())
+	c.mu.Unlock()
+}
+
+// generated counts n tokens.
+func (c *Chip) generated(n int) {
+	c.mu.Lock()
+	c.tokens += uint64(n)
 	c.mu.Unlock()
 }
 
@@ -240,11 +275,15 @@ func (c *Chip) serialLoop() {
 			continue
 		}
 		c.setRunning(1)
+		w.started = time.Now()
 		var pred *engine.Prediction
 		var err error
 		c.device(func() { pred, err = c.eng.Generate(w.ctx, w.prep) })
 		c.setRunning(0)
-		w.done <- result{pred: pred, err: err}
+		if pred != nil {
+			c.generated(pred.NumGeneratedTokens)
+		}
+		w.done <- result{pred: pred, started: w.started, err: err}
 	}
 }
 
@@ -283,13 +322,16 @@ func (c *Chip) admit(b engine.Batcher, running []*work) []*work {
 			w.done <- result{err: fmt.Errorf("dropped before the chip: %w", err)}
 			continue
 		}
+		w.started = time.Now()
 		var err error
 		c.device(func() { w.seq, err = b.Start(w.prep) })
 		if err != nil {
-			w.done <- result{err: err}
+			w.done <- result{started: w.started, err: err}
 			continue
 		}
-		if w.seq.Done { // EOS first, or a budget of one token
+		c.generated(len(w.seq.Tokens)) // the first token
+		// EOS first, or a budget of one token
+		if w.seq.Done {
 			c.finish(b, w)
 			continue
 		}
@@ -308,7 +350,7 @@ func (c *Chip) step(b engine.Batcher, running []*work) []*work {
 			if aerr := b.Abandon(w.seq); aerr != nil {
 				err = errors.Join(err, aerr)
 			}
-			w.done <- result{err: err}
+			w.done <- result{started: w.started, err: err}
 			continue
 		}
 		live = append(live, w)
@@ -329,11 +371,12 @@ func (c *Chip) step(b engine.Batcher, running []*work) []*work {
 			if aerr := b.Abandon(w.seq); aerr != nil {
 				werr = errors.Join(err, aerr)
 			}
-			w.done <- result{err: werr}
+			w.done <- result{started: w.started, err: werr}
 		}
 		clear(live)
 		return live[:0]
 	}
+	c.generated(len(seqs)) // one token each
 	var done []*work
 	next := live[:0]
 	for _, w := range live {
@@ -354,5 +397,5 @@ func (c *Chip) step(b engine.Batcher, running []*work) []*work {
 // finish answers a done sequence's caller.
 func (c *Chip) finish(b engine.Batcher, w *work) {
 	pred, err := b.Finish(w.seq)
-	w.done <- result{pred: pred, err: err}
+	w.done <- result{pred: pred, started: w.started, err: err}
 }
