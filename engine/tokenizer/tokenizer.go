@@ -67,6 +67,23 @@ func (t *Tokenizer) Decode(ids []int32) string {
 	return b.String()
 }
 
+// DecodeEnds is Decode that also says where each id's text ends: id i decodes to
+// text[ends[i-1]:ends[i]] (from 0 for the first). The answer parser lays the tokens'
+// probabilities over the text with it.
+func (t *Tokenizer) DecodeEnds(ids []int32) (text string, ends []int) {
+	var b strings.Builder
+	ends = make([]int, len(ids))
+	for i, id := range ids {
+		if piece, ok := t.piece(id); ok {
+			b.WriteString(piece)
+		} else {
+			b.WriteString("\uFFFD")
+		}
+		ends[i] = b.Len()
+	}
+	return b.String(), ends
+}
+
 func (t *Tokenizer) piece(id int32) (string, bool) {
 	if id < 0 || int(id) >= len(t.tokens) || t.tokens[id] == "" {
 		return "", false

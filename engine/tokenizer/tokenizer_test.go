@@ -63,6 +63,29 @@ func TestEncodeMatchesGolden(t *testing.T) {
 	}
 }
 
+// TestDecodeEnds: DecodeEnds gives Decode's text, and each id's span of it is that id
+// decoded alone, an unknown id included.
+func TestDecodeEnds(t *testing.T) {
+	tok := testTokenizer(t)
+	for i, g := range readGolden(t) {
+		ids := append(slices.Clone(g.IDs), -1)
+		text, ends := tok.DecodeEnds(ids)
+		if want := tok.Decode(ids); text != want {
+			t.Fatalf("line %d: DecodeEnds text %q, Decode %q", i+1, text, want)
+		}
+		if len(ends) != len(ids) || ends[len(ends)-1] != len(text) {
+			t.Fatalf("line %d: %d ends for %d ids, last %v of %d bytes", i+1, len(ends), len(ids), ends, len(text))
+		}
+		from := 0
+		for j, id := range ids {
+			if got, want := text[from:ends[j]], tok.Decode([]int32{id}); got != want {
+				t.Errorf("line %d: id %d spans %q, decodes alone to %q", i+1, id, got, want)
+			}
+			from = ends[j]
+		}
+	}
+}
+
 func TestDecodeGoldenIsNFC(t *testing.T) {
 	tok := testTokenizer(t)
 	for i, g := range readGolden(t) {
