@@ -137,6 +137,15 @@ func (r *rng) box() [4]int {
 	return [4]int{x, y, x + w, y + h}
 }
 
+// tokenProb is the probability the simulated model gives the token it generates at
+// position pos of its answer to an image: between 0.5 and 1, spread by a hash of the
+// three, so that scores made of it vary from box to box like a model's and stay the same
+// for the same image and query, alone or in a batch.
+func tokenProb(image uint64, pos int, tok int32) float32 {
+	r := rng{state: image ^ uint64(pos)<<32 ^ uint64(uint32(tok))}
+	return 0.5 + float32(r.next()>>40)/float32(1<<25) // 24 bits over [0, 0.5)
+}
+
 // hashPatches is what the simulated model "sees" of an image: a 64-bit hash of every
 // patch value (FNV-1a over the float32 bits, one word at a time).
 func hashPatches(patches []float32) uint64 {

@@ -65,11 +65,12 @@ type image struct {
 
 // slot is one sequence: the answer it will generate and how far it has got.
 type slot struct {
-	live bool
-	plan []int32 // the answer's ids, ending with EOS
-	next int     // index in plan of the next token to generate
-	last int32   // the token generated last, which the next decode step must be fed
-	pos  int     // positions in the cache
+	live  bool
+	plan  []int32 // the answer's ids, ending with EOS
+	image uint64  // the image's hash: with a token's position, it makes the token's probability
+	next  int     // index in plan of the next token to generate
+	last  int32   // the token generated last, which the next decode step must be fed
+	pos   int     // positions in the cache
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -170,13 +171,13 @@ func (b *Backend) Prefill(slotID int, ids []int32, wantProb bool) (int32, float3
 	done := startStep(cost)
 	q := readInstruction(b.instruction(ids))
 	plan := append(b.o.Tokenizer.Encode(answerText(b.kept.hash, q)), b.o.EOS)
+	*s = slot{live: true, plan: plan, image: b.kept.hash, next: 1, last: plan[0], pos: len(ids)}
 	b.kept = nil // consumed, as on the chip
-	*s = slot{live: true, plan: plan, next: 1, last: plan[0], pos: len(ids)}
 	waitStep(done)
 	b.o.Meter.prefill(cost)
 	var prob float32
 	if wantProb {
-		prob = 1 // the simulated model is sure of every token
+		prob = tokenProb(s.image, 0, plan[0])
 	}
 	return plan[0], prob, nil
 }
@@ -242,13 +243,13 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 		tok := b.o.EOS // past the end of the plan (the host ignored EOS): more EOS
 		if s.next < len(s.plan) {
 			tok = s.plan[s.next]
-			s.next++
 		}
+		if prob != nil {
+			prob[i] = tokenProb(s.image, s.next, tok)
+		}
+		s.next++
 		s.pos++
 		s.last, next[i] = tok, tok
-		if prob != nil {
-			prob[i] = 1
-		}
 	}
 	waitStep(done)
 	b.o.Meter.step(cost, n)

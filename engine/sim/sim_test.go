@@ -73,8 +73,9 @@ func (f *fixture) newRequest(t *testing.T, seed uint64, task engine.Task, query 
 	return r
 }
 
-// start runs vision and prefill for r in slot and returns the first token.
-func (f *fixture) start(t *testing.T, r request, slot int) int32 {
+// start runs vision and prefill for r in slot and returns the first token and its
+// probability.
+func (f *fixture) start(t *testing.T, r request, slot int) (int32, float32) {
 	t.Helper()
 	if err := f.b.Vision(r.patches, r.gridH, r.gridW); err != nil {
 		t.Fatal(err)
@@ -83,30 +84,61 @@ func (f *fixture) start(t *testing.T, r request, slot int) int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if prob != 1 {
-		t.Errorf("first token's probability %v, want 1", prob)
-	}
-	return first
+	return first, prob
 }
 
 // alone runs r by itself in slot 0 until EOS (at most limit tokens).
 func (f *fixture) alone(t *testing.T, r request, limit int) []int32 {
 	t.Helper()
-	toks := []int32{f.start(t, r, 0)}
-	next := make([]int32, 1)
+	toks, _ := f.aloneWithProbs(t, r, limit)
+	return toks
+}
+
+// aloneWithProbs is alone with each token's probability.
+func (f *fixture) aloneWithProbs(t *testing.T, r request, limit int) ([]int32, []float32) {
+	t.Helper()
+	first, prob := f.start(t, r, 0)
+	toks, probs := []int32{first}, []float32{prob}
+	next, nextProb := make([]int32, 1), make([]float32, 1)
 	for toks[len(toks)-1] != f.eos {
 		if len(toks) == limit {
 			t.Fatalf("no EOS in %d tokens: %q", limit, f.tok.Decode(toks))
 		}
-		if err := f.b.Decode([]int{0}, toks[len(toks)-1:], next, nil); err != nil {
+		if err := f.b.Decode([]int{0}, toks[len(toks)-1:], next, nextProb); err != nil {
 			t.Fatal(err)
 		}
-		toks = append(toks, next[0])
+		toks, probs = append(toks, next[0]), append(probs, nextProb[0])
 	}
 	if err := f.b.Release(0); err != nil {
 		t.Fatal(err)
 	}
-	return toks
+	return toks, probs
+}
+
+// TestTokenProbabilities: every token comes with a probability between 0.5 and 1 that
+// varies from token to token, the same for the same request, and asking for it changes
+// no token.
+func TestTokenProbabilities(t *testing.T) {
+	f := newFixture(t, zeroCosts, 1)
+	r := f.newRequest(t, 1, engine.TaskDetect, "person</c>red car")
+	toks, probs := f.aloneWithProbs(t, r, 200)
+	distinct := map[float32]bool{}
+	for i, p := range probs {
+		if !(p >= 0.5 && p <= 1) {
+			t.Errorf("token %d: probability %v, want 0.5..1", i, p)
+		}
+		distinct[p] = true
+	}
+	if len(distinct) < len(probs)/2 {
+		t.Errorf("%d distinct probabilities over %d tokens: %v", len(distinct), len(probs), probs)
+	}
+	again, againProbs := f.aloneWithProbs(t, r, 200)
+	if !slices.Equal(again, toks) || !slices.Equal(againProbs, probs) {
+		t.Errorf("the same request gave other probabilities:\n%v\n%v", probs, againProbs)
+	}
+	if plain := f.alone(t, r, 200); !slices.Equal(plain, toks) {
+		t.Errorf("asking for probabilities changed the tokens")
+	}
 }
 
 // TestAnswersAreWellFormedAndDeterministic: a detect query of three categories is answered
@@ -211,22 +243,26 @@ func TestBatchingNeverChangesTokens(t *testing.T) {
 	queries := []string{"cat", "person</c>bicycle", "red circle</c>blue square</c>green triangle", "kite", "dog</c>dog"}
 	var reqs []request
 	var want [][]int32
+	var wantProbs [][]float32
 	for i, q := range queries {
 		r := f.newRequest(t, uint64(10+i), engine.TaskDetect, q)
 		reqs = append(reqs, r)
-		want = append(want, f.alone(t, r, 300))
+		toks, probs := f.aloneWithProbs(t, r, 300)
+		want, wantProbs = append(want, toks), append(wantProbs, probs)
 	}
 
 	// Continuous batching by hand: admit the next request whenever a slot is free, step
 	// every live one together in a shuffled order, release each at EOS.
 	type live struct {
-		req  int
-		slot int
-		toks []int32
+		req   int
+		slot  int
+		toks  []int32
+		probs []float32
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	var running []*live
 	got := make([][]int32, len(reqs))
+	gotProbs := make([][]float32, len(reqs))
 	free := []int{3, 2, 1, 0}
 	nextReq := 0
 	for nextReq < len(reqs) || len(running) > 0 {
@@ -234,7 +270,8 @@ func TestBatchingNeverChangesTokens(t *testing.T) {
 		if nextReq < len(reqs) && len(free) > 0 {
 			slot := free[len(free)-1]
 			free = free[:len(free)-1]
-			running = append(running, &live{req: nextReq, slot: slot, toks: []int32{f.start(t, reqs[nextReq], slot)}})
+			first, prob := f.start(t, reqs[nextReq], slot)
+			running = append(running, &live{req: nextReq, slot: slot, toks: []int32{first}, probs: []float32{prob}})
 			nextReq++
 		}
 		rng.Shuffle(len(running), func(i, j int) { running[i], running[j] = running[j], running[i] })
@@ -244,15 +281,15 @@ func TestBatchingNeverChangesTokens(t *testing.T) {
 			slots = append(slots, l.slot)
 			toks = append(toks, l.toks[len(l.toks)-1])
 		}
-		next := make([]int32, len(slots))
-		if err := f.b.Decode(slots, toks, next, make([]float32, len(slots))); err != nil {
+		next, probs := make([]int32, len(slots)), make([]float32, len(slots))
+		if err := f.b.Decode(slots, toks, next, probs); err != nil {
 			t.Fatal(err)
 		}
 		kept := running[:0]
 		for i, l := range running {
-			l.toks = append(l.toks, next[i])
+			l.toks, l.probs = append(l.toks, next[i]), append(l.probs, probs[i])
 			if next[i] == f.eos {
-				got[l.req] = l.toks
+				got[l.req], gotProbs[l.req] = l.toks, l.probs
 				if err := f.b.Release(l.slot); err != nil {
 					t.Fatal(err)
 				}
@@ -266,6 +303,9 @@ func TestBatchingNeverChangesTokens(t *testing.T) {
 	for i := range reqs {
 		if !slices.Equal(got[i], want[i]) {
 			t.Errorf("%q batched:\n%q\nalone:\n%q", queries[i], f.tok.Decode(got[i]), f.tok.Decode(want[i]))
+		}
+		if !slices.Equal(gotProbs[i], wantProbs[i]) {
+			t.Errorf("%q batched, probabilities:\n%v\nalone:\n%v", queries[i], gotProbs[i], wantProbs[i])
 		}
 	}
 	if m := f.meter.Read(); m.MeanBatch() <= 1.5 {
@@ -293,7 +333,8 @@ func TestCostsAreSleptNotSpent(t *testing.T) {
 	b := f.newRequest(t, 2, engine.TaskDetect, "dog")
 
 	cpu0, wall0 := cpuTime(t), time.Now()
-	ta, tb := f.start(t, a, 0), f.start(t, b, 1)
+	ta, _ := f.start(t, a, 0)
+	tb, _ := f.start(t, b, 1)
 	next := make([]int32, 2)
 	steps := 0
 	for range 10 { // ten steps of both, whatever the answers say
@@ -378,7 +419,7 @@ func TestMisuseFailsLikeTheChip(t *testing.T) {
 	if _, _, err := f.b.Prefill(0, r.ids[:len(r.ids)/2], false); err == nil || !strings.Contains(err.Error(), "image tokens") {
 		t.Errorf("prefill with half the image tokens: %v", err)
 	}
-	first := f.start(t, r, 0)
+	first, _ := f.start(t, r, 0)
 	if err := f.b.Vision(r.patches, r.gridH, r.gridW); err != nil {
 		t.Fatal(err)
 	}
