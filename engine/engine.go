@@ -56,7 +56,8 @@ type Prepared struct {
 	Patches        []float32 // [GridH*GridW, 3, 14, 14], normalized
 	PromptIDs      []int32   // chat prompt with one image token per image embedding
 	NumImageTokens int
-	MaxNewTokens   int // resolved budget
+	MaxNewTokens   int      // resolved budget
+	Warnings       []string // what looks wrong with the query though it runs (prompt.QueryWarnings)
 
 	PreprocessMS float64 // decode + resize + normalize + patchify + tokenize
 }

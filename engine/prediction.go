@@ -18,15 +18,21 @@ type Prediction struct {
 	StoppedOnEOS       bool
 	DecodeMode         string // ar_greedy_trace | ar_greedy
 	TimingMS           Timing
-	Tokens             []int32 // the generated ids (EOS included when it was generated)
-	Batch              int     // the most sequences it was decoded with in one step (1 = alone)
+	Tokens             []int32   // the generated ids (EOS included when it was generated)
+	Probs              []float32 // each generated id's probability, as Tokens (nil when the engine gives none)
+	Batch              int       // the most sequences it was decoded with in one step (1 = alone)
+	// Warnings say what looks wrong with the request though it ran: a query that lists
+	// categories without </c>, an empty category (prompt.QueryWarnings).
+	Warnings []string
 }
 
-// Detection is one box, in original-image pixels and in the model's 0..1000 space.
+// Detection is one box, in original-image pixels and in the model's 0..1000 space, with
+// the model's confidence in it.
 type Detection struct {
 	Label   string     `json:"label"`
 	Box     [4]float64 `json:"box"`      // x1, y1, x2, y2 in original pixels
 	BoxNorm [4]int     `json:"box_norm"` // 0..1000
+	Score   float64    `json:"score"`    // 0..1, from the probabilities of its tokens (docs/scores.md)
 }
 
 // Point is one 2-coordinate answer.
@@ -34,6 +40,7 @@ type Point struct {
 	Label     string     `json:"label"`
 	Point     [2]float64 `json:"point"`      // x, y in original pixels
 	PointNorm [2]int     `json:"point_norm"` // 0..1000
+	Score     float64    `json:"score"`      // 0..1, as Detection.Score
 }
 
 // Timing is the per-stage wall time of one prediction, in milliseconds.

@@ -9,8 +9,9 @@ type Sequence struct {
 	Prepared *Prepared
 	Slot     int
 
-	Tokens       []int32 // generated ids, EOS included when it was generated
-	Done         bool    // EOS generated or the budget spent: Finish it
+	Tokens       []int32   // generated ids, EOS included when it was generated
+	Probs        []float32 // each generated id's softmax probability, as Tokens
+	Done         bool      // EOS generated or the budget spent: Finish it
 	StoppedOnEOS bool
 
 	Vision      time.Duration

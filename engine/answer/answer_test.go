@@ -2,6 +2,7 @@ package answer
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 
@@ -121,6 +122,88 @@ func TestParseEncodesEmptyListsAsArrays(t *testing.T) {
 		}
 		if string(out) != "[]" {
 			t.Errorf("%s encode as %s, want [] (both contracts write empty lists, never null)", field, out)
+		}
+	}
+}
+
+// generated lays tokens end to end as the engine does (tokenizer.DecodeEnds): the text and
+// where each token ends.
+func generated(pieces ...string) (raw string, ends []int) {
+	for _, p := range pieces {
+		raw += p
+		ends = append(ends, len(raw))
+	}
+	return raw, ends
+}
+
+func TestParseScored(t *testing.T) {
+	geo := func(ps ...float64) float64 {
+		s := 0.0
+		for _, p := range ps {
+			s += math.Log(p)
+		}
+		return math.Round(math.Exp(s/float64(len(ps)))*1e4) / 1e4
+	}
+	raw, ends := generated("<ref>", "car", "</ref>", "<box>", "<1>", "<2>", "<3>", "<4>", "</box>", // a box
+		"<box>", "<5>", " ", "<6>", "</box>", // a point, a whitespace token inside
+		"<ref>", "dog", "</ref>", "<box>", "None", "</box>", // nothing found: no score to give
+		"<ref>", "cat", "</ref>", "<box>", "<1>", "<2>", "<3>", "<4>", "</box>", // same box, another label
+		"<box>", "<1>", "<2>", "<3>", "<4>", "</box>", // an exact repeat: dropped, the first kept
+		"<|im_end|>")
+	probs := []float32{0.99, 0.9, 0.99, 0.5, 0.8, 0.4, 0.9, 0.2, 0.99,
+		0.6, 0.3, 0.01, 0.7, 0.9,
+		0.9, 0.9, 0.9, 0.9, 0.8, 0.9,
+		0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9,
+		0.9, 0.1, 0.1, 0.1, 0.1, 0.9,
+		0.95}
+	dets, pts := ParseScored(raw, ends, probs, 1000, 500)
+	if len(dets) != 2 || len(pts) != 1 {
+		t.Fatalf("%d detections, %d points: %+v %+v", len(dets), len(pts), dets, pts)
+	}
+	// The coordinates' tokens make the score: not <box>, </box>, the label or whitespace.
+	for i, want := range []float64{geo(0.8, 0.4, 0.9, 0.2), geo(0.9, 0.9, 0.9, 0.9)} {
+		if got := dets[i].Score; math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s: score %v, want %v", dets[i].Label, got, want)
+		}
+	}
+	if got, want := pts[0].Score, geo(0.3, 0.7); math.Abs(got-want) > 1e-12 {
+		t.Errorf("point score %v, want %v", got, want)
+	}
+	// Everything but the scores is what Parse reads.
+	pd, pp := Parse(raw, 1000, 500)
+	for i := range dets {
+		if pd[i].Score != 0 {
+			t.Errorf("Parse gave a score without probabilities: %+v", pd[i])
+		}
+		pd[i].Score = dets[i].Score
+	}
+	pp[0].Score = pts[0].Score
+	if !reflect.DeepEqual(pd, dets) || !reflect.DeepEqual(pp, pts) {
+		t.Errorf("ParseScored %+v %+v, Parse %+v %+v", dets, pts, pd, pp)
+	}
+
+	// A coordinate the model gave no chance makes the box's score 0.
+	probs[5] = 0
+	if d, _ := ParseScored(raw, ends, probs, 1000, 500); d[0].Score != 0 {
+		t.Errorf("a zero-probability coordinate: score %v, want 0", d[0].Score)
+	}
+	// Tokens spanning tags: a coordinate token written in two pieces counts as both.
+	raw2, ends2 := generated("<box><1", "0><2><3><4></box>")
+	if d, _ := ParseScored(raw2, ends2, []float32{0.25, 1}, 1000, 500); len(d) != 1 || d[0].Score != 0.5 {
+		t.Errorf("two tokens over one box: %+v, want score 0.5", d)
+	}
+	// Probabilities that do not describe the text are not used.
+	for name, bad := range map[string]struct {
+		ends  []int
+		probs []float32
+	}{
+		"fewer probabilities":    {ends, probs[1:]},
+		"ends short of the text": {ends[:len(ends)-1], probs[:len(probs)-1]},
+		"ends out of order":      {append([]int{5, 3}, ends[2:]...), probs},
+	} {
+		d, _ := ParseScored(raw, bad.ends, bad.probs, 1000, 500)
+		if len(d) != 2 || d[0].Score != 0 || d[1].Score != 0 {
+			t.Errorf("%s: %+v, want the boxes with score 0", name, d)
 		}
 	}
 }

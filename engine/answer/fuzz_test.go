@@ -8,13 +8,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/locateanything/detect/engine"
 )
 
 // FuzzParse checks that Parse never panics and that what it returns holds whatever the
 // text: both lists non-nil; every box and point inside the image, with ordered corners and
 // normalized values in 0..1000 that the pixel values are the image-size share of; labels
 // taken from the text; no repeats; at most one result per <box>; and nothing after the end
-// of the turn counts.
+// of the turn counts. ParseScored, given the text as tokens of a few bytes each, reads the
+// same and scores every result in [0, 1].
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"<ref>car</ref><box><282><414><606><794></box><|im_end|>",
@@ -64,6 +67,7 @@ func FuzzParse(f *testing.F) {
 			checkPixel(t, raw, p.Point[1], p.PointNorm[1], fh)
 			checkLabel(t, raw, p.Label, seen, "point", p.PointNorm)
 		}
+		checkScored(t, raw, w, h, dets, pts)
 		if !strings.Contains(raw, eos) {
 			d2, p2 := Parse(raw+eos+"<ref>x</ref><box><1><2><3><4></box><box><5><6></box>", w, h)
 			if !reflect.DeepEqual(d2, dets) || !reflect.DeepEqual(p2, pts) {
@@ -71,6 +75,39 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkScored: ParseScored over raw cut into tokens of 1-4 bytes reads what Parse read,
+// with scores in [0, 1].
+func checkScored(t *testing.T, raw string, w, h int, dets []engine.Detection, pts []engine.Point) {
+	t.Helper()
+	var ends []int
+	var probs []float32
+	for end := 0; end < len(raw); {
+		end = min(end+1+len(ends)%4, len(raw))
+		ends = append(ends, end)
+		probs = append(probs, float32(1+len(ends)%7)/7)
+	}
+	sd, sp := ParseScored(raw, ends, probs, w, h)
+	if len(sd) != len(dets) || len(sp) != len(pts) {
+		t.Fatalf("ParseScored(%q): %d boxes and %d points, Parse %d and %d", raw, len(sd), len(sp), len(dets), len(pts))
+	}
+	for i, d := range sd {
+		if !(0 <= d.Score && d.Score <= 1) {
+			t.Fatalf("ParseScored(%q): box score %v", raw, d.Score)
+		}
+		if d.Score = 0; d != dets[i] {
+			t.Fatalf("ParseScored(%q): box %+v, Parse %+v", raw, d, dets[i])
+		}
+	}
+	for i, p := range sp {
+		if !(0 <= p.Score && p.Score <= 1) {
+			t.Fatalf("ParseScored(%q): point score %v", raw, p.Score)
+		}
+		if p.Score = 0; p != pts[i] {
+			t.Fatalf("ParseScored(%q): point %+v, Parse %+v", raw, p, pts[i])
+		}
+	}
 }
 
 // checkPixel: v is norm/1000 of size, rounded to 2 decimals.

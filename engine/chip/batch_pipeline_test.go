@@ -7,8 +7,8 @@ import (
 	"image/png"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"runtime"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -61,8 +61,21 @@ func mixedRequests(t *testing.T, n int) []engine.Request {
 	return reqs
 }
 
+// answer is what batching must not change: the tokens, their probabilities, and the
+// boxes and points with their scores.
+type answer struct {
+	Tokens     []int32
+	Probs      []float32
+	Detections []engine.Detection
+	Points     []engine.Point
+}
+
+func answerOf(p *engine.Prediction) answer {
+	return answer{p.Tokens, p.Probs, p.Detections, p.Points}
+}
+
 // alone answers every request one at a time on a batch-1 pipeline: the reference.
-func alone(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request) [][]int32 {
+func alone(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request) []answer {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -72,7 +85,7 @@ func alone(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request) [][]int3
 		t.Fatal(err)
 	}
 	defer p.Close()
-	out := make([][]int32, len(reqs))
+	out := make([]answer, len(reqs))
 	for i, req := range reqs {
 		prep, err := p.Prepare(context.Background(), req)
 		if err != nil {
@@ -82,14 +95,15 @@ func alone(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request) [][]int3
 		if err != nil {
 			t.Fatalf("request %d alone: %v", i, err)
 		}
-		out[i] = pred.Tokens
+		out[i] = answerOf(pred)
 	}
 	return out
 }
 
 // TestBatchedAnswersEqualAnswersAlone runs many mixed requests through one chip that
 // batches them (interactive and queued ones together, one of them cancelled halfway) and
-// checks every answer token for token against the same request run alone.
+// checks every answer token for token, probability for probability and score for score
+// against the same request run alone.
 func TestBatchedAnswersEqualAnswersAlone(t *testing.T) {
 	for _, c := range []struct {
 		name, backend, dir string
@@ -115,7 +129,7 @@ func TestBatchedAnswersEqualAnswersAlone(t *testing.T) {
 	}
 }
 
-func checkBatched(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request, want [][]int32) {
+func checkBatched(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request, want []answer) {
 	t.Helper()
 	c, err := chip.Open(func() (engine.Engine, error) { return pipeline.Open(o) })
 	if err != nil {
@@ -143,7 +157,7 @@ func checkBatched(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request, w
 		preps[i] = prep
 	}
 	var wg sync.WaitGroup
-	got := make([][]int32, len(reqs))
+	got := make([]answer, len(reqs))
 	errs := make([]error, len(reqs))
 	maxBatch := 0
 	var mu sync.Mutex
@@ -162,7 +176,7 @@ func checkBatched(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request, w
 				errs[i] = err
 				return
 			}
-			got[i] = pred.Tokens
+			got[i] = answerOf(pred)
 			mu.Lock()
 			maxBatch = max(maxBatch, pred.Batch)
 			mu.Unlock()
@@ -197,8 +211,8 @@ func checkBatched(t *testing.T, o pipeline.OpenOptions, reqs []engine.Request, w
 			t.Errorf("request %d: %v", i, errs[i])
 			continue
 		}
-		if !slices.Equal(got[i], want[i]) {
-			t.Errorf("request %d (%q, budget %d) batched:\n%v\nalone:\n%v", i, reqs[i].Query, reqs[i].MaxNewTokens, got[i], want[i])
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("request %d (%q, budget %d) batched:\n%+v\nalone:\n%+v", i, reqs[i].Query, reqs[i].MaxNewTokens, got[i], want[i])
 		}
 	}
 	if maxBatch < 2 {

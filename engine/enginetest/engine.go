@@ -299,6 +299,7 @@ func (e *Engine) answer(p *engine.Prepared) *engine.Prediction {
 				Label:     label,
 				Point:     [2]float64{pixel(xy[0], p.Width), pixel(xy[1], p.Height)},
 				PointNorm: xy,
+				Score:     score(label),
 			})
 			continue
 		}
@@ -307,6 +308,7 @@ func (e *Engine) answer(p *engine.Prepared) *engine.Prediction {
 			Label:   label,
 			Box:     [4]float64{pixel(n[0], p.Width), pixel(n[1], p.Height), pixel(n[2], p.Width), pixel(n[3], p.Height)},
 			BoxNorm: n,
+			Score:   score(label),
 		})
 	}
 	if len(pred.Detections) == 0 && len(pred.Points) == 0 && !truncated && p.MaxNewTokens >= 3 {
@@ -337,6 +339,13 @@ func normalized(label string) [4]int {
 	v := h.Sum32()
 	x1, y1 := int(v%500), int((v>>9)%500)
 	return [4]int{x1, y1, x1 + 100 + int((v>>18)%400), y1 + 100 + int((v>>24)%200)}
+}
+
+// score is a label's score, 0.5..0.99, from a hash of it, as the real engine's 4 decimals.
+func score(label string) float64 {
+	h := fnv.New32a()
+	h.Write([]byte("score:" + label))
+	return 0.5 + float64(h.Sum32()%4900)/1e4
 }
 
 func pixel(norm, size int) float64 { return float64(norm) / 1000 * float64(size) }

@@ -14,24 +14,29 @@ func start(b engine.Backend, p *engine.Prepared, slot int, eos int32) (*engine.S
 	if p.MaxNewTokens < 1 {
 		return nil, fmt.Errorf("token budget %d: need at least 1", p.MaxNewTokens)
 	}
-	s := &engine.Sequence{Prepared: p, Slot: slot, Tokens: make([]int32, 0, p.MaxNewTokens), MaxBatch: 1}
+	s := &engine.Sequence{Prepared: p, Slot: slot, MaxBatch: 1,
+		Tokens: make([]int32, 0, p.MaxNewTokens), Probs: make([]float32, 0, p.MaxNewTokens)}
 	t0 := time.Now()
 	if err := b.Vision(p.Patches, p.GridH, p.GridW); err != nil {
 		return nil, fmt.Errorf("vision on a %dx%d grid: %w", p.GridH, p.GridW, err)
 	}
 	t1 := time.Now()
-	tok, _, err := b.Prefill(slot, p.PromptIDs, false)
+	// Always ask for the token's probability: the answer's scores are made of them, and
+	// the softmax sum costs one pass over the vocabulary per token (docs/scores.md, "Cost").
+	tok, prob, err := b.Prefill(slot, p.PromptIDs, true)
 	if err != nil {
 		return nil, fmt.Errorf("prefill of %d tokens: %w", len(p.PromptIDs), err)
 	}
 	s.Vision, s.Prefill = t1.Sub(t0), time.Since(t1)
-	accept(s, tok, eos)
+	accept(s, tok, prob, eos)
 	return s, nil
 }
 
-// accept appends a generated token and marks the sequence done on EOS or a spent budget.
-func accept(s *engine.Sequence, tok, eos int32) {
+// accept appends a generated token and its probability and marks the sequence done on EOS
+// or a spent budget.
+func accept(s *engine.Sequence, tok int32, prob float32, eos int32) {
 	s.Tokens = append(s.Tokens, tok)
+	s.Probs = append(s.Probs, prob)
 	if tok == eos {
 		s.Done, s.StoppedOnEOS = true, true
 	} else if len(s.Tokens) >= s.Prepared.MaxNewTokens {
@@ -44,13 +49,14 @@ type stepper struct {
 	eos          int32
 	slots        []int
 	tokens, next []int32
+	probs        []float32
 }
 
 // step advances every sequence in seqs (none done, distinct slots) by one token in one
 // backend call.
 func (st *stepper) step(b engine.Backend, seqs []*engine.Sequence) error {
 	n := len(seqs)
-	st.slots, st.tokens, st.next = st.slots[:0], st.tokens[:0], st.next[:0]
+	st.slots, st.tokens, st.next, st.probs = st.slots[:0], st.tokens[:0], st.next[:0], st.probs[:0]
 	for _, s := range seqs {
 		if s.Done {
 			return fmt.Errorf("slot %d: the sequence is done", s.Slot)
@@ -58,9 +64,10 @@ func (st *stepper) step(b engine.Backend, seqs []*engine.Sequence) error {
 		st.slots = append(st.slots, s.Slot)
 		st.tokens = append(st.tokens, s.Tokens[len(s.Tokens)-1])
 		st.next = append(st.next, 0)
+		st.probs = append(st.probs, 0)
 	}
 	t0 := time.Now()
-	if err := b.Decode(st.slots, st.tokens, st.next, nil); err != nil {
+	if err := b.Decode(st.slots, st.tokens, st.next, st.probs); err != nil {
 		return fmt.Errorf("decode step of %d sequences: %w", n, err)
 	}
 	took := time.Since(t0)
@@ -68,7 +75,7 @@ func (st *stepper) step(b engine.Backend, seqs []*engine.Sequence) error {
 		s.Decode += took
 		s.DecodeSteps++
 		s.MaxBatch = max(s.MaxBatch, n)
-		accept(s, st.next[i], st.eos)
+		accept(s, st.next[i], st.probs[i], st.eos)
 	}
 	return nil
 }

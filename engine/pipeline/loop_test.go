@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/locateanything/detect/engine"
@@ -12,6 +13,8 @@ import (
 // of it.
 type scriptBackend struct {
 	script   []int32
+	probs    []float32 // each script token's probability; nil gives 0.5
+	asked    int       // calls that asked for the probability
 	pos      int
 	releases int
 	decodes  int
@@ -26,11 +29,21 @@ func (b *scriptBackend) PrefillLength(n int) int          { return n }
 func (b *scriptBackend) Close() error                     { return nil }
 func (b *scriptBackend) Reset() error                     { return b.Release(0) }
 func (b *scriptBackend) Release(int) error                { b.releases++; b.pos = 0; return nil }
-func (b *scriptBackend) Prefill(int, []int32, bool) (int32, float32, error) {
-	b.pos = 1
-	return b.script[0], 0, nil
+func (b *scriptBackend) prob(i int) float32 {
+	if b.probs == nil {
+		return 0.5
+	}
+	return b.probs[i]
 }
-func (b *scriptBackend) Decode(slots []int, tokens, next []int32, _ []float32) error {
+func (b *scriptBackend) Prefill(_ int, _ []int32, wantProb bool) (int32, float32, error) {
+	b.pos = 1
+	if !wantProb {
+		return b.script[0], 0, nil
+	}
+	b.asked++
+	return b.script[0], b.prob(0), nil
+}
+func (b *scriptBackend) Decode(slots []int, tokens, next []int32, prob []float32) error {
 	b.decodes++
 	if b.onStep != nil {
 		b.onStep(b.decodes)
@@ -42,6 +55,10 @@ func (b *scriptBackend) Decode(slots []int, tokens, next []int32, _ []float32) e
 		return errors.New("decode was not fed slot 0's previous token")
 	}
 	next[0] = b.script[b.pos]
+	if prob != nil {
+		b.asked++
+		prob[0] = b.prob(b.pos)
+	}
 	b.pos++
 	return nil
 }
@@ -53,13 +70,17 @@ func prepared(budget int) *engine.Prepared {
 }
 
 func TestGreedyStopsOnEOS(t *testing.T) {
-	b := &scriptBackend{script: []int32{5, 6, 7, eos, 8, 9}}
+	b := &scriptBackend{script: []int32{5, 6, 7, eos, 8, 9}, probs: []float32{0.9, 0.8, 0.7, 0.6, 0.5, 0.4}}
 	g, err := Greedy(context.Background(), b, prepared(10), 0, eos)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []int32{5, 6, 7, eos}; !equal(g.Tokens, want) || !g.StoppedOnEOS {
 		t.Fatalf("tokens %v eos %v, want %v and true", g.Tokens, g.StoppedOnEOS, want)
+	}
+	// Every step asks for the token's probability, and the sequence keeps each one.
+	if want := b.probs[:4]; b.asked != 4 || !slices.Equal(g.Probs, want) {
+		t.Fatalf("asked for %d probabilities and kept %v, want 4 and %v", b.asked, g.Probs, want)
 	}
 	if g.DecodeSteps != 3 || b.decodes != 3 {
 		t.Fatalf("decode steps %d (backend saw %d), want 3", g.DecodeSteps, b.decodes)

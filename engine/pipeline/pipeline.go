@@ -136,6 +136,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 		PromptIDs:      ids,
 		NumImageTokens: nImage,
 		MaxNewTokens:   budget,
+		Warnings:       prompt.QueryWarnings(req.Task, req.Query),
 		PreprocessMS:   ms(time.Since(start)),
 	}, nil
 }
@@ -217,8 +218,8 @@ func (p *Pipeline) Abandon(s *engine.Sequence) error {
 // predict parses a finished sequence's answer.
 func (p *Pipeline) predict(s *engine.Sequence) *engine.Prediction {
 	prep := s.Prepared
-	raw := p.tok.Decode(s.Tokens)
-	dets, pts := answer.Parse(raw, prep.Width, prep.Height)
+	raw, ends := p.tok.DecodeEnds(s.Tokens)
+	dets, pts := answer.ParseScored(raw, ends, s.Probs, prep.Width, prep.Height)
 	vision, prefill, decode := ms(s.Vision), ms(s.Prefill), ms(s.Decode)
 	return &engine.Prediction{
 		Query:              prep.Request.Query,
@@ -242,8 +243,10 @@ func (p *Pipeline) predict(s *engine.Sequence) *engine.Prediction {
 			Total:      prep.PreprocessMS + vision + prefill + decode,
 			DecodeTokS: round2(s.DecodeTokensPerSecond()),
 		},
-		Tokens: s.Tokens,
-		Batch:  s.MaxBatch,
+		Tokens:   s.Tokens,
+		Probs:    s.Probs,
+		Batch:    s.MaxBatch,
+		Warnings: prep.Warnings,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,6 +96,15 @@ func readFloats(t *testing.T, path string) []float32 {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return out
+}
+
+// softmaxOf is softmax(logits)[tok], summed in float64.
+func softmaxOf(logits []float32, tok int32) float64 {
+	sum := 0.0
+	for _, v := range logits {
+		sum += math.Exp(float64(v - logits[tok]))
+	}
+	return 1 / sum
 }
 
 func readInts(t *testing.T, path string) []int32 {
@@ -191,6 +201,22 @@ func matchReference(t *testing.T, dir string) {
 			if pred.Detections == nil || pred.Points == nil {
 				t.Fatal("detections and points must be empty lists, not null")
 			}
+			// Every token comes with its probability; the first one's is the softmax of
+			// the reference's first-step logits.
+			if len(pred.Probs) != len(pred.Tokens) {
+				t.Fatalf("%d probabilities for %d tokens", len(pred.Probs), len(pred.Tokens))
+			}
+			for j, pr := range pred.Probs {
+				if !(pr > 0 && pr <= 1) {
+					t.Errorf("token %d: probability %v", j, pr)
+				}
+			}
+			logits := readFloats(t, filepath.Join(dir, "goldens", c.Files["prefill_logits"].File))
+			if want := softmaxOf(logits, pred.Tokens[0]); math.Abs(float64(pred.Probs[0])-want) > 1e-4*want {
+				t.Errorf("first token's probability %v, the reference's logits give %v", pred.Probs[0], want)
+			} else {
+				t.Logf("first token's probability %v, reference %v", pred.Probs[0], want)
+			}
 		})
 	}
 }
@@ -269,5 +295,53 @@ func TestPipelineCancelled(t *testing.T) {
 	}
 	if _, err := p.Generate(context.Background(), prep); err != nil {
 		t.Fatalf("the engine must work after a cancelled request: %v", err)
+	}
+}
+
+// TestScoresAndWarningsOnTheBundledModel: on a shape scene, each box's score is the
+// geometric mean of the probabilities of its four coordinate tokens, found by their ids in
+// the generated tokens; a query with a trailing </c> runs as written and says so.
+func TestScoresAndWarningsOnTheBundledModel(t *testing.T) {
+	const coordFirst, coordLast = 421, 1421 // <0> .. <1000> in models/tiny-shapes/config.json
+	p := openPipeline(t, OpenOptions{WeightsDir: "../../models/tiny-shapes", MaxSeqLen: 512, MaxNewTokens: 48, MaxNewTokensCap: 48})
+	img, err := os.ReadFile("../../tools/tinymodel/testdata/heldout/05.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		query string
+		warns int
+	}{{"triangle", 0}, {"triangle</c>", 1}} {
+		prep, err := p.Prepare(context.Background(), engine.Request{Image: img, Query: c.query})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pred, err := p.Generate(context.Background(), prep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(prep.Warnings) != c.warns || !slices.Equal(pred.Warnings, prep.Warnings) {
+			t.Errorf("%q: prepared warnings %q, predicted %q; want %d", c.query, prep.Warnings, pred.Warnings, c.warns)
+		}
+		var want []float64
+		for i := 0; i+5 < len(pred.Tokens); i++ {
+			run := pred.Tokens[i+1 : i+5]
+			if !slices.ContainsFunc(run, func(id int32) bool { return id < coordFirst || id > coordLast }) {
+				logSum := 0.0
+				for _, pr := range pred.Probs[i+1 : i+5] {
+					logSum += math.Log(float64(pr))
+				}
+				want = append(want, math.Round(math.Exp(logSum/4)*1e4)/1e4)
+				i += 4
+			}
+		}
+		if len(want) == 0 || len(want) != len(pred.Detections) {
+			t.Fatalf("%q: %d coordinate runs in %q, %d detections", c.query, len(want), pred.RawText, len(pred.Detections))
+		}
+		for i, d := range pred.Detections {
+			if d.Score != want[i] || !(d.Score > 0 && d.Score <= 1) {
+				t.Errorf("%q: box %d score %v, its coordinates' geometric mean %v", c.query, i, d.Score, want[i])
+			}
+		}
 	}
 }
