@@ -35,17 +35,6 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	s.writeJSON(w, http.StatusOK, healthBody{Status: "ok", Model: st.info.Model, Device: st.info.Device})
 }
 
-// handleReadyz is an extension for orchestrators: the /health body with 503 while starting,
-// so a plain HTTP readiness probe can tell loading from ready (/health itself is 200 always,
-// as the upstream Python server's is).
-func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	if s.ready.Load() == nil {
-		s.writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "starting", Model: s.opts.Model, Device: s.opts.Device})
-		return
-	}
-	s.handleHealth(w, r)
-}
-
 // infoBody is GET /info: every field the upstream server's /info lists (docs/background.md,
 // "Endpoints"), then what is true of this worker.
 type infoBody struct {

@@ -7,20 +7,25 @@ import (
 
 // routeMethods is every path the contract serves and its one method, for 405 answers.
 var routeMethods = map[string]string{
-	"/health":    http.MethodGet,
-	"/readyz":    http.MethodGet,
-	"/info":      http.MethodGet,
-	"/v1/models": http.MethodGet,
-	"/predict":   http.MethodPost,
+	"/health":       http.MethodGet,
+	"/livez":        http.MethodGet,
+	"/readyz":       http.MethodGet,
+	"/info":         http.MethodGet,
+	"/v1/models":    http.MethodGet,
+	"/openapi.json": http.MethodGet,
+	"/predict":      http.MethodPost,
 }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /livez", s.handleLivez)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)
 	mux.HandleFunc("GET /info", s.handleInfo)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
-	mux.HandleFunc("POST /predict", s.handlePredict)
+	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
+	// measured outside a recoverPanics of its own, so a panic is counted as the 500 it is.
+	mux.Handle("POST /predict", s.opts.Metrics.measured(s.recoverPanics(http.HandlerFunc(s.handlePredict)).ServeHTTP))
 	mux.HandleFunc("/", s.handleUnrouted)
 	return s.recoverPanics(mux)
 }

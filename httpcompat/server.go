@@ -3,7 +3,9 @@
 // docs/http.md) from the Go worker: GET /health, GET /info, GET /v1/models and POST /predict,
 // with the Python server's paths, field names, types, units, defaults and status codes, so
 // the tt-model launcher, its readiness watch and ready card, the smoke test and users'
-// scripts keep working unchanged.
+// scripts keep working unchanged. Extensions beside the contract: /livez and /readyz for
+// orchestrators' probes, /openapi.json describing every route, and the /predict series
+// for Prometheus (Metrics).
 //
 // The server reaches the model through a Device (an *chip.Chip): requests are prepared on
 // their own goroutine, then wait for the chip at Interactive priority, ahead of queued jobs
@@ -106,6 +108,11 @@ type Options struct {
 
 	Chips int    // chips this worker drives (/info worker.chips); 0 counts as 1
 	Queue string // the job queue it consumes, e.g. "nats://nats:4222 LA_JOBS/la-workers"; "" for none
+
+	// Ready, when set, is asked by /readyz once the engine is ready: an error (NATS down,
+	// say) makes /readyz answer 503 with it as the reason. /health does not ask it.
+	Ready   func() error
+	Metrics *Metrics // the /predict series; nil records nothing
 }
 
 // Server answers the contract. Create it with New.
