@@ -127,6 +127,9 @@ type Answer struct {
 	NumGeneratedTokens int                `json:"num_generated_tokens"`
 	StoppedOnEOS       bool               `json:"stopped_on_eos"`
 	DecodeMode         string             `json:"decode_mode"`
+	// Warnings say what looks wrong with the query though it ran as written (a list
+	// without </c>, an empty category); absent when nothing does.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // answerOf is p as a result carries it.
@@ -136,6 +139,7 @@ func answerOf(p *engine.Prediction) Answer {
 		NumImageTokens: p.NumImageTokens, PromptTokens: p.PromptTokens, PrefillTokens: p.PrefillTokens,
 		RawText: p.RawText, Detections: p.Detections, Points: p.Points,
 		NumGeneratedTokens: p.NumGeneratedTokens, StoppedOnEOS: p.StoppedOnEOS, DecodeMode: p.DecodeMode,
+		Warnings: p.Warnings,
 	}
 	if a.Detections == nil {
 		a.Detections = []engine.Detection{}
