@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,11 +17,23 @@ import (
 	"github.com/locateanything/detect/engine/enginetest"
 )
 
+// predictKeys are the upstream server's keys, in its order.
 var predictKeys = []string{
 	"query", "width", "height", "canonical_size", "grid_hw", "num_image_tokens", "prompt_tokens",
 	"prefill_tokens", "raw_text", "detections", "points", "num_generated_tokens", "stopped_on_eos",
 	"decode_mode", "timing_ms", "overlay_png_b64",
 }
+
+// The additions to the upstream contract, after its keys (docs/http.md, "Additions"):
+// warnings on the response (only when there are any) and a score on every detection and
+// point. Clients of the upstream server ignore keys they do not know.
+var (
+	predictAdditions   = []string{"warnings"}
+	detectionKeys      = []string{"label", "box", "box_norm", "score"}
+	pointKeys          = []string{"label", "point", "point_norm", "score"}
+	upstreamDetections = detectionKeys[:3]
+	upstreamPoints     = pointKeys[:3]
+)
 
 func TestPredictResponseContract(t *testing.T) {
 	h := newHarness(t, setup{})
@@ -73,9 +86,12 @@ func TestPredictResponseContract(t *testing.T) {
 		if !ok {
 			t.Fatalf("detections[%d] is %T", i, d)
 		}
-		assertKeys(t, "detection", det, "label", "box", "box_norm")
+		assertKeys(t, "detection", det, detectionKeys...)
 		if !isString(det["label"]) {
 			t.Errorf("label is %T", det["label"])
+		}
+		if sc, _ := det["score"].(json.Number).Float64(); !isFloat(det["score"]) || sc < 0 || sc > 1 {
+			t.Errorf("score = %v, want a float in 0..1", det["score"])
 		}
 		box := list(t, "box", det["box"], 4, isFloat)
 		norm := list(t, "box_norm", det["box_norm"], 4, isInt)
@@ -154,7 +170,10 @@ func TestPredictPointTaskExtension(t *testing.T) {
 	list(t, "detections", m["detections"], 0, nil)
 	pts := list(t, "points", m["points"], 1, nil)
 	p := pts[0].(map[string]any)
-	assertKeys(t, "point", p, "label", "point", "point_norm")
+	assertKeys(t, "point", p, pointKeys...)
+	if sc, _ := p["score"].(json.Number).Float64(); !isFloat(p["score"]) || sc < 0 || sc > 1 {
+		t.Errorf("score = %v, want a float in 0..1", p["score"])
+	}
 	list(t, "point", p["point"], 2, isFloat)
 	list(t, "point_norm", p["point_norm"], 2, isInt)
 }
@@ -505,7 +524,17 @@ func TestResponseKeysMatchPrediction(t *testing.T) {
 			t.Errorf("%v keys %v, served %v keys %v", p.engine, a, p.served, b)
 		}
 	}
-	if got := jsonKeys(reflect.TypeFor[PredictResponse]()); !reflect.DeepEqual(got, predictKeys) {
-		t.Errorf("served keys %v, contract %v", got, predictKeys)
+	want := append(slices.Clone(predictKeys), predictAdditions...)
+	if got := jsonKeys(reflect.TypeFor[PredictResponse]()); !reflect.DeepEqual(got, want) {
+		t.Errorf("served keys %v, want the contract's %v then the additions %v", got, predictKeys, predictAdditions)
+	}
+	// The upstream keys come first and in order, the additions after them.
+	for typ, upstream := range map[reflect.Type][]string{
+		reflect.TypeFor[detection](): upstreamDetections,
+		reflect.TypeFor[point]():     upstreamPoints,
+	} {
+		if got := jsonKeys(typ); !slices.Equal(got[:len(upstream)], upstream) {
+			t.Errorf("%v keys %v, want the contract's %v first", typ, got, upstream)
+		}
 	}
 }

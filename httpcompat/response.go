@@ -4,7 +4,9 @@ import "github.com/locateanything/detect/engine"
 
 // PredictResponse is the /predict answer as the upstream Python server writes it: its keys
 // in its order, floats always written as floats, lists never null
-// (TestResponseKeysMatchPrediction holds it to the contract).
+// (TestResponseKeysMatchPrediction holds it to the contract). Two additions, which clients
+// of the upstream server ignore (docs/http.md, "Additions"): a score on every detection and
+// point, and warnings about the query when there are any.
 type PredictResponse struct {
 	Query              string      `json:"query"`
 	Width              int         `json:"width"`
@@ -22,18 +24,21 @@ type PredictResponse struct {
 	DecodeMode         string      `json:"decode_mode"`
 	TimingMS           timing      `json:"timing_ms"`
 	OverlayPNGBase64   *string     `json:"overlay_png_b64"`
+	Warnings           []string    `json:"warnings,omitempty"` // an addition: absent when there are none
 }
 
 type detection struct {
 	Label   string     `json:"label"`
 	Box     [4]pyFloat `json:"box"`
 	BoxNorm [4]int     `json:"box_norm"`
+	Score   pyFloat    `json:"score"` // an addition
 }
 
 type point struct {
 	Label     string     `json:"label"`
 	Point     [2]pyFloat `json:"point"`
 	PointNorm [2]int     `json:"point_norm"`
+	Score     pyFloat    `json:"score"` // an addition
 }
 
 type timing struct {
@@ -69,12 +74,14 @@ func NewPredictResponse(p *engine.Prediction, overlay *string) PredictResponse {
 			DecodeTokS: pyFloat(p.TimingMS.DecodeTokS),
 		},
 		OverlayPNGBase64: overlay,
+		Warnings:         p.Warnings,
 	}
 	for _, d := range p.Detections {
 		r.Detections = append(r.Detections, detection{
 			Label:   d.Label,
 			Box:     [4]pyFloat{pyFloat(d.Box[0]), pyFloat(d.Box[1]), pyFloat(d.Box[2]), pyFloat(d.Box[3])},
 			BoxNorm: d.BoxNorm,
+			Score:   pyFloat(d.Score),
 		})
 	}
 	for _, pt := range p.Points {
@@ -82,6 +89,7 @@ func NewPredictResponse(p *engine.Prediction, overlay *string) PredictResponse {
 			Label:     pt.Label,
 			Point:     [2]pyFloat{pyFloat(pt.Point[0]), pyFloat(pt.Point[1])},
 			PointNorm: pt.PointNorm,
+			Score:     pyFloat(pt.Score),
 		})
 	}
 	return r

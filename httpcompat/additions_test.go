@@ -1,0 +1,83 @@
+package httpcompat
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/engine/pipeline"
+)
+
+// TestPredictAdditionsOnTheBundledModel: /predict on the real engine (the bundled model on
+// the CPU backend) writes the engine's score on every detection, and warnings about a
+// query that runs as written, as an addition that is absent when there is nothing to say.
+func TestPredictAdditionsOnTheBundledModel(t *testing.T) {
+	c, err := chip.Open(func() (engine.Engine, error) {
+		return pipeline.Open(pipeline.OpenOptions{
+			WeightsDir: "../models/tiny-shapes", Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
+			CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := newServer(t, Config{}, Options{})
+	if err := srv.SetReady(c); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	img, err := os.ReadFile("../tools/tinymodel/testdata/heldout/05.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, q := range []struct {
+		query string
+		warn  bool
+	}{{"triangle", false}, {"triangle, circle", true}, {"triangle</c>", true}} {
+		prep, err := c.Engine().Prepare(t.Context(), engine.Request{Image: img, Query: q.query})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := c.Generate(t.Context(), chip.Interactive, prep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, body := postPredict(t, t.Context(), ts.URL, map[string]any{"image": base64.StdEncoding.EncodeToString(img), "query": q.query})
+		if status != http.StatusOK {
+			t.Fatalf("%q: %d %s", q.query, status, body)
+		}
+		var got struct {
+			Detections []struct {
+				Score json.Number `json:"score"`
+			} `json:"detections"`
+			Warnings *[]string `json:"warnings"`
+		}
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Detections) == 0 || len(got.Detections) != len(want.Detections) {
+			t.Fatalf("%q: %d detections, the engine gives %d: %s", q.query, len(got.Detections), len(want.Detections), body)
+		}
+		for i, d := range got.Detections {
+			if v, err := d.Score.Float64(); err != nil || v != want.Detections[i].Score || v <= 0 || v > 1 {
+				t.Errorf("%q: detection %d score %s, the engine's %v", q.query, i, d.Score, want.Detections[i].Score)
+			}
+		}
+		switch {
+		case !q.warn && (got.Warnings != nil || bytes.Contains(body, []byte(`"warnings"`))):
+			t.Errorf("%q: warnings in %s, want the key absent", q.query, body)
+		case q.warn && (got.Warnings == nil || len(*got.Warnings) != 1 || !strings.Contains((*got.Warnings)[0], q.query)):
+			t.Errorf("%q: warnings %v, want one about the query", q.query, got.Warnings)
+		}
+	}
+}
