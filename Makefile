@@ -2,9 +2,9 @@
 #   make run    build the worker and run it on the embedded single-machine default
 #   make test   run every test (race detector on)
 # Both install what they need first (Debian packages: OpenBLAS for the CPU backend,
-# libpython and numpy for the ttnn bridge tests, uvicorn for the launcher test,
-# systemd-analyze for the unit check; and the versitygw S3 test server), so they work
-# on a fresh Debian 12 machine with Go 1.26 as root.
+# libpython and numpy for the ttnn bridge tests, uvicorn for the launcher test, python3
+# for the example producer's test, systemd-analyze for the unit check; and the versitygw
+# S3 test server), so they work on a fresh Debian 12 machine with Go 1.26 as root.
 
 GO        ?= go
 BIN       := bin
