@@ -10,6 +10,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -184,7 +185,16 @@ type Observe struct {
 	MetricsAddr string `envconfig:"LA_METRICS_ADDR" default:":9464"` // "off" disables
 	LogFormat   string `envconfig:"LA_LOG_FORMAT" default:"auto"`    // auto, text, json
 	LogLevel    string `envconfig:"LA_LOG_LEVEL" default:"info"`     // debug, info, warn, error
+
+	// OpenTelemetry traces, OTLP over HTTP, under the standard names the OTel SDKs read;
+	// off unless the endpoint is set (docs/worker.md, "Traces").
+	OTLPEndpoint string `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT"`              // base URL, e.g. http://otel-collector:4318; /v1/traces is added
+	OTLPHeaders  string `envconfig:"OTEL_EXPORTER_OTLP_HEADERS" secret:"true"` // key=value,... sent with every export (credentials)
+	ServiceName  string `envconfig:"OTEL_SERVICE_NAME" default:"la-worker"`    // service.name of the spans
 }
+
+// TracesEnabled reports whether spans are exported.
+func (o Observe) TracesEnabled() bool { return o.OTLPEndpoint != "" }
 
 // MetricsEnabled reports whether the metrics server runs.
 func (o Observe) MetricsEnabled() bool {
@@ -487,6 +497,36 @@ func (o Observe) validate(add adder) {
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(o.LogLevel)) {
 		add("LA_LOG_LEVEL is %q, want debug, info, warn or error", o.LogLevel)
 	}
+	if o.OTLPEndpoint != "" {
+		if u, err := url.Parse(o.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("OTEL_EXPORTER_OTLP_ENDPOINT is %q, want an http:// or https:// URL (OTLP over HTTP, e.g. http://otel-collector:4318)", o.OTLPEndpoint)
+		}
+	}
+	if _, err := o.OTLPHeaderMap(); err != nil {
+		add("%v", err)
+	}
+}
+
+// OTLPHeaderMap parses OTEL_EXPORTER_OTLP_HEADERS, the W3C baggage-like list
+// key1=value1,key2=value2 with URL-encoded values. Errors never quote a value.
+func (o Observe) OTLPHeaderMap() (map[string]string, error) {
+	out := map[string]string{}
+	for _, pair := range strings.Split(o.OTLPHeaders, ",") {
+		if strings.TrimSpace(pair) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_HEADERS: an entry without key=value (want key1=value1,key2=value2)")
+		}
+		dv, err := url.QueryUnescape(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_HEADERS: the value of %s is not URL-encoded", k)
+		}
+		out[k] = dv
+	}
+	return out, nil
 }
 
 func (s Storage) validate(add adder) {

@@ -12,6 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
@@ -46,6 +49,7 @@ type RunnerConfig struct {
 	Heartbeat time.Duration
 	Logger    *slog.Logger // nil discards
 	Metrics   *Metrics     // nil records nothing
+	Tracer    trace.Tracer // a span per job and per stage; nil records none
 
 	// Now is the clock job deadlines are checked against; nil means time.Now. A test moves
 	// it forward to let a deadline pass without waiting for it.
@@ -74,12 +78,13 @@ func (c RunnerConfig) validate() error {
 
 // Runner moves jobs from the shared consumer through one chip. Create one per chip.
 type Runner struct {
-	cfg   RunnerConfig
-	topo  *Topology
-	store storage.Store
-	chip  *chip.Chip
-	sink  *sink
-	log   *slog.Logger
+	cfg    RunnerConfig
+	tracer trace.Tracer
+	topo   *Topology
+	store  storage.Store
+	chip   *chip.Chip
+	sink   *sink
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // job id -> cancel, for cancel requests
@@ -110,14 +115,15 @@ func NewRunner(topo *Topology, store storage.Store, c *chip.Chip, cfg RunnerConf
 	}
 	log := cfg.Logger.With("worker", cfg.Worker)
 	return &Runner{
-		cfg:   cfg,
-		topo:  topo,
-		store: store,
-		chip:  c,
-		log:   log,
+		cfg:    cfg,
+		tracer: orNoop(cfg.Tracer),
+		topo:   topo,
+		store:  store,
+		chip:   c,
+		log:    log,
 		sink: &sink{
 			topo: topo, store: store, worker: cfg.Worker, defaultOutput: cfg.DefaultOutput,
-			opTimeout: cfg.OpTimeout, log: log, metrics: cfg.Metrics,
+			opTimeout: cfg.OpTimeout, log: log, metrics: cfg.Metrics, tracer: cfg.Tracer,
 		},
 		running: make(map[string]context.CancelCauseFunc),
 	}, nil
@@ -230,10 +236,25 @@ const (
 	settleTerm
 )
 
+func (k settleKind) String() string {
+	switch k {
+	case settleAck:
+		return "ack"
+	case settleNak:
+		return "nak"
+	}
+	return "term"
+}
+
 // handle runs one message from pull to ack. It keeps the message alive while it works.
 func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	r.cfg.Metrics.held(1)
 	defer r.cfg.Metrics.held(-1)
+	attempt := 1
+	if meta, err := msg.Metadata(); err == nil {
+		attempt = int(meta.NumDelivered)
+	}
+	ctx, span := startJobSpan(ctx, r.tracer, msg.Headers(), msg.Subject(), attempt)
 
 	hbCtx, stopHB := context.WithCancel(ctx)
 	hbDone := make(chan struct{})
@@ -273,6 +294,8 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		// The message comes back after AckWait; its terminal state short-circuits it then.
 		r.log.Warn("settling a job message failed", "err", err)
 	}
+	span.SetAttributes(attribute.String("la.job.settled", s.kind.String()))
+	endSpan(span, err)
 }
 
 // nak gives msg back for redelivery delay from now (0: at once) and returns once the
@@ -351,6 +374,7 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 	}
 	a.id = job.ID
 	log := r.log.With("id", job.ID, "attempt", a.attempt)
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("la.job.id", job.ID), attribute.String("la.batch", job.Batch))
 
 	// A job that already ended is not run again (a redelivery, or the same id resubmitted).
 	octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
@@ -398,14 +422,18 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 		t := time.Now()
 		format := job.OverlayEncoding()
 		var pic []byte
+		_, span := r.tracer.Start(ctx, SpanOverlay, trace.WithAttributes(attribute.String("la.overlay_format", string(format))))
 		err := r.noPanic("draw overlay", func() (err error) {
 			pic, err = drawOverlay(prep, pred, format)
 			return err
 		})
+		endSpan(span, err)
 		if err != nil {
 			return r.fail(ctx, log, job, a, CodeInternal, fmt.Errorf("draw overlay: %w", err))
 		}
-		url, err := r.sink.putOverlay(ctx, job, format, pic)
+		uctx, span := r.tracer.Start(ctx, SpanUpload, trace.WithAttributes(attribute.String("la.object", "overlay")))
+		url, err := r.sink.putOverlay(uctx, job, format, pic)
+		endSpan(span, err)
 		if err != nil {
 			return r.stopped(ctx, jobCtx, log, job, a, err)
 		}
@@ -419,9 +447,12 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 // run fetches the image, prepares it and runs it on the chip.
 func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *engine.Prepared, *engine.Prediction, error) {
 	t := time.Now()
-	octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	fctx, span := r.tracer.Start(ctx, SpanFetch)
+	octx, cancel := context.WithTimeout(fctx, r.cfg.OpTimeout)
 	img, err := r.store.Get(octx, job.Image, r.cfg.MaxImageBytes)
 	cancel()
+	span.SetAttributes(attribute.Int("la.image_bytes", len(img)))
+	endSpan(span, err)
 	if err != nil {
 		return nil, nil, nil, classifyFetch(job.Image, err)
 	}
@@ -434,10 +465,12 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 	defer r.cfg.Metrics.running(-1)
 	eng := r.chip.Engine()
 	var prep *engine.Prepared
+	pctx, span := r.tracer.Start(ctx, SpanPreprocess)
 	err = r.noPanic("prepare", func() (err error) {
-		prep, err = eng.Prepare(ctx, engine.Request{Image: img, Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens})
+		prep, err = eng.Prepare(pctx, engine.Request{Image: img, Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens})
 		return err
 	})
+	endSpan(span, err)
 	if err != nil {
 		return nil, nil, nil, classifyEngine("prepare", err)
 	}
@@ -445,7 +478,13 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 	if job.Deadline != nil && r.now().After(*job.Deadline) {
 		return nil, nil, nil, errExpired // it waited too long for a free slot or the fetch
 	}
-	pred, err := r.chip.Generate(ctx, chip.Batch, prep)
+	called := time.Now()
+	pred, started, err := r.chip.GenerateTimed(ctx, chip.Batch, prep)
+	batch, tokens := 0, 0
+	if pred != nil {
+		batch, tokens = pred.Batch, pred.NumGeneratedTokens
+	}
+	chipSpans(ctx, r.tracer, called, started, time.Now(), batch, tokens, err)
 	if err != nil {
 		return nil, nil, nil, classifyEngine("generate", err)
 	}
@@ -561,6 +600,11 @@ func (r *Runner) end(ctx context.Context, log *slog.Logger, job *Job, a attemptI
 
 // finish stores and publishes res; the message is acked only when both succeeded.
 func (r *Runner) finish(ctx context.Context, log *slog.Logger, job *Job, a attemptInfo, res *Result, deadLetter bool) settlement {
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(attribute.String("la.job.status", string(res.Status)))
+	if res.Error != nil {
+		span.SetStatus(codes.Error, res.Error.Code+": "+res.Error.Message)
+	}
 	a.timing.Total = ms(time.Since(a.start))
 	res.TimingMS = a.timing
 	if err := r.sink.finish(ctx, job, res, &a.orig, deadLetter); err != nil {
@@ -595,6 +639,7 @@ func (r *Runner) retry(ctx context.Context, log *slog.Logger, a attemptInfo, err
 	}
 	delay = min(delay, r.cfg.RetryDelayMax)
 	r.cfg.Metrics.outcome(OutcomeRetried)
+	trace.SpanFromContext(ctx).SetStatus(codes.Error, "retry: "+err.Error())
 	if last := r.topo.Consumer.CachedInfo().Config.MaxDeliver; last > 0 && a.attempt >= last {
 		// No delivery follows: given back at once, the message reaches its max-deliveries
 		// advisory (and the dead-letter queue) now rather than after one more delay.

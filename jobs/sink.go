@@ -11,7 +11,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/overlay"
@@ -66,6 +69,12 @@ type sink struct {
 	opTimeout     time.Duration
 	log           *slog.Logger
 	metrics       *Metrics
+	tracer        trace.Tracer // nil: no spans
+}
+
+// span starts a child span of the job's span in ctx.
+func (s *sink) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	return orNoop(s.tracer).Start(ctx, name, trace.WithAttributes(attrs...))
 }
 
 // original is what a dead-letter record keeps of the job message.
@@ -120,7 +129,9 @@ func (s *sink) putOverlay(ctx context.Context, job *Job, f overlay.Format, pic [
 func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original, deadLetter bool) error {
 	res.Worker = s.worker
 	res.FinishedAt = time.Now().UTC()
-	output, refused, err := s.storeResult(ctx, job, res)
+	uctx, upload := s.span(ctx, SpanUpload, attribute.String("la.object", "result"))
+	output, refused, err := s.storeResult(uctx, job, res)
+	endSpan(upload, err)
 	if err != nil {
 		return err
 	}
@@ -130,13 +141,14 @@ func (s *sink) finish(ctx context.Context, job *Job, res *Result, orig *original
 		return err
 	}
 	msgID := fmt.Sprintf("%s-%d", res.ID, orig.streamSeq)
-	if err := s.publish(ctx, ResultSubject(res.Batch, res.ID), body, msgID); err != nil {
-		return err
+	pctx, publish := s.span(ctx, SpanPublish, attribute.Bool("la.dead_letter", deadLetter))
+	err = s.publish(pctx, ResultSubject(res.Batch, res.ID), body, msgID)
+	if err == nil && deadLetter {
+		err = s.deadLetter(pctx, res, orig, msgID, output)
 	}
-	if deadLetter {
-		if err := s.deadLetter(ctx, res, orig, msgID, output); err != nil {
-			return err
-		}
+	endSpan(publish, err)
+	if err != nil {
+		return err
 	}
 	st := State{Status: res.Status, Attempt: res.Attempt, Worker: s.worker}
 	if res.Error != nil {
@@ -282,7 +294,9 @@ func (s *sink) put(ctx context.Context, what, url string, body []byte, contentTy
 func (s *sink) publish(ctx context.Context, subject string, body []byte, msgID string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	if _, err := s.topo.JS.Publish(ctx, subject, body, jetstream.WithMsgID(msgID)); err != nil {
+	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
+	injectTrace(ctx, msg.Header) // a consumer of the message can continue the job's trace
+	if _, err := s.topo.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID)); err != nil {
 		return transient(fmt.Errorf("publish %s: %w", subject, err))
 	}
 	return nil
