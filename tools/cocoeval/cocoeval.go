@@ -61,7 +61,7 @@ type Detection struct {
 
 // Stats are COCOeval.summarize's twelve figures, in its order.
 type Stats struct {
-	AP, AP50, AP75, APSmall, APMedium, APLarge float64
+	AP, AP50, AP75, APSmall, APMedium, APLarge   float64
 	AR1, AR10, AR100, ARSmall, ARMedium, ARLarge float64
 }
 
