@@ -22,6 +22,20 @@ type Setting struct {
 	// Section is the struct the variable is declared in ("Engine", "NATS", ...; the tree's
 	// own type for its top-level fields), for listings grouped the way the code groups them.
 	Section string
+
+	secret string // the secret tag: "url" redacts only the credentials written into a URL
+}
+
+// Shown is how a value of the variable may be printed: a secret redacted (for a URL, only
+// the credentials written into it).
+func (s Setting) Shown(value string) string {
+	switch {
+	case s.secret == "url":
+		return natsconn.RedactURL(value)
+	case s.Secret && value != "":
+		return Redacted
+	}
+	return value
 }
 
 // Redacted stands in for a secret's value.
@@ -45,16 +59,12 @@ func Settings(tree any, environ []string) []Setting {
 			Source:  "default",
 			Secret:  f.Tag.Get("secret") != "",
 			Section: section,
+			secret:  f.Tag.Get("secret"),
 		}
 		if set[s.Name] {
 			s.Source = "environment"
 		}
-		switch {
-		case f.Tag.Get("secret") == "url": // credentials may be written into the URL
-			s.Value = natsconn.RedactURL(s.Value)
-		case s.Secret && s.Value != "":
-			s.Value = Redacted
-		}
+		s.Value = s.Shown(s.Value)
 		out = append(out, s)
 	})
 	return out

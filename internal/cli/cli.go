@@ -216,10 +216,7 @@ func (h Help) describeVar(s config.Setting, set map[string]string) string {
 		d = "-"
 	}
 	if v, ok := set[s.Name]; ok {
-		if s.Secret && v != "" {
-			v = config.Redacted
-		}
-		d += fmt.Sprintf(" [set: %q]", v)
+		d += fmt.Sprintf(" [set: %q]", s.Shown(v))
 	}
 	return d
 }
