@@ -70,6 +70,11 @@ class Config:
     coord_start_token_id: int = 151677
     coord_end_token_id: int = 152677
     none_token_id: int = 4064
+    # Parallel box decoding (tools/refmodel/hybrid.py); config.json keeps them in text_config.
+    null_token_id: int = 152678
+    switch_token_id: int = 152679
+    text_mask_token_id: int = 151676
+    block_size: int = 6
 
     def validate(self):
         t, v = self.text, self.vision
@@ -106,10 +111,10 @@ class Config:
             "tie_word_embeddings": t.tie_word_embeddings,
             "eos_token_id": t.eos_token_id,
             "bos_token_id": t.bos_token_id,
-            "null_token_id": 152678,
-            "switch_token_id": 152679,
-            "text_mask_token_id": 151676,
-            "block_size": 6,
+            "null_token_id": self.null_token_id,
+            "switch_token_id": self.switch_token_id,
+            "text_mask_token_id": self.text_mask_token_id,
+            "block_size": self.block_size,
             "torch_dtype": torch_dtype,
         }
         if t.write_head_dim:
@@ -204,6 +209,8 @@ class Config:
             ref_start_token_id=cfg["ref_start_token_id"], ref_end_token_id=cfg["ref_end_token_id"],
             coord_start_token_id=cfg["coord_start_token_id"], coord_end_token_id=cfg["coord_end_token_id"],
             none_token_id=cfg["none_token_id"],
+            null_token_id=t.get("null_token_id", 152678), switch_token_id=t.get("switch_token_id", 152679),
+            text_mask_token_id=t.get("text_mask_token_id", 151676), block_size=t.get("block_size", 6),
         ).validate()
 
 

@@ -194,7 +194,9 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(t.hidden, t.kv_heads * t.head_dim)
         self.o_proj = nn.Linear(t.heads * t.head_dim, t.hidden, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, allowed=None):
+        """allowed: None for the causal mask, else a bool mask [S, S] or [B, 1, S, S] of the
+        keys each query may read (parallel box decoding's block mask, tools/refmodel/hybrid.py)."""
         B, S, _ = x.shape
         q = self.q_proj(x).view(B, S, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -205,8 +207,11 @@ class Attention(nn.Module):
         rep = self.heads // self.kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-        causal = torch.ones(S, S, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(causal, float("-inf"))
+        if allowed is None:
+            causal = torch.ones(S, S, dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(causal, float("-inf"))
+        else:
+            scores = scores.masked_fill(~allowed, float("-inf"))
         out = scores.softmax(-1) @ v
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
 
@@ -231,8 +236,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.text.hidden, cfg.text.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x, cos, sin, allowed=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, allowed)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -245,13 +250,21 @@ class Qwen2Model(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(t.layers))
         self.norm = RMSNorm(t.hidden, t.rms_norm_eps)
 
-    def forward(self, inputs_embeds):
-        """[B, S, H] embeddings at positions 0..S-1 -> final normed hidden states."""
-        S = inputs_embeds.shape[1]
-        cos, sin = rope_1d_cos_sin(torch.arange(S), self.cfg.text.head_dim, self.cfg.text.rope_theta)
+    def forward(self, inputs_embeds, positions=None, allowed=None):
+        """[B, S, H] embeddings -> final normed hidden states. By default the positions are
+        0..S-1 and attention is causal; parallel box decoding passes its own positions ([S]
+        or [B, S]) and the bool mask of what each query may read (Attention.forward)."""
+        B, S = inputs_embeds.shape[:2]
+        t = self.cfg.text
+        if positions is None:
+            cos, sin = rope_1d_cos_sin(torch.arange(S), t.head_dim, t.rope_theta)
+        else:
+            cos, sin = rope_1d_cos_sin(positions.reshape(-1), t.head_dim, t.rope_theta)
+            if positions.dim() == 2:  # one row of positions per sequence: [B, 1, S, head_dim]
+                cos, sin = cos.view(B, 1, S, -1), sin.view(B, 1, S, -1)
         x = inputs_embeds
         for layer in self.layers:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, allowed)
         return self.norm(x)
 
 
@@ -264,10 +277,12 @@ class LanguageModel(nn.Module):
         self.model = Qwen2Model(cfg)
         self.lm_head = nn.Linear(cfg.text.hidden, cfg.text.vocab, bias=False) if lm_head else None
 
-    def forward(self, inputs_embeds):
-        h = self.model(inputs_embeds)
-        weight = self.lm_head.weight if self.lm_head is not None else self.model.embed_tokens.weight
-        return h @ weight.t()
+    def forward(self, inputs_embeds, positions=None, allowed=None):
+        h = self.model(inputs_embeds, positions, allowed)
+        return h @ self.output_weight().t()
+
+    def output_weight(self):
+        return self.lm_head.weight if self.lm_head is not None else self.model.embed_tokens.weight
 
 
 # ---------------------------------------------------------------------------------------
@@ -314,9 +329,10 @@ class LocateAnything(nn.Module):
             x[slots] = image_embeds.to(x.dtype)
         return x
 
-    def forward(self, ids, image_embeds=None):
-        """ids [B, S] -> logits [B, S, vocab]."""
-        return self.language_model(self.embed(ids, image_embeds))
+    def forward(self, ids, image_embeds=None, positions=None, allowed=None):
+        """ids [B, S] -> logits [B, S, vocab]; positions and allowed as in Qwen2Model.forward
+        (default: 0..S-1, causal)."""
+        return self.language_model(self.embed(ids, image_embeds), positions, allowed)
 
     @torch.no_grad()
     def greedy(self, ids, image_embeds, steps):
