@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,23 +16,38 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/internal/version"
 )
 
 // newRegistry is the worker's own registry (never the global one): Go and process
-// collectors plus whatever the caller registers.
+// collectors, la_build_info, plus whatever the caller registers.
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	v := version.Get()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "la_build_info", Help: "Always 1; the labels say which build runs.",
+		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "goversion": v.GoVersion},
+	})
+	build.Set(1)
+	reg.MustRegister(build)
 	return reg
 }
 
-// registerChip exposes chip i's busy ratio, queue length and batch occupancy.
+// registerChip exposes chip i's busy ratio and busy seconds, queue length, batch
+// occupancy and tokens generated.
 func registerChip(reg prometheus.Registerer, i int, c *chip.Chip) {
 	labels := prometheus.Labels{"chip": strconv.Itoa(i)}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "la_device_busy_ratio", Help: "Fraction of the chip's lifetime spent generating.", ConstLabels: labels,
+			Name: "la_device_busy_ratio", Help: "Fraction of the last minute the chip spent in device calls.", ConstLabels: labels,
 		}, c.BusyRatio),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "la_device_busy_seconds_total", Help: "Device time of the chip since it opened (rate() of it is the busy ratio over any range).", ConstLabels: labels,
+		}, c.BusySeconds),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "la_tokens_generated_total", Help: "Tokens the chip generated, for /predict and jobs alike.", ConstLabels: labels,
+		}, func() float64 { return float64(c.GeneratedTokens()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "la_device_waiting", Help: "Requests queued for the chip and not started.", ConstLabels: labels,
 		}, func() float64 { return float64(c.Waiting()) }),
@@ -47,15 +63,39 @@ type metricsServer struct {
 	srv *http.Server
 }
 
-// listenMetrics opens addr, so that a bad LA_METRICS_ADDR fails the start-up.
-func listenMetrics(addr string, reg *prometheus.Registry) (*metricsServer, error) {
+// listenMetrics opens addr, so that a bad LA_METRICS_ADDR fails the start-up. Beside
+// /metrics it answers the probes /livez and /readyz (ready: nil when ready, else why not),
+// so a worker without the /predict server can be probed too.
+func listenMetrics(addr string, reg *prometheus.Registry, ready func() error) (*metricsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listen on %s (LA_METRICS_ADDR): %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		writeProbe(w, http.StatusOK, probe{Status: "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			writeProbe(w, http.StatusServiceUnavailable, probe{Status: "unavailable", Reason: err.Error()})
+			return
+		}
+		writeProbe(w, http.StatusOK, probe{Status: "ok"})
+	})
 	return &metricsServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+}
+
+// probe is the body of /livez and /readyz on the metrics port, as on the /predict port.
+type probe struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func writeProbe(w http.ResponseWriter, code int, p probe) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(p)
 }
 
 // Addr is the address actually listened on.

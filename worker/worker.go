@@ -13,9 +13,14 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
@@ -51,15 +56,20 @@ type service struct {
 	runCtx context.Context    // ends when the worker stops
 	stop   context.CancelFunc // ends runCtx
 
-	store    *storage.Router
-	predict  *httpcompat.Server
-	chips    []*chip.Chip
-	nc       *nats.Conn
-	embedded *natsembed.Server
-	topo     *jobs.Topology
-	metrics  *jobs.Metrics // nil when metrics are off
-	runners  []*jobs.Runner
-	runErrs  []error
+	store          *storage.Router
+	predict        *httpcompat.Server
+	chips          []*chip.Chip
+	nc             *nats.Conn
+	embedded       *natsembed.Server
+	topo           *jobs.Topology
+	reg            *prometheus.Registry // nil when metrics are off
+	metrics        *jobs.Metrics        // nil when metrics are off
+	predictMetrics *httpcompat.Metrics  // nil when metrics are off
+	traces         *sdktrace.TracerProvider
+	tracer         trace.Tracer // nil when traces are off
+	runners        []*jobs.Runner
+	runErrs        []error
+	ready          atomic.Bool // every phase done: /readyz may say ok
 }
 
 // Run runs the worker until ctx ends (SIGTERM or SIGINT in main), then drains: the Runners
@@ -102,6 +112,7 @@ func Run(ctx context.Context, cfg config.Worker, opts Options) (err error) {
 // start runs the start-up phases in order (docs/worker.md, "Lifecycle").
 func (s *service) start(ctx context.Context) error {
 	phases := []func(context.Context) error{
+		s.observe,        //    the metrics registry and the trace exporter
 		s.openStorage,    // 2. storage
 		s.servePredict,   //    /predict answers "starting"
 		s.openChips,      //    one engine per chip
@@ -109,6 +120,7 @@ func (s *service) start(ctx context.Context) error {
 		s.connectQueue,   //    NATS and the topology
 		s.startRunners,   //    the dead-letter watcher and one Runner per chip
 		s.predictIsReady, //   /health says "ok"
+		s.markReady,      //   /readyz says "ok" while NATS is connected
 	}
 	for _, phase := range phases {
 		if err := phase(ctx); err != nil {
@@ -136,6 +148,54 @@ func (s *service) close() {
 	if s.store != nil {
 		_ = s.store.Close()
 	}
+	if s.traces != nil { // last, so the spans of the drain go out too
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.traces.Shutdown(ctx); err != nil {
+			s.log.Warn("flushing traces", "err", err)
+		}
+		cancel()
+	}
+}
+
+// observe creates what the later phases record into: the metrics registry with the job
+// and /predict series (when LA_METRICS_ADDR is on), and the OTLP trace exporter (when
+// OTEL_EXPORTER_OTLP_ENDPOINT is set).
+func (s *service) observe(ctx context.Context) error {
+	if s.cfg.Observe.MetricsEnabled() {
+		s.reg = newRegistry()
+		s.metrics = jobs.NewMetrics(s.reg)
+		s.predictMetrics = httpcompat.NewMetrics(s.reg)
+	}
+	if s.cfg.Observe.TracesEnabled() {
+		tp, err := newTracerProvider(ctx, s.cfg.Observe, s.cfg.Runner.WorkerName)
+		if err != nil {
+			return err
+		}
+		s.traces, s.tracer = tp, tp.Tracer(jobs.TracerName)
+		s.log.Info("traces exported", "endpoint", tracesURL(s.cfg.Observe.OTLPEndpoint), "service", s.cfg.Observe.ServiceName)
+	}
+	return nil
+}
+
+// readiness is nil while the worker can do its work: every start-up phase done, not
+// stopping, and its NATS connection up (the Runners and the dead-letter watcher need it);
+// otherwise it says why not. /readyz asks it.
+func (s *service) readiness() error {
+	if !s.ready.Load() { // also orders the reads below after the start-up's writes
+		return errors.New("starting: the engine, NATS and the Runners are not all up yet")
+	}
+	if s.runCtx.Err() != nil {
+		return errors.New("stopping")
+	}
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("NATS connection is %s", strings.ToLower(st.String()))
+	}
+	return nil
+}
+
+func (s *service) markReady(context.Context) error {
+	s.ready.Store(true)
+	return nil
 }
 
 func (s *service) openStorage(context.Context) error {
@@ -159,9 +219,11 @@ func (s *service) servePredict(context.Context) error {
 		return nil
 	}
 	predict, err := httpcompat.New(s.cfg.HTTP.Server(), httpcompat.Options{
-		Logger: s.log.With("component", "http"),
-		Chips:  s.cfg.Engine.Chips,
-		Queue:  queueDescription(s.cfg),
+		Logger:  s.log.With("component", "http"),
+		Chips:   s.cfg.Engine.Chips,
+		Queue:   queueDescription(s.cfg),
+		Ready:   s.readiness,
+		Metrics: s.predictMetrics,
 	})
 	if err != nil {
 		return err
@@ -194,18 +256,16 @@ func (s *service) openChips(ctx context.Context) error {
 }
 
 func (s *service) serveMetrics(context.Context) error {
-	if !s.cfg.Observe.MetricsEnabled() {
+	if s.reg == nil {
 		return nil
 	}
-	reg := newRegistry()
 	for i, c := range s.chips {
-		registerChip(reg, i, c)
+		registerChip(s.reg, i, c)
 	}
-	ms, err := listenMetrics(s.cfg.Observe.MetricsAddr, reg)
+	ms, err := listenMetrics(s.cfg.Observe.MetricsAddr, s.reg, s.readiness)
 	if err != nil {
 		return err
 	}
-	s.metrics = jobs.NewMetrics(reg)
 	s.wg.Go(func() { ms.serve(s.runCtx, s.log) })
 	s.log.Info("metrics served", "addr", ms.Addr())
 	return nil
@@ -220,8 +280,13 @@ func (s *service) connectQueue(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	s.topo, err = jobs.EnsureTopology(ctx, js, s.cfg.Topology.Jobs())
-	return err
+	if s.topo, err = jobs.EnsureTopology(ctx, js, s.cfg.Topology.Jobs()); err != nil {
+		return err
+	}
+	if s.reg != nil { // asked at each scrape, so bounded well under a scrape's timeout
+		s.reg.MustRegister(jobs.NewQueueCollector(s.topo, min(s.cfg.Runner.OpTimeout, 5*time.Second)))
+	}
+	return nil
 }
 
 func (s *service) startRunners(context.Context) error {
@@ -229,6 +294,7 @@ func (s *service) startRunners(context.Context) error {
 	for i, c := range s.chips {
 		rc := s.cfg.RunnerConfig(name, i)
 		rc.Logger, rc.Metrics = s.opts.Log.With("chip", i), s.metrics // the Runner adds its own "worker"
+		rc.Tracer = s.tracer
 		r, err := jobs.NewRunner(s.topo, s.store, c, rc)
 		if err != nil {
 			return err
