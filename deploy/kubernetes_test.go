@@ -86,16 +86,15 @@ func TestKubernetesWorker(t *testing.T) {
 		t.Errorf("the container uses claim %q, the pod declares %q", got, str(t, claims[0], "name"))
 	}
 
-	// probes: start-up and liveness on /health; readiness on /readyz, which waits for "ok"
-	for _, probe := range []string{"startupProbe", "livenessProbe"} {
-		p := at(t, c, probe)
-		text := fmt.Sprint(p)
-		if !strings.Contains(text, "/health") {
-			t.Errorf("%s does not ask /health: %s", probe, text)
+	// probes: start-up and liveness on /livez; readiness on /readyz, which waits for the
+	// engine and NATS; all on the port the worker serves HTTP on
+	for probe, path := range map[string]string{"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"} {
+		if got := str(t, c, probe, "httpGet", "path"); got != path {
+			t.Errorf("%s asks %s, want %s", probe, got, path)
 		}
-	}
-	if ready := fmt.Sprint(at(t, c, "readinessProbe")); !strings.Contains(ready, "/readyz") {
-		t.Errorf("readinessProbe does not use /readyz (/health answers 200 while starting): %s", ready)
+		if port := str(t, c, probe, "httpGet", "port"); port != str(t, c, "ports", 0, "name") {
+			t.Errorf("%s on port %q, want the HTTP port %q", probe, port, str(t, c, "ports", 0, "name"))
+		}
 	}
 
 	// graceful termination outlasts the worker's drain
