@@ -146,8 +146,8 @@ func checkSeries(t *testing.T, where, expr string, known map[string]string) []st
 func TestPromQLSeriesReader(t *testing.T) {
 	for expr, want := range map[string]string{
 		`sum by (le, stage) (rate(la_job_stage_seconds_bucket{stage=~"fetch|decode"}[$__rate_interval]))`: "la_job_stage_seconds_bucket",
-		`la_device_busy_ratio < 0.05 and on() (max(la_queue_pending) > 0)`:                                 "la_device_busy_ratio la_queue_pending",
-		`max(delta(la_dlq_messages[15m] offset 5m)) > 1e3`:                                                  "la_dlq_messages",
+		`la_device_busy_ratio < 0.05 and on() (max(la_queue_pending) > 0)`:                                "la_device_busy_ratio la_queue_pending",
+		`max(delta(la_dlq_messages[15m] offset 5m)) > 1e3`:                                                "la_dlq_messages",
 	} {
 		got, err := promqlSeries(expr)
 		if err != nil || strings.Join(got, " ") != want {
