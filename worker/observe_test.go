@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,17 +113,23 @@ func TestObservabilityAfterAPredictAndAJob(t *testing.T) {
 	cfg.Engine.Backend, cfg.Sim.Speed = "sim", 20
 	cfg.Weights.Dir = filepath.Join(root, "models", "tiny-shapes")
 	cfg.HTTP.Addr, cfg.Observe.MetricsAddr = freeport.MustAddr(t), freeport.MustAddr(t)
+	traces := newCollector(t)
+	cfg.Observe.OTLPEndpoint = traces.URL
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, cfg, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Open: OpenEngine})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	base, metrics := "http://"+cfg.HTTP.Addr, "http://"+cfg.Observe.MetricsAddr
 	waitHealthy(t, base)
 	for _, url := range []string{base, metrics} {
@@ -233,6 +240,19 @@ func TestObservabilityAfterAPredictAndAJob(t *testing.T) {
 			if l.GetValue() == "" {
 				t.Errorf("la_build_info label %s is empty", l.GetName())
 			}
+		}
+	}
+
+	// The stop flushes the job's spans to the OTLP collector.
+	stop()
+	traces.mu.Lock()
+	defer traces.mu.Unlock()
+	if jobSpans := traces.spans[jobs.SpanJob]; len(jobSpans) != 1 || jobSpans[0]["la.job.id"] != "observed" || jobSpans[0]["la.job.status"] != "succeeded" {
+		t.Errorf("job spans exported: %v; want the one job, succeeded", jobSpans)
+	}
+	for _, name := range []string{jobs.SpanFetch, jobs.SpanPreprocess, jobs.SpanChipWait, jobs.SpanDevice, jobs.SpanUpload, jobs.SpanPublish} {
+		if len(traces.spans[name]) != 1 {
+			t.Errorf("%d %q spans exported, want 1", len(traces.spans[name]), name)
 		}
 	}
 }
