@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -38,11 +39,13 @@ func NewAdmin(ctx context.Context, js jetstream.JetStream, store storage.Store) 
 
 // JobStatus is what the system knows about one job.
 type JobStatus struct {
-	ID              string
-	State           jobs.State
-	HasState        bool
-	CancelRequested bool
-	Result          *jobs.Result // the latest result on LA_RESULTS, if any
+	ID string `json:"id"`
+	// Status is the state bucket's status, else the latest result's ("unknown" without
+	// either).
+	Status          string       `json:"status"`
+	State           *jobs.State  `json:"state"` // nil when the state bucket has no entry
+	CancelRequested bool         `json:"cancel_requested"`
+	Result          *jobs.Result `json:"result"` // the latest result on LA_RESULTS, if any
 }
 
 // Status looks job id up in the state bucket and LA_RESULTS.
@@ -50,10 +53,13 @@ func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
 	if !jobs.ValidToken(id) {
 		return JobStatus{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)}
 	}
-	s := JobStatus{ID: id}
-	var err error
-	if s.State, s.HasState, err = a.state.Get(ctx, id); err != nil {
+	s := JobStatus{ID: id, Status: "unknown"}
+	state, hasState, err := a.state.Get(ctx, id)
+	if err != nil {
 		return s, err
+	}
+	if hasState {
+		s.State, s.Status = &state, string(state.Status)
 	}
 	if s.CancelRequested, err = a.state.CancelRequested(ctx, id); err != nil {
 		return s, err
@@ -80,8 +86,11 @@ func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
 			}
 		}
 		s.Result = &res
+		if s.State == nil {
+			s.Status = string(res.Status)
+		}
 	}
-	if !s.HasState && s.Result == nil {
+	if s.State == nil && s.Result == nil {
 		return s, fmt.Errorf("job %s: %w (no state and no result: it was never published, or its records expired)", id, ErrUnknownJob)
 	}
 	return s, nil
@@ -89,21 +98,15 @@ func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
 
 // Print prints the status for people.
 func (s JobStatus) Print(w io.Writer) {
-	status := "unknown"
-	if s.HasState {
-		status = string(s.State.Status)
-	} else if s.Result != nil {
-		status = string(s.Result.Status)
-	}
-	fmt.Fprintf(w, "job %s: %s", s.ID, status)
-	if s.HasState && s.State.Attempt > 0 {
+	fmt.Fprintf(w, "job %s: %s", s.ID, s.Status)
+	if s.State != nil && s.State.Attempt > 0 {
 		fmt.Fprintf(w, " (attempt %d", s.State.Attempt)
 		if s.State.Worker != "" {
 			fmt.Fprintf(w, " on %s", s.State.Worker)
 		}
 		fmt.Fprint(w, ")")
 	}
-	if s.HasState && !s.State.UpdatedAt.IsZero() {
+	if s.State != nil && !s.State.UpdatedAt.IsZero() {
 		fmt.Fprintf(w, ", updated %s", s.State.UpdatedAt.Format("2006-01-02 15:04:05Z07:00"))
 	}
 	fmt.Fprintln(w)
@@ -126,10 +129,14 @@ func (s JobStatus) Print(w io.Writer) {
 // BatchStatus counts a batch's jobs: those still in LA_JOBS (queued or running) and the
 // results on LA_RESULTS by status.
 type BatchStatus struct {
-	Batch    string
-	InQueue  int
-	Results  map[jobs.Status]int
-	Finished int // distinct jobs with a result
+	Batch    string              `json:"batch"`
+	InQueue  int                 `json:"in_queue"`
+	Finished int                 `json:"finished"` // distinct jobs with a result
+	Results  map[jobs.Status]int `json:"results"`  // their latest results by status
+	// First and Last are the times of the oldest and newest job message or result seen
+	// (in `submit batches`).
+	First time.Time `json:"first_seen,omitzero"`
+	Last  time.Time `json:"last_seen,omitzero"`
 }
 
 // BatchStatus scans LA_JOBS and LA_RESULTS for batch.
@@ -138,8 +145,8 @@ func (a *Admin) BatchStatus(ctx context.Context, batch string) (BatchStatus, err
 		return BatchStatus{}, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	b := BatchStatus{Batch: batch, Results: map[jobs.Status]int{}}
-	err := a.queuedJobs(ctx, func(j *jobs.Job) error {
-		if j.Batch == batch {
+	err := a.queuedJobs(ctx, func(j *jobs.Job, _ time.Time) error {
+		if j.Batch == batch || (j.Batch == "" && batch == jobs.DefaultBatch) {
 			b.InQueue++
 		}
 		return nil
@@ -194,7 +201,7 @@ func (a *Admin) CancelBatch(ctx context.Context, batch, reason string) (int, err
 		return 0, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	n := 0
-	err := a.queuedJobs(ctx, func(j *jobs.Job) error {
+	err := a.queuedJobs(ctx, func(j *jobs.Job, _ time.Time) error {
 		if j.Batch != batch {
 			return nil
 		}
@@ -207,10 +214,11 @@ func (a *Admin) CancelBatch(ctx context.Context, batch, reason string) (int, err
 	return n, err
 }
 
-// queuedJobs calls fn for every decodable job message in LA_JOBS, oldest first. LA_JOBS
+// queuedJobs calls fn for every decodable job message in LA_JOBS, oldest first, with the
+// time it was published. LA_JOBS
 // is a work queue, which allows no second consumer over all its subjects, so the messages
 // are read one by one with direct gets ("the next message at or after this sequence").
-func (a *Admin) queuedJobs(ctx context.Context, fn func(*jobs.Job) error) error {
+func (a *Admin) queuedJobs(ctx context.Context, fn func(*jobs.Job, time.Time) error) error {
 	st, err := a.js.Stream(ctx, jobs.JobsStream)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", jobs.JobsStream, err)
@@ -228,7 +236,7 @@ func (a *Admin) queuedJobs(ctx context.Context, fn func(*jobs.Job) error) error 
 		if err != nil || j == nil {
 			continue // an invalid job: a worker will dead-letter it
 		}
-		if err := fn(j); err != nil {
+		if err := fn(j, msg.Time); err != nil {
 			return err
 		}
 	}
@@ -271,10 +279,11 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream, subject string
 	}
 }
 
-// DLQEntry is one record in LA_DLQ with its stream sequence.
+// DLQEntry is one record in LA_DLQ with its stream sequence and its job's batch.
 type DLQEntry struct {
-	Seq    uint64
-	Record jobs.DLQRecord
+	Seq    uint64         `json:"seq"`
+	Batch  string         `json:"batch"` // "" when the record does not carry the job (job_url)
+	Record jobs.DLQRecord `json:"record"`
 }
 
 // DLQList returns every dead-letter record, oldest first.
@@ -290,6 +299,7 @@ func (a *Admin) DLQList(ctx context.Context) ([]DLQEntry, error) {
 			e.Record.ID = strings.TrimPrefix(m.Subject(), jobs.DLQSubjectPrefix)
 			e.Record.Reason = "unreadable record: " + err.Error()
 		}
+		e.Batch = dlqBatch(e.Record)
 		out = append(out, e)
 		return nil
 	})
@@ -303,14 +313,18 @@ func PrintDLQ(w io.Writer, entries []DLQEntry) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCODE\tATTEMPTS\tFAILED AT\tREASON")
+	fmt.Fprintln(tw, "ID\tBATCH\tCODE\tATTEMPTS\tFAILED AT\tREASON")
 	for _, e := range entries {
 		r := e.Record
 		reason := r.Reason
 		if len(reason) > 100 {
 			reason = reason[:97] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.ID, r.Code, r.Attempts, r.FailedAt.Format("2006-01-02 15:04:05Z07:00"), reason)
+		batch := e.Batch
+		if batch == "" {
+			batch = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, batch, r.Code, r.Attempts, r.FailedAt.Format("2006-01-02 15:04:05Z07:00"), reason)
 	}
 	tw.Flush()
 }

@@ -2,7 +2,6 @@ package submit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,13 +9,16 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/overlay"
+	"github.com/locateanything/detect/internal/cli"
 	"github.com/locateanything/detect/internal/version"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
@@ -31,21 +33,6 @@ const (
 	ExitInterrupted = 130 // Ctrl-C or SIGTERM before every result arrived; rerun to resume
 )
 
-const usage = `usage:
-  submit [run] [flags] INPUT...      submit images and collect their results
-  submit status ID | --batch B       what the system knows about a job or a batch
-  submit cancel ID | --batch B       cancel a job, or every queued job of a batch
-  submit dlq list                    dead-lettered jobs
-  submit dlq show ID                 one dead-letter record
-  submit dlq replay ID | --all       publish dead-lettered jobs again
-
-INPUT is an image file, a directory (searched recursively for .jpg .jpeg .png .gif .webp),
-a glob pattern, a manifest (.jsonl or .csv) or an s3:// prefix.
-NATS and S3 come from the worker's variables: LA_NATS_URL (default nats://127.0.0.1:4222),
-LA_NATS_CREDS, LA_NATS_TLS_CA, LA_NATS_TLS_CERT, LA_NATS_TLS_KEY, LA_S3_ENDPOINT,
-LA_S3_ACCESS_KEY, LA_S3_SECRET_KEY, LA_FILE_ROOTS, ...; see docs/submit.md.
-`
-
 // IO is where the CLI reads and writes.
 type IO struct {
 	Stdout, Stderr io.Writer
@@ -53,6 +40,9 @@ type IO struct {
 	StderrTerminal bool
 	// LoadConfig reads the configuration (cmd/submit: from the environment) and finishes it.
 	LoadConfig func() (Config, error)
+	// Environ is the process environment, for --help to show which variables are set;
+	// nil shows none.
+	Environ []string
 }
 
 // IsTerminal reports whether f is a character device (a terminal, not a file or pipe).
@@ -61,36 +51,84 @@ func IsTerminal(f *os.File) bool {
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
+// command is one of the CLI's commands.
+type command struct {
+	summary string
+	help    func(IO) cli.Help // built from the flag set the command parses
+	run     func(ctx context.Context, args []string, cio IO) int
+}
+
+// commands are the CLI's commands by name; the dlq subcommands are "dlq list" and so on.
+func commands() map[string]command {
+	return map[string]command{
+		"run":        {"submit images and collect their results (the default command)", runHelp, runCmd},
+		"status":     {"a job (by id, id prefix or source image), a batch, or the queue at a glance", statusHelp, statusCmd},
+		"batches":    {"every batch with jobs queued or results kept, the latest first", batchesHelp, batchesCmd},
+		"cancel":     {"cancel a job, or every queued job of a batch", cancelHelp, cancelCmd},
+		"dlq":        {"dead-lettered jobs: list, show, replay", dlqHelp, dlqCmd},
+		"dlq list":   {"dead-lettered jobs, of one batch with --batch", dlqListHelp, dlqListCmd},
+		"dlq show":   {"one dead-letter record (JSON)", dlqShowHelp, dlqShowCmd},
+		"dlq replay": {"publish dead-lettered jobs again, after fixing the cause", dlqReplayHelp, dlqReplayCmd},
+	}
+}
+
 // Main runs the CLI with args (without the program name) and returns the exit code.
+// --help (anywhere before a "--") and --version print and exit 0 before anything is read
+// or contacted.
 func Main(ctx context.Context, args []string, cio IO) int {
-	cmd := "run"
+	cmds := commands()
+	name, rest := "run", args
 	if len(args) > 0 {
-		switch args[0] {
-		case "run", "status", "cancel", "dlq":
-			cmd, args = args[0], args[1:]
-		case "help", "-h", "-help", "--help":
-			fmt.Fprint(cio.Stdout, usage)
-			return ExitOK
-		case "version", "-version", "--version":
+		switch first := args[0]; {
+		case cli.IsVersion(first) || first == "version":
 			fmt.Fprintln(cio.Stdout, version.Get().String("submit"))
 			return ExitOK
+		case first == "help": // submit help [COMMAND]
+			name, rest = strings.Join(args[1:], " "), []string{"--help"}
+			if name == "" {
+				name = "run"
+			}
+		case first == "dlq":
+			name, rest = "dlq", args[1:]
+			if len(args) > 1 && cmds["dlq "+args[1]].run != nil {
+				name, rest = "dlq "+args[1], args[2:]
+			}
+		case cmds[first].run != nil:
+			name, rest = first, args[1:]
 		}
 	}
-	cfg, err := cio.LoadConfig()
-	if err != nil {
-		fmt.Fprintf(cio.Stderr, "submit: %v\n", err)
-		return ExitUsage
+	c, ok := cmds[name]
+	switch {
+	case !ok && strings.HasPrefix(name, "dlq"):
+		return fail(cio, usagef(dlqUsage))
+	case !ok:
+		return fail(cio, usagef("unknown command %q", name))
+	case cli.AsksHelp(rest):
+		if err := c.help(cio).Write(cio.Stdout); err != nil {
+			return ExitUnavailable
+		}
+		return ExitOK
 	}
-	switch cmd {
-	case "run":
-		return runCmd(ctx, args, cfg, cio)
-	case "status":
-		return statusCmd(ctx, args, cfg, cio)
-	case "cancel":
-		return cancelCmd(ctx, args, cfg, cio)
-	default:
-		return dlqCmd(ctx, args, cfg, cio)
+	return c.run(ctx, rest, cio)
+}
+
+// overview lists the commands, one line each.
+func overview() string {
+	cmds := commands()
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		if n != "dlq" { // the group: its subcommands are listed
+			names = append(names, n)
+		}
 	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("commands (submit COMMAND --help for each one's flags):\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-11s %s\n", n, cmds[n].summary)
+	}
+	b.WriteString("  --version   print the version, commit and Go version\n")
+	return b.String()
 }
 
 // usageError is a mistake in the command line.
@@ -107,7 +145,7 @@ func fail(cio IO, err error) int {
 	var inputErr *InputError
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprint(cio.Stderr, "\n"+usage)
+		fmt.Fprint(cio.Stderr, "\n"+overview())
 		return ExitUsage
 	case errors.Is(err, ErrInterrupted), errors.Is(err, context.Canceled):
 		// Before InputError: Ctrl-C while the inputs are being listed arrives wrapped in one.
@@ -117,6 +155,32 @@ func fail(cio IO, err error) int {
 	default:
 		return ExitUnavailable
 	}
+}
+
+// newFlags is a command's flag set: errors and help are printed by the CLI, not by flag.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseFlags parses a command's arguments, flags anywhere among them.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	rest, err := cli.Parse(fs, args)
+	if err != nil {
+		return nil, usagef("%s: %v", fs.Name(), err)
+	}
+	return rest, nil
+}
+
+// loadConfig reads the configuration; an error is the user's to fix (exit 2).
+func loadConfig(cio IO) (Config, int, bool) {
+	cfg, err := cio.LoadConfig()
+	if err != nil {
+		fmt.Fprintf(cio.Stderr, "submit: %v\n", err)
+		return cfg, ExitUsage, false
+	}
+	return cfg, ExitOK, true
 }
 
 // connect opens NATS and JetStream; close releases them.
@@ -146,71 +210,95 @@ func openStore(cfg Config) (storage.Store, func(), error) {
 	return st, func() { st.Close() }, nil
 }
 
-func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
-	fs := flag.NewFlagSet("submit run", flag.ContinueOnError)
-	fs.SetOutput(cio.Stderr)
-	var (
-		rc            RunConfig
-		task          string
-		overlayFormat string
-	)
-	fs.StringVar(&rc.Defaults.Query, "query", "", "query for every image without its own (detect: categories joined by </c>)")
-	fs.StringVar(&task, "task", string(engine.TaskDetect), "task: "+taskList())
-	fs.IntVar(&rc.Defaults.MaxNewTokens, "max-new-tokens", 0, "token budget per job (0 = the worker's default)")
-	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay pictures and download them into OUT/overlays")
-	fs.StringVar(&overlayFormat, "overlay-format", "", "with --overlay: "+overlayFormatList()+" (default png; jpeg is about a fifth of the size)")
-	fs.StringVar(&rc.Defaults.Batch, "batch", "", "batch name (default: the one OUT belongs to, else a new one)")
-	fs.StringVar(&rc.Defaults.Output, "result-prefix", "", "URL prefix where workers store result JSON and overlays (default: the worker's LA default output)")
-	fs.StringVar(&rc.Class, "class", "default", "job class: jobs go to la.jobs.<class>")
-	fs.StringVar(&rc.OutDir, "out", "", "output directory: results.jsonl, resume state, overlays, COCO (required)")
-	fs.IntVar(&rc.Concurrency, "concurrency", 4, "images read, hashed and uploaded at once")
-	fs.IntVar(&rc.MaxInFlight, "max-in-flight", 64, "published jobs not yet acknowledged by JetStream, at most")
-	fs.StringVar(&rc.UploadPrefix, "upload", cfg.UploadPrefix, "upload local images under this s3:// prefix (default $LA_SUBMIT_UPLOAD; empty = pass file:// URLs to a worker on this machine)")
-	fs.BoolVar(&rc.COCO, "coco", false, "also write detections.coco.json")
+// runOptions are `submit run`'s flags.
+type runOptions struct {
+	rc            RunConfig
+	task          string
+	overlayFormat string
+	dryRun, json  bool
+}
+
+// runFlags defines `submit run`'s flags on o.
+func runFlags(o *runOptions) *flag.FlagSet {
+	fs := newFlags("run")
+	rc := &o.rc
+	fs.StringVar(&rc.OutDir, "out", "", "output `DIR`: results.jsonl, a JSON file and overlay per image mirroring the inputs, resume state, COCO (required)")
+	fs.StringVar(&rc.Defaults.Query, "query", "", "query `Q` of every image without its own (detect: categories joined by </c>)")
+	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "task `T`: "+taskList())
+	fs.IntVar(&rc.Defaults.MaxNewTokens, "max-new-tokens", 0, "token budget `N` per job (0 = the worker's default)")
+	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay pictures and download them into OUT/overlays/, below each image's path")
+	fs.StringVar(&o.overlayFormat, "overlay-format", "", "with --overlay, the overlays' format `F`: "+overlayFormatList()+" (empty: png; jpeg is about a fifth of the size)")
+	fs.BoolVar(&rc.COCO, "coco", false, "also write "+COCOFile)
+	fs.StringVar(&rc.Defaults.Batch, "batch", "", "batch name `B` (default: the one OUT belongs to, else a new one)")
+	fs.StringVar(&rc.Class, "class", jobs.DefaultClass, "job class `C`: jobs go to la.jobs.<C>")
+	fs.StringVar(&rc.UploadPrefix, "upload", "", "upload local images under this s3:// `PREFIX` (empty: pass file:// URLs to a worker on this machine)")
+	fs.StringVar(&rc.Defaults.Output, "result-prefix", "", "`URL` prefix where workers store result JSON and overlays (empty: the worker's default)")
+	fs.IntVar(&rc.Concurrency, "concurrency", 4, "`N` images read, hashed and uploaded at once")
+	fs.IntVar(&rc.MaxInFlight, "max-in-flight", 64, "at most `N` published jobs not yet acknowledged by JetStream")
+	fs.DurationVar(&rc.ProgressEvery, "progress-every", 10*time.Second, "period `D` of the progress line when stderr is not a terminal")
 	fs.BoolVar(&rc.Rehash, "rehash", false, "read and hash every local image again, even those an earlier run hashed and that look unchanged")
-	fs.DurationVar(&rc.ProgressEvery, "progress-every", 10*time.Second, "period of the progress line when stderr is not a terminal")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be submitted and how many jobs are already done; publish, upload and write nothing")
+	fs.BoolVar(&o.json, "json", false, "with --dry-run: print the plan as JSON")
+	return fs
+}
+
+// checkRun checks the parsed flags and fills in what depends on the configuration.
+func checkRun(o *runOptions, fs *flag.FlagSet, inputs []string, cfg Config) error {
+	rc := &o.rc
+	rc.Inputs = inputs
+	rc.Defaults.Task = engine.Task(o.task)
+	uploadSet := false
+	fs.Visit(func(f *flag.Flag) { uploadSet = uploadSet || f.Name == "upload" })
+	if !uploadSet {
+		rc.UploadPrefix = cfg.UploadPrefix // LA_SUBMIT_UPLOAD
 	}
-	rc.Defaults.Task = engine.Task(task)
-	if !rc.Defaults.Task.Valid() {
-		return fail(cio, usagef("--task %q is not one of %s", task, taskList()))
+	switch {
+	case !rc.Defaults.Task.Valid():
+		return usagef("--task %q is not one of %s", o.task, taskList())
+	case o.overlayFormat != "" && !overlay.Format(o.overlayFormat).Valid():
+		return usagef("--overlay-format %q is not one of %s", o.overlayFormat, overlayFormatList())
+	case o.overlayFormat != "" && !rc.Defaults.Overlay:
+		return usagef("--overlay-format %s needs --overlay", o.overlayFormat)
+	case rc.Defaults.MaxNewTokens < 0:
+		return usagef("--max-new-tokens %d is negative", rc.Defaults.MaxNewTokens)
+	case rc.Class != "" && !jobs.ValidToken(rc.Class):
+		return usagef("--class %q must be 1-128 characters of [A-Za-z0-9_-]", rc.Class)
+	case rc.Defaults.Batch != "" && !jobs.ValidToken(rc.Defaults.Batch):
+		return usagef("--batch %q must be 1-128 characters of [A-Za-z0-9_-]", rc.Defaults.Batch)
+	case rc.UploadPrefix != "" && !strings.HasPrefix(rc.UploadPrefix, "s3://"):
+		return usagef("--upload %q must be an s3:// prefix", rc.UploadPrefix)
+	case o.json && !o.dryRun:
+		return usagef("--json goes with --dry-run (a run's rows are JSON already: results.jsonl)")
 	}
-	if overlayFormat != "" {
-		rc.Defaults.OverlayFormat = overlay.Format(overlayFormat)
-		if !rc.Defaults.OverlayFormat.Valid() {
-			return fail(cio, usagef("--overlay-format %q is not one of %s", overlayFormat, overlayFormatList()))
-		}
-		if !rc.Defaults.Overlay {
-			return fail(cio, usagef("--overlay-format %s needs --overlay", overlayFormat))
-		}
-	}
-	if rc.Defaults.MaxNewTokens < 0 {
-		return fail(cio, usagef("--max-new-tokens %d is negative", rc.Defaults.MaxNewTokens))
-	}
-	rc.Inputs = fs.Args()
-	if len(rc.Inputs) == 0 {
-		return fail(cio, usagef("no inputs"))
-	}
-	if rc.OutDir == "" {
-		return fail(cio, usagef("--out is required"))
-	}
-	if rc.Class != "" && !jobs.ValidToken(rc.Class) {
-		return fail(cio, usagef("--class %q must be 1-128 characters of [A-Za-z0-9_-]", rc.Class))
-	}
-	if rc.Defaults.Batch != "" && !jobs.ValidToken(rc.Defaults.Batch) {
-		return fail(cio, usagef("--batch %q must be 1-128 characters of [A-Za-z0-9_-]", rc.Defaults.Batch))
-	}
-	if rc.UploadPrefix != "" && !strings.HasPrefix(rc.UploadPrefix, "s3://") {
-		return fail(cio, usagef("--upload %q must be an s3:// prefix", rc.UploadPrefix))
-	}
+	rc.Defaults.OverlayFormat = overlay.Format(o.overlayFormat)
 	if rc.UploadPrefix != "" && !strings.HasSuffix(rc.UploadPrefix, "/") {
 		rc.UploadPrefix += "/"
 	}
 	rc.MaxImageBytes = cfg.Storage.MaxImageBytes // the worker's limit: refuse what it would
+	return nil
+}
+
+func runCmd(ctx context.Context, args []string, cio IO) int {
+	var o runOptions
+	fs := runFlags(&o)
+	inputs, err := parseFlags(fs, args)
+	if err != nil {
+		return fail(cio, err)
+	}
+	if len(inputs) == 0 {
+		return fail(cio, usagef("no inputs"))
+	}
+	if o.rc.OutDir == "" {
+		return fail(cio, usagef("--out is required"))
+	}
+	cfg, code, ok := loadConfig(cio)
+	if !ok {
+		return code
+	}
+	if err := checkRun(&o, fs, inputs, cfg); err != nil {
+		return fail(cio, err)
+	}
+	rc := o.rc
 	if rc.UploadPrefix == "" && cfg.Storage.Endpoint != "" && slices.ContainsFunc(rc.Inputs, func(in string) bool { return !isURL(in) }) {
 		fmt.Fprintln(cio.Stderr, "submit: note: local images go to workers as file:// URLs (no --upload or LA_SUBMIT_UPLOAD); only a worker on this machine can read them")
 	}
@@ -219,6 +307,9 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 		return fail(cio, err)
 	}
 	defer closeStore()
+	if o.dryRun {
+		return dryRunCmd(ctx, rc, cfg, store, o.json, cio)
+	}
 	js, closeNATS, err := connect(cfg)
 	if err != nil {
 		return fail(cio, err)
@@ -239,6 +330,35 @@ func runCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
 	return ExitOK
 }
 
+func runHelp(cio IO) cli.Help {
+	var o runOptions
+	return withEnv(cli.Help{
+		Usage: []string{"submit [run] [flags] INPUT...", "submit run --dry-run [--json] [flags] INPUT...", "submit COMMAND [flags] [arguments]"},
+		Summary: "Publishes one job per image of INPUT and collects every result into --out; safe to\n" +
+			"interrupt and to rerun (nothing finished or queued is published again). INPUT is an image\n" +
+			"file, a directory (searched recursively for .jpg .jpeg .png .gif .webp), a glob, a manifest\n" +
+			"(.jsonl or .csv) or an s3:// or file:// prefix. The output mirrors the inputs:\n" +
+			"OUT/results/cam04/000123.json and OUT/overlays/cam04/000123.png for frames/cam04/000123.jpg\n" +
+			"given as frames/. Exit 0: every job succeeded; 1: some failed; 2: bad flags or input;\n" +
+			"3: NATS or storage unusable; 130: interrupted (rerun to resume).\n\n" + overview(),
+		Flags:   runFlags(&o),
+		FlagEnv: map[string]string{"upload": "LA_SUBMIT_UPLOAD"},
+		Footer:  "docs/submit.md has the whole story: inputs, the output directory, resuming, exit codes.",
+	}, cio)
+}
+
+// withEnv adds to a command's help the variables submit reads (package config), with the
+// defaults the program applies beyond their tags (Config.Finish).
+func withEnv(h cli.Help, cio IO) cli.Help {
+	h.Env = config.Settings(config.Submit{}, nil)
+	h.Environ = cio.Environ
+	h.EnvDefaults = map[string]string{
+		"LA_NATS_URL":   DefaultNATSURL,
+		"LA_FILE_ROOTS": "/ when every LA_NATS_URL server is on loopback and no LA_S3_ENDPOINT is set",
+	}
+	return h
+}
+
 func overlayFormatList() string {
 	names := make([]string, len(overlay.Formats))
 	for i, f := range overlay.Formats {
@@ -253,146 +373,4 @@ func taskList() string {
 		names[i] = string(t)
 	}
 	return strings.Join(names, ", ")
-}
-
-// idOrBatch parses "ID" or "--batch B" (and --reason for cancel).
-func idOrBatch(name string, args []string, cio IO, withReason bool) (id, batch, reason string, err error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(cio.Stderr)
-	fs.StringVar(&batch, "batch", "", "the batch")
-	if withReason {
-		fs.StringVar(&reason, "reason", "", "why (kept with the cancel request)")
-	}
-	if err := fs.Parse(args); err != nil {
-		return "", "", "", usagef("%s: %v", name, err)
-	}
-	switch {
-	case batch != "" && fs.NArg() == 0:
-		return "", batch, reason, nil
-	case batch == "" && fs.NArg() == 1:
-		return fs.Arg(0), "", reason, nil
-	}
-	return "", "", "", usagef("%s: give one job ID or --batch B", name)
-}
-
-// adminFor connects to NATS and opens the storage (when configured) for the admin
-// commands; the function returned closes both.
-func adminFor(ctx context.Context, cfg Config) (*Admin, func(), error) {
-	js, closeNATS, err := connect(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	store, closeStore, err := openStore(cfg)
-	if err != nil {
-		closeNATS()
-		return nil, nil, err
-	}
-	closeAll := func() { closeStore(); closeNATS() }
-	a, err := NewAdmin(ctx, js, store)
-	if err != nil {
-		closeAll()
-		return nil, nil, err
-	}
-	return a, closeAll, nil
-}
-
-func statusCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
-	id, batch, _, err := idOrBatch("status", args, cio, false)
-	if err != nil {
-		return fail(cio, err)
-	}
-	a, closeNATS, err := adminFor(ctx, cfg)
-	if err != nil {
-		return fail(cio, err)
-	}
-	defer closeNATS()
-	if batch != "" {
-		b, err := a.BatchStatus(ctx, batch)
-		if err != nil {
-			return fail(cio, err)
-		}
-		b.Print(cio.Stdout)
-		return ExitOK
-	}
-	s, err := a.Status(ctx, id)
-	if err != nil {
-		return fail(cio, err)
-	}
-	s.Print(cio.Stdout)
-	return ExitOK
-}
-
-func cancelCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
-	id, batch, reason, err := idOrBatch("cancel", args, cio, true)
-	if err != nil {
-		return fail(cio, err)
-	}
-	a, closeNATS, err := adminFor(ctx, cfg)
-	if err != nil {
-		return fail(cio, err)
-	}
-	defer closeNATS()
-	if batch != "" {
-		n, err := a.CancelBatch(ctx, batch, reason)
-		if err != nil {
-			return fail(cio, err)
-		}
-		fmt.Fprintf(cio.Stdout, "cancel requested for %d queued or running jobs of batch %s\n", n, batch)
-		return ExitOK
-	}
-	if err := a.Cancel(ctx, id, reason); err != nil {
-		return fail(cio, err)
-	}
-	fmt.Fprintf(cio.Stdout, "cancel requested for job %s\n", id)
-	return ExitOK
-}
-
-func dlqCmd(ctx context.Context, args []string, cfg Config, cio IO) int {
-	if len(args) == 0 {
-		return fail(cio, usagef("dlq: want list, show ID or replay ID|--all"))
-	}
-	sub, rest := args[0], args[1:]
-	var id string
-	switch {
-	case sub == "list" && len(rest) == 0:
-	case sub == "show" && len(rest) == 1, sub == "replay" && len(rest) == 1:
-		id = rest[0]
-	default:
-		return fail(cio, usagef("dlq: want list, show ID or replay ID|--all"))
-	}
-	a, closeNATS, err := adminFor(ctx, cfg)
-	if err != nil {
-		return fail(cio, err)
-	}
-	defer closeNATS()
-	switch {
-	case sub == "list":
-		entries, err := a.DLQList(ctx)
-		if err != nil {
-			return fail(cio, err)
-		}
-		PrintDLQ(cio.Stdout, entries)
-	case sub == "show":
-		e, err := a.DLQShow(ctx, id)
-		if err != nil {
-			return fail(cio, err)
-		}
-		b, _ := json.MarshalIndent(e.Record, "", "  ")
-		fmt.Fprintf(cio.Stdout, "%s\n", b)
-	case id == "--all" || id == "-all":
-		ids, err := a.DLQReplayAll(ctx)
-		for _, id := range ids {
-			fmt.Fprintf(cio.Stdout, "replayed %s\n", id)
-		}
-		if err != nil {
-			return fail(cio, err)
-		}
-		fmt.Fprintf(cio.Stdout, "%d jobs replayed\n", len(ids))
-	default:
-		if err := a.DLQReplay(ctx, id); err != nil {
-			return fail(cio, err)
-		}
-		fmt.Fprintf(cio.Stdout, "replayed %s\n", id)
-	}
-	return ExitOK
 }

@@ -31,11 +31,15 @@ func TestMainUsageErrors(t *testing.T) {
 		{[]string{"--out", t.TempDir(), "--batch", "a/b", "frames/"}, `--batch "a/b" must be`},
 		{[]string{"--out", t.TempDir(), "--overlay", "--overlay-format", "webp", "frames/"}, `--overlay-format "webp" is not one of png, jpeg`},
 		{[]string{"--out", t.TempDir(), "--overlay-format", "jpeg", "frames/"}, "--overlay-format jpeg needs --overlay"},
-		{[]string{"status"}, "give one job ID or --batch B"},
-		{[]string{"status", "a", "b"}, "give one job ID or --batch B"},
+		{[]string{"status", "a", "b"}, "give one SOURCE, job ID or ID prefix, or none"},
+		{[]string{"status", "--limit", "x"}, `invalid value "x" for flag -limit`},
+		{[]string{"batches", "extra"}, "batches takes no arguments"},
 		{[]string{"cancel", "--batch", "b", "id"}, "give one job ID or --batch B"},
 		{[]string{"dlq"}, "want list, show ID or replay ID|--all"},
 		{[]string{"dlq", "show"}, "want list, show ID or replay ID|--all"},
+		{[]string{"dlq", "replay", "--all", "id"}, "want list, show ID or replay ID|--all"},
+		{[]string{"dlq", "list", "--batch", "a b"}, `--batch "a b" must be`},
+		{[]string{"--out", t.TempDir(), "--json", "frames/"}, "--json goes with --dry-run"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
 	}
 	for _, c := range cases {
@@ -60,13 +64,6 @@ func TestMainBadEnvironmentIsExit2(t *testing.T) {
 	code, _, stderr := runMain(t, "status", "someid")
 	if code != ExitUsage || !strings.Contains(stderr, "LA_NATS_TIMEOUT") {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
-	}
-}
-
-func TestMainHelp(t *testing.T) {
-	code, stdout, _ := runMain(t, "help")
-	if code != ExitOK || !strings.Contains(stdout, "submit dlq replay ID | --all") {
-		t.Fatalf("exit %d, %q", code, stdout)
 	}
 }
 

@@ -202,7 +202,12 @@ func TestEndToEndFileURLsAndOverlays(t *testing.T) {
 			t.Errorf("row %s has no overlay URL", r.ID)
 			continue
 		}
-		png, err := os.ReadFile(filepath.Join(out, OverlaysDir, r.ID+".png"))
+		// The output mirrors the input tree: frames/0001.png has overlays/0001.png.
+		stem := strings.TrimSuffix(r.File, ".png")
+		if r.OverlayFile != "overlays/"+stem+".png" {
+			t.Errorf("row %s (%s): overlay_file %q, want overlays/%s.png", r.ID, r.File, r.OverlayFile, stem)
+		}
+		png, err := os.ReadFile(filepath.Join(out, r.OverlayFile))
 		if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 			t.Errorf("overlay of %s: %v (%d bytes), want the PNG", r.ID, err, len(png))
 		}
@@ -210,7 +215,7 @@ func TestEndToEndFileURLsAndOverlays(t *testing.T) {
 }
 
 // --overlay-format jpeg: every job asks for a JPEG overlay, the worker stores <id>.jpg and
-// the CLI downloads it into OUT/overlays/<id>.jpg.
+// the CLI downloads it into OUT/overlays/<name>.jpg.
 func TestEndToEndJPEGOverlays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -234,11 +239,15 @@ func TestEndToEndJPEGOverlays(t *testing.T) {
 			t.Errorf("row %s: overlay %v format %q, want <id>.jpg and jpeg", r.ID, r.OverlayURL, r.OverlayFormat)
 			continue
 		}
-		pic, err := os.ReadFile(filepath.Join(out, OverlaysDir, r.ID+".jpg"))
+		stem := strings.TrimSuffix(r.File, ".png")
+		if r.OverlayFile != "overlays/"+stem+".jpg" {
+			t.Errorf("row %s (%s): overlay_file %q, want overlays/%s.jpg", r.ID, r.File, r.OverlayFile, stem)
+		}
+		pic, err := os.ReadFile(filepath.Join(out, OverlaysDir, stem+".jpg"))
 		if err != nil || !bytes.HasPrefix(pic, []byte{0xFF, 0xD8, 0xFF}) {
 			t.Errorf("overlay of %s: %v (%d bytes), want the JPEG", r.ID, err, len(pic))
 		}
-		if _, err := os.Stat(filepath.Join(out, OverlaysDir, r.ID+".png")); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(out, OverlaysDir, stem+".png")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("overlay of %s also as .png: %v", r.ID, err)
 		}
 	}

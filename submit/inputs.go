@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -26,6 +27,13 @@ type Item struct {
 	// Origin says where the item came from, for messages: the path as given, or
 	// "manifest.csv:12" for a manifest line.
 	Origin string
+	// Rel is the image's path below the input it was found under (a directory, a glob's
+	// fixed part, an s3:// prefix, a manifest's folder), slash-separated: the output
+	// directory mirrors it (overlays/cam04/000123.png).
+	Rel string
+
+	stem   string // Rel without its extension (assignStems)
+	shared bool   // another item of the set has the same stem: the job id tells them apart
 }
 
 // Local reports whether the item names a file on this machine (as opposed to a URL).
@@ -95,15 +103,33 @@ func expandArg(ctx context.Context, arg string, store storage.Store) ([]Item, er
 	if len(matches) == 0 {
 		return nil, fmt.Errorf("input %s: no file matches the pattern", arg)
 	}
+	root := globRoot(arg)
 	var items []Item
 	for _, m := range matches {
 		got, err := expandPath(m)
 		if err != nil {
 			return nil, err
 		}
+		if !isManifest(m) {
+			// Below the pattern's fixed part, so that frames/*/cam01 keeps a/cam01/... and
+			// b/cam01/... apart.
+			for i := range got {
+				got[i].Rel = relUnder(root, got[i].Origin)
+			}
+		}
 		items = append(items, got...)
 	}
 	return items, nil
+}
+
+// globRoot is the directory a glob pattern's matches are below: its leading elements
+// without pattern characters ("frames/*/cam0?" is below "frames").
+func globRoot(pattern string) string {
+	dir := filepath.Dir(pattern)
+	for hasGlobMeta(dir) {
+		dir = filepath.Dir(dir)
+	}
+	return dir
 }
 
 func hasGlobMeta(s string) bool { return strings.ContainsAny(s, `*?[`) }
@@ -124,7 +150,7 @@ func expandPath(path string) ([]Item, error) {
 	if err != nil {
 		return nil, fmt.Errorf("input %s: %w", path, err)
 	}
-	return []Item{{Image: abs, Origin: path}}, nil
+	return []Item{{Image: abs, Origin: path, Rel: filepath.Base(abs)}}, nil
 }
 
 // dirKey identifies a directory independently of the path it was reached by.
@@ -147,7 +173,7 @@ func walkImages(root string) ([]Item, error) {
 		return nil, fmt.Errorf("input %s: %w", root, err)
 	}
 	w := walker{visited: map[dirKey]bool{}}
-	if err := w.dir(abs, root); err != nil {
+	if err := w.dir(abs, root, ""); err != nil {
 		return nil, err
 	}
 	if len(w.items) == 0 {
@@ -161,8 +187,9 @@ type walker struct {
 	items   []Item
 }
 
-// dir walks the directory at abs; shown is the same path as the user would write it.
-func (w *walker) dir(abs, shown string) error {
+// dir walks the directory at abs; shown is the same path as the user would write it, rel
+// the same below the walk's root.
+func (w *walker) dir(abs, shown, rel string) error {
 	info, err := os.Stat(abs)
 	if err != nil {
 		return fmt.Errorf("input %s: %w", shown, err)
@@ -180,6 +207,7 @@ func (w *walker) dir(abs, shown string) error {
 	for _, e := range entries {
 		childAbs := filepath.Join(abs, e.Name())
 		childShown := filepath.Join(shown, e.Name())
+		childRel := path.Join(rel, e.Name())
 		mode := e.Type()
 		if mode&fs.ModeSymlink != 0 {
 			target, err := os.Stat(childAbs)
@@ -193,11 +221,11 @@ func (w *walker) dir(abs, shown string) error {
 		}
 		switch {
 		case mode.IsDir():
-			if err := w.dir(childAbs, childShown); err != nil {
+			if err := w.dir(childAbs, childShown, childRel); err != nil {
 				return err
 			}
 		case mode.IsRegular() && hasImageExtension(e.Name()):
-			w.items = append(w.items, Item{Image: childAbs, Origin: childShown})
+			w.items = append(w.items, Item{Image: childAbs, Origin: childShown, Rel: childRel})
 		}
 	}
 	return nil
@@ -215,7 +243,7 @@ func listPrefix(ctx context.Context, prefix string, store storage.Store) ([]Item
 	var items []Item
 	err := store.List(ctx, prefix, func(o storage.Object) bool {
 		if hasImageExtension(o.URL) {
-			items = append(items, Item{Image: o.URL, Origin: o.URL})
+			items = append(items, Item{Image: o.URL, Origin: o.URL, Rel: relUnder(prefix, o.URL)})
 		}
 		return true
 	})

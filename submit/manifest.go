@@ -181,5 +181,5 @@ func manifestItem(m manifestLine, origin, base string) (Item, error) {
 			return Item{}, fmt.Errorf("%s: image: %s is a directory, want one image per line", origin, img)
 		}
 	}
-	return Item{Image: img, Query: m.Query, Task: m.Task, Metadata: m.Metadata, Origin: origin}, nil
+	return Item{Image: img, Query: m.Query, Task: m.Task, Metadata: m.Metadata, Origin: origin, Rel: relUnder(base, img)}, nil
 }

@@ -19,12 +19,21 @@ const (
 	ResultsFile = "results.jsonl"        // one Row per finished job
 	StateFile   = "submit-state.jsonl"   // the batch, then one line per published job
 	COCOFile    = "detections.coco.json" // with --coco
-	OverlaysDir = "overlays"             // with --overlay: <id>.png
+	OverlaysDir = "overlays"             // with --overlay: the image's path below its input, as .png or .jpg
 )
 
-// Row is one line of results.jsonl: the worker's result plus the input it came from.
+// Row is one line of results.jsonl: the worker's result plus the input it came from and
+// where its files are in the output directory.
 type Row struct {
 	Source string `json:"source"` // the path, URL or manifest line the job was made from
+	// File is the image's path below its input (directory, glob, prefix or manifest
+	// folder), which the output directory mirrors.
+	File string `json:"file,omitempty"`
+	// JSONFile and OverlayFile are the image's result JSON and overlay picture, relative to
+	// the output directory: results/cam04/000123.json, overlays/cam04/000123.png. Rows an
+	// older submit wrote have neither (their overlays are overlays/<id>.png).
+	JSONFile    string `json:"json_file,omitempty"`
+	OverlayFile string `json:"overlay_file,omitempty"`
 	jobs.Result
 }
 
@@ -34,9 +43,11 @@ type stateHeader struct {
 	Class string `json:"class"`
 }
 
-// stateRecord is every later line: a job JetStream acknowledged, or a local image hashed.
+// stateRecord is every later line: a job JetStream acknowledged (with the input it was
+// made from), or a local image hashed.
 type stateRecord struct {
 	Published string      `json:"published,omitempty"`
+	Source    string      `json:"source,omitempty"`
 	File      *fileRecord `json:"file,omitempty"`
 }
 
@@ -68,6 +79,7 @@ type outState struct {
 	Header    stateHeader
 	HasHeader bool
 	Published map[string]bool
+	Sources   map[string]string     // the input of each published job, by id, where recorded
 	Files     map[string]fileRecord // by path
 	Done      map[string]Row        // results already written, by job id
 }
@@ -79,24 +91,45 @@ func openOutDir(dir string) (*outDir, *outState, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("output directory: %w", err)
 	}
-	st := &outState{Published: map[string]bool{}, Files: map[string]fileRecord{}, Done: map[string]Row{}}
+	st, err := readOutState(dir, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	resultsPath, statePath := filepath.Join(dir, ResultsFile), filepath.Join(dir, StateFile)
+	o := &outDir{path: dir}
+	if o.results, err = os.OpenFile(resultsPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return nil, nil, fmt.Errorf("output directory: %w", err)
+	}
+	if o.state, err = os.OpenFile(statePath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		o.results.Close()
+		return nil, nil, fmt.Errorf("output directory: %w", err)
+	}
+	o.resultsW = bufio.NewWriter(o.results)
+	o.stateW = bufio.NewWriter(o.state)
+	return o, st, nil
+}
+
+// readOutState reads what runs left in dir (nothing when it does not exist). With repair,
+// a last line cut short by a crash is cut off its file; without, dir is only read (a dry
+// run, status) and such a line is skipped.
+func readOutState(dir string, repair bool) (*outState, error) {
+	st := &outState{Published: map[string]bool{}, Sources: map[string]string{}, Files: map[string]fileRecord{}, Done: map[string]Row{}}
 	resultsPath := filepath.Join(dir, ResultsFile)
-	err := readJSONLines(resultsPath, func(n int, line []byte) error {
+	err := scanJSONLines(resultsPath, repair, func(n int, line []byte) error {
 		var r Row
 		if err := json.Unmarshal(line, &r); err != nil {
 			return err
 		}
-		if !jobs.ValidToken(r.ID) {
-			return fmt.Errorf("row without a valid job id")
+		if !validRow(r) {
+			return fmt.Errorf("row without a valid job id, or with a file outside the output directory")
 		}
 		st.Done[r.ID] = r // a later row (a replayed job's new result) replaces an earlier one
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	statePath := filepath.Join(dir, StateFile)
-	err = readJSONLines(statePath, func(n int, line []byte) error {
+	err = scanJSONLines(filepath.Join(dir, StateFile), repair, func(n int, line []byte) error {
 		if n == 1 {
 			if err := json.Unmarshal(line, &st.Header); err != nil || st.Header.Batch == "" {
 				return fmt.Errorf("first line is not the batch header")
@@ -111,6 +144,9 @@ func openOutDir(dir string) (*outDir, *outState, error) {
 		switch {
 		case rec.Published != "":
 			st.Published[rec.Published] = true
+			if rec.Source != "" {
+				st.Sources[rec.Published] = rec.Source
+			}
 		case rec.File != nil:
 			st.Files[rec.File.Path] = *rec.File
 		default:
@@ -119,24 +155,20 @@ func openOutDir(dir string) (*outDir, *outState, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	o := &outDir{path: dir}
-	if o.results, err = os.OpenFile(resultsPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-		return nil, nil, fmt.Errorf("output directory: %w", err)
-	}
-	if o.state, err = os.OpenFile(statePath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-		o.results.Close()
-		return nil, nil, fmt.Errorf("output directory: %w", err)
-	}
-	o.resultsW = bufio.NewWriter(o.results)
-	o.stateW = bufio.NewWriter(o.state)
-	return o, st, nil
+	return st, nil
 }
 
 // readJSONLines calls fn for every line of path (numbered from 1). A missing file has no
 // lines. A last line without its newline is a write cut short by a crash: it is cut off.
 func readJSONLines(path string, fn func(n int, line []byte) error) error {
+	return scanJSONLines(path, true, fn)
+}
+
+// scanJSONLines is readJSONLines; without repair an unfinished last line is skipped and
+// the file left as it is.
+func scanJSONLines(path string, repair bool, fn func(n int, line []byte) error) error {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -145,8 +177,10 @@ func readJSONLines(path string, fn func(n int, line []byte) error) error {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
 	if end := bytes.LastIndexByte(data, '\n') + 1; end < len(data) {
-		if err := os.Truncate(path, int64(end)); err != nil {
-			return fmt.Errorf("cut the unfinished last line off %s: %w", path, err)
+		if repair {
+			if err := os.Truncate(path, int64(end)); err != nil {
+				return fmt.Errorf("cut the unfinished last line off %s: %w", path, err)
+			}
 		}
 		data = data[:end]
 	}
@@ -169,9 +203,9 @@ func (o *outDir) writeHeader(h stateHeader) error {
 	return o.appendLine(o.stateW, h)
 }
 
-// markPublished records that JetStream stored job id.
-func (o *outDir) markPublished(id string) error {
-	return o.appendLine(o.stateW, stateRecord{Published: id})
+// markPublished records that JetStream stored job id, made from source.
+func (o *outDir) markPublished(id, source string) error {
+	return o.appendLine(o.stateW, stateRecord{Published: id, Source: source})
 }
 
 // recordFile remembers a hashed local image.

@@ -18,8 +18,8 @@ func TestOutDirResumesAndCutsATornLastLine(t *testing.T) {
 		t.Fatalf("fresh directory has state %+v", st)
 	}
 	must(t, o.writeHeader(stateHeader{Batch: "b1", Class: "default"}))
-	must(t, o.markPublished("job1"))
-	must(t, o.markPublished("job2"))
+	must(t, o.markPublished("job1", ""))
+	must(t, o.markPublished("job2", ""))
 	must(t, o.writeRow(Row{Source: "a.jpg", Result: jobs.Result{ID: "job1", Status: jobs.StatusSucceeded}}))
 	must(t, o.close())
 

@@ -41,6 +41,7 @@ type planner struct {
 	// as file:// URLs, which a worker on this machine reads directly.
 	uploadPrefix string
 	maxBytes     int64 // larger local images are refused before reading
+	dryRun       bool  // decide each image's URL but upload nothing
 	// known are the local images an earlier run hashed, by path; record is told about
 	// each image hashed now. Either may be nil.
 	known  map[string]fileRecord
@@ -139,7 +140,7 @@ func (p *planner) urlFor(path, sum string) string {
 // content-addressed key under the upload prefix, uploaded when absent.
 func (p *planner) imageURL(ctx context.Context, it Item, sum string, data []byte) (string, error) {
 	url := p.urlFor(it.Image, sum)
-	if p.uploadPrefix == "" {
+	if p.uploadPrefix == "" || p.dryRun {
 		return url, nil
 	}
 	if p.store == nil {

@@ -39,6 +39,8 @@ type RunConfig struct {
 	Rehash        bool          // read every local image again, ignoring the hashes an earlier run recorded
 	Backoff       Backoff       // publish retry; zero = DefaultBackoff
 	ProgressEvery time.Duration // plain progress line period off a terminal; 0 = 10 s
+
+	dryRun bool // plan only (DryRun): read the output directory, write, upload and publish nothing
 }
 
 // Env is what a run talks to.
@@ -123,6 +125,9 @@ func Run(ctx context.Context, cfg RunConfig, env Env) (Summary, error) {
 type planned struct {
 	job      *jobs.Job
 	source   string
+	rel      string // the image's path below its input
+	stem     string // where its files go, before localName
+	shared   bool
 	state    jobs.State
 	hasState bool // the state bucket has an entry: published before, do not publish again
 	err      error
@@ -146,8 +151,8 @@ type batchRun struct {
 	start time.Time
 
 	sum      Summary
-	expected map[string]string // job id -> source, for every job of this run's set
-	done     map[string]bool   // with a row in results.jsonl
+	expected map[string]expectedJob // by job id, every job of this run's set
+	done     map[string]bool        // with a row in results.jsonl
 	early    map[string]jobs.Result
 	// replayed holds jobs whose row says failed but which were published again since
 	// (submit dlq replay): only a result finished after the time held counts.
@@ -192,22 +197,34 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &batchRun{cfg: cfg, env: env, log: log, start: time.Now(),
-		expected: map[string]string{}, done: map[string]bool{},
+		expected: map[string]expectedJob{}, done: map[string]bool{},
 		early: map[string]jobs.Result{}, replayed: map[string]time.Time{}}
 
-	out, prior, err := openOutDir(cfg.OutDir)
+	var out *outDir
+	var prior *outState
+	var err error
+	if cfg.dryRun {
+		prior, err = readOutState(cfg.OutDir, false)
+	} else {
+		out, prior, err = openOutDir(cfg.OutDir)
+	}
 	if err != nil {
 		return nil, err
 	}
 	r.out, r.prior = out, prior
-	fail := func(err error) (*batchRun, error) { out.close(); return nil, err }
+	fail := func(err error) (*batchRun, error) {
+		if out != nil {
+			out.close()
+		}
+		return nil, err
+	}
 
 	batch, err := resolveBatch(cfg.Defaults.Batch, prior, cfg.OutDir)
 	if err != nil {
 		return fail(err)
 	}
 	r.cfg.Defaults.Batch, r.sum.Batch = batch, batch
-	if !prior.HasHeader {
+	if !prior.HasHeader && out != nil {
 		if err := out.writeHeader(stateHeader{Batch: batch, Class: cfg.Class}); err != nil {
 			return fail(err)
 		}
@@ -215,6 +232,10 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 
 	if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
 		return fail(&InputError{Err: err})
+	}
+	assignStems(r.items, r.cfg.Defaults)
+	if env.JS == nil && cfg.dryRun {
+		return r, nil // a dry run without NATS: the output directory is all the evidence
 	}
 	for _, name := range []string{jobs.JobsStream, jobs.ResultsStream} {
 		if _, err := env.JS.Stream(ctx, name); err != nil {
@@ -375,7 +396,7 @@ func (r *batchRun) published(p published) error {
 		return p.err
 	}
 	r.sum.Submitted++
-	return r.out.markPublished(p.id)
+	return r.out.markPublished(p.id, r.expected[p.id].source)
 }
 
 // drainPublishes waits, up to publishDrain, for the inFlight publishes to be acknowledged
@@ -411,14 +432,18 @@ func (r *batchRun) admit(ctx context.Context, p planned) (publish bool, err erro
 		r.sum.Total-- // the same image and settings again: one job
 		return false, nil
 	}
-	r.expected[id] = p.source
+	r.expected[id] = expectedJob{source: p.source, rel: p.rel, name: localName(p.stem, p.shared, id)}
 	row, hadRow := r.prior.Done[id]
 	if hadRow {
 		if !replayedSince(row, p) {
 			r.done[id] = true
 			r.sum.AlreadyDone++
 			r.count(row.Status)
-			r.ensureOverlay(ctx, row.Result) // a crash may have come between row and overlay
+			// A crash may have come between the row and its files.
+			if err := ensureImageJSON(r.cfg.OutDir, row); err != nil {
+				return false, err
+			}
+			r.ensureOverlay(ctx, row)
 			return false, nil
 		}
 		r.replayed[id] = row.FinishedAt
@@ -477,25 +502,39 @@ func (r *batchRun) deliver(ctx context.Context, res jobs.Result) error {
 	if t := res.TimingMS; t.Total > 0 {
 		r.sum.Latencies = append(r.sum.Latencies, time.Duration((t.QueueWait+t.Total)*float64(time.Millisecond)))
 	}
-	if err := r.out.writeRow(Row{Source: r.expected[res.ID], Result: res}); err != nil {
+	job := r.expected[res.ID]
+	row := Row{Source: job.source, File: job.rel, Result: res}
+	localFiles(&row, job.name)
+	if err := r.out.writeRow(row); err != nil {
 		return err
 	}
-	r.ensureOverlay(ctx, res)
+	if err := writeImageJSON(r.cfg.OutDir, row); err != nil {
+		return err
+	}
+	r.ensureOverlay(ctx, row)
 	return nil
 }
 
-// ensureOverlay downloads the overlay of a result into OUT/overlays when --overlay asked
-// for it and it is not there yet. A failure is a warning: the row has the overlay's URL.
-func (r *batchRun) ensureOverlay(ctx context.Context, res jobs.Result) {
-	if !r.cfg.Defaults.Overlay || res.OverlayURL == nil || *res.OverlayURL == "" {
+// expectedJob is what a run knows of a job of its set before the result comes.
+type expectedJob struct {
+	source string // the path, URL or manifest line it was made from
+	rel    string // the image's path below its input
+	name   string // its files' path below results/ and overlays/, without extension
+}
+
+// ensureOverlay downloads the overlay of a row into the output directory when --overlay
+// asked for it and it is not there yet. A failure is a warning: the row has the overlay's
+// URL.
+func (r *batchRun) ensureOverlay(ctx context.Context, row Row) {
+	if !r.cfg.Defaults.Overlay || row.OverlayURL == nil || *row.OverlayURL == "" {
 		return
 	}
-	path := filepath.Join(r.cfg.OutDir, OverlaysDir, res.ID+overlayFormatOf(res).Ext())
+	path := overlayPath(r.cfg.OutDir, row)
 	if _, err := os.Stat(path); err == nil {
 		return
 	}
-	if err := r.downloadOverlay(ctx, path, *res.OverlayURL); err != nil {
-		r.log.Warn("overlay not downloaded", "id", res.ID, "err", err)
+	if err := r.downloadOverlay(ctx, path, *row.OverlayURL); err != nil {
+		r.log.Warn("overlay not downloaded", "id", row.ID, "err", err)
 	}
 }
 
@@ -553,7 +592,10 @@ func (r *batchRun) snapshot(planning bool) progressSnapshot {
 // says it failed, to learn whether it was replayed since.
 func (r *batchRun) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan planned {
 	pl := &planner{defaults: r.cfg.Defaults, store: r.env.Store, uploadPrefix: r.cfg.UploadPrefix,
-		maxBytes: r.cfg.MaxImageBytes, record: r.out.recordFile}
+		maxBytes: r.cfg.MaxImageBytes, dryRun: r.cfg.dryRun}
+	if r.out != nil {
+		pl.record = r.out.recordFile
+	}
 	if !r.cfg.Rehash {
 		pl.known = r.prior.Files
 	}
@@ -586,9 +628,9 @@ func (r *batchRun) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan
 					send(planned{err: err})
 					return
 				}
-				p := planned{job: job, source: it.Origin}
+				p := planned{job: job, source: it.Origin, rel: it.Rel, stem: it.stem, shared: it.shared}
 				row, done := r.prior.Done[job.ID]
-				if (!done && !r.prior.Published[job.ID]) || (done && row.Status != jobs.StatusSucceeded) {
+				if r.state != nil && ((!done && !r.prior.Published[job.ID]) || (done && row.Status != jobs.StatusSucceeded)) {
 					p.state, p.hasState, err = r.state.Get(ctx, job.ID)
 					if err != nil {
 						send(planned{err: fmt.Errorf("%s: %w", it.Origin, err)})

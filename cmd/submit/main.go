@@ -1,6 +1,7 @@
 // Command submit pushes image sets through the LocateAnything job queue and collects every
-// result: `submit run` (the default), `submit status`, `submit cancel` and `submit dlq`.
-// See docs/submit.md.
+// result: `submit run` (the default), `submit status`, `submit batches`, `submit cancel`
+// and `submit dlq`; `submit --help` and `submit COMMAND --help` list every flag and
+// variable. See docs/submit.md.
 package main
 
 import (
@@ -26,6 +27,7 @@ func main() {
 		Stderr:         os.Stderr,
 		StderrTerminal: submit.IsTerminal(os.Stderr),
 		LoadConfig:     loadConfig,
+		Environ:        os.Environ(),
 	})
 	stop()
 	os.Exit(code)
