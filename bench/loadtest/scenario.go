@@ -55,11 +55,16 @@ type Outcome struct {
 	// every job left was held by a Runner); DeviceBusyOverall over the whole run.
 	DeviceBusy        float64 `json:"device_busy"`
 	DeviceBusyOverall float64 `json:"device_busy_overall"`
-	MeanBatch         float64 `json:"mean_batch"` // sequences per decode step
-	P50MS             float64 `json:"p50_ms"`     // submit to result
-	P95MS             float64 `json:"p95_ms"`
-	HostCPUMSPerJob   float64 `json:"host_cpu_ms_per_job"`
-	TokensPerJob      float64 `json:"tokens_per_job"`
+	// DeviceWakeLate is the fraction of the same backlog time the chips sat idle only
+	// because the simulation's sleeping thread woke late (the machine's scheduling, not
+	// the pipeline); the rest of the idle time, 1 - busy - late, the chips waited for the
+	// host pipeline.
+	DeviceWakeLate  float64 `json:"device_wake_late"`
+	MeanBatch       float64 `json:"mean_batch"` // sequences per decode step
+	P50MS           float64 `json:"p50_ms"`     // submit to result
+	P95MS           float64 `json:"p95_ms"`
+	HostCPUMSPerJob float64 `json:"host_cpu_ms_per_job"`
+	TokensPerJob    float64 `json:"tokens_per_job"`
 	// DeviceBoundJobsPerS is what the chips would do if the host were free: the cost model
 	// at the answers' mean length, with every decode step full (batch B).
 	DeviceBoundJobsPerS float64 `json:"device_bound_jobs_per_s"`
@@ -175,7 +180,7 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 	read := func() mark {
 		m := mark{at: time.Now(), cpu: cpuTime()}
 		for _, mt := range meters {
-			m.meter = addReadings(m.meter, mt.Read())
+			m.meter = m.meter.Add(mt.Read())
 		}
 		return m
 	}
@@ -251,10 +256,13 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 		HostCPUMSPerJob: round(ms(end.cpu-start.cpu)/float64(n), 1),
 		TokensPerJob:    round(float64(tokens)/float64(n), 1),
 	}
-	o.DeviceBusyOverall = busy(start.meter, end.meter, wall, s.chips)
+	o.DeviceBusyOverall = fraction(end.meter.Sub(start.meter).Busy, wall, s.chips)
 	o.DeviceBusy = o.DeviceBusyOverall
+	o.DeviceWakeLate = fraction(end.meter.Sub(start.meter).Late, wall, s.chips)
 	if backlogEnd > 0 {
-		o.DeviceBusy = busy(start.meter, backlog.meter, backlog.at.Sub(start.at), s.chips)
+		during := backlog.meter.Sub(start.meter)
+		o.DeviceBusy = fraction(during.Busy, backlog.at.Sub(start.at), s.chips)
+		o.DeviceWakeLate = fraction(during.Late, backlog.at.Sub(start.at), s.chips)
 	} else {
 		r.log.Warn("fewer jobs than the Runners hold: no backlog, device_busy is the whole run's", "scenario", s.name)
 	}
@@ -274,15 +282,12 @@ func deviceBound(c sim.Costs, s scenario, tokens float64) float64 {
 	return float64(s.chips) / perJob.Seconds()
 }
 
-func busy(from, to sim.MeterReading, wall time.Duration, chips int) float64 {
+// fraction is d as a share of chips x wall.
+func fraction(d, wall time.Duration, chips int) float64 {
 	if wall <= 0 {
 		return 0
 	}
-	return round(float64(to.Busy-from.Busy)/float64(wall)/float64(chips), 4)
-}
-
-func addReadings(a, b sim.MeterReading) sim.MeterReading {
-	return sim.MeterReading{Busy: a.Busy + b.Busy, Sequences: a.Sequences + b.Sequences, Steps: a.Steps + b.Steps, Rows: a.Rows + b.Rows}
+	return round(float64(d)/float64(wall)/float64(chips), 4)
 }
 
 // cpuTime is the process's user and system CPU time so far: the worker, its NATS server

@@ -6,11 +6,13 @@ import (
 )
 
 // Meter adds up what simulated devices did: their busy time (the modelled cost of every
-// step, the time the chip would have spent computing) and their decode steps. One Meter
-// may serve one chip or several; its methods are safe for concurrent use, so a load test
-// reads it while the chips run.
+// step, the time the chip would have spent computing), how late the simulation woke from
+// each step (time the chip sat idle only because the host thread was not running), and
+// their prefills and decode steps. One Meter may serve one chip or several; its methods are
+// safe for concurrent use, so a load test reads it while the chips run.
 type Meter struct {
 	busy  atomic.Int64 // nanoseconds
+	late  atomic.Int64 // nanoseconds
 	steps atomic.Int64 // decode calls
 	rows  atomic.Int64 // sequences advanced by them
 	seqs  atomic.Int64 // prefills
@@ -19,6 +21,7 @@ type Meter struct {
 // MeterReading is a Meter at one moment.
 type MeterReading struct {
 	Busy      time.Duration // device time
+	Late      time.Duration // wake-up lateness after the steps: the sleeping thread's, not the device's
 	Sequences int64         // prefills run
 	Steps     int64         // decode steps run
 	Rows      int64         // sequences those steps advanced, summed
@@ -27,7 +30,7 @@ type MeterReading struct {
 // Read returns the totals so far.
 func (m *Meter) Read() MeterReading {
 	return MeterReading{
-		Busy: time.Duration(m.busy.Load()), Sequences: m.seqs.Load(),
+		Busy: time.Duration(m.busy.Load()), Late: time.Duration(m.late.Load()), Sequences: m.seqs.Load(),
 		Steps: m.steps.Load(), Rows: m.rows.Load(),
 	}
 }
@@ -35,8 +38,16 @@ func (m *Meter) Read() MeterReading {
 // Sub is what happened between an earlier reading and r.
 func (r MeterReading) Sub(earlier MeterReading) MeterReading {
 	return MeterReading{
-		Busy: r.Busy - earlier.Busy, Sequences: r.Sequences - earlier.Sequences,
+		Busy: r.Busy - earlier.Busy, Late: r.Late - earlier.Late, Sequences: r.Sequences - earlier.Sequences,
 		Steps: r.Steps - earlier.Steps, Rows: r.Rows - earlier.Rows,
+	}
+}
+
+// Add is the sum of two readings (of two chips, say).
+func (r MeterReading) Add(o MeterReading) MeterReading {
+	return MeterReading{
+		Busy: r.Busy + o.Busy, Late: r.Late + o.Late, Sequences: r.Sequences + o.Sequences,
+		Steps: r.Steps + o.Steps, Rows: r.Rows + o.Rows,
 	}
 }
 
@@ -48,23 +59,17 @@ func (r MeterReading) MeanBatch() float64 {
 	return float64(r.Rows) / float64(r.Steps)
 }
 
-func (m *Meter) add(busy time.Duration) {
-	if m != nil {
-		m.busy.Add(int64(busy))
+// record adds one device call: its cost, the wake-up lateness after it, the sequences it
+// started (a prefill) and the rows it advanced (a decode step; 0 for others).
+func (m *Meter) record(busy, late time.Duration, seqs, rows int) {
+	if m == nil {
+		return
 	}
-}
-
-func (m *Meter) step(busy time.Duration, rows int) {
-	if m != nil {
-		m.busy.Add(int64(busy))
+	m.busy.Add(int64(busy))
+	m.late.Add(int64(late))
+	m.seqs.Add(int64(seqs))
+	if rows > 0 {
 		m.steps.Add(1)
 		m.rows.Add(int64(rows))
-	}
-}
-
-func (m *Meter) prefill(busy time.Duration) {
-	if m != nil {
-		m.busy.Add(int64(busy))
-		m.seqs.Add(1)
 	}
 }

@@ -132,8 +132,7 @@ func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
 	cost := b.o.Costs.VisionCost(gridH, gridW)
 	done := startStep(cost)
 	b.kept = &image{hash: hashPatches(patches), tokens: gridH * gridW / (k * k)}
-	waitStep(done)
-	b.o.Meter.add(cost)
+	b.o.Meter.record(cost, waitStep(done), 0, 0)
 	return nil
 }
 
@@ -173,8 +172,7 @@ func (b *Backend) Prefill(slotID int, ids []int32, wantProb bool) (int32, float3
 	plan := append(b.o.Tokenizer.Encode(answerText(b.kept.hash, q)), b.o.EOS)
 	*s = slot{live: true, plan: plan, image: b.kept.hash, next: 1, last: plan[0], pos: len(ids)}
 	b.kept = nil // consumed, as on the chip
-	waitStep(done)
-	b.o.Meter.prefill(cost)
+	b.o.Meter.record(cost, waitStep(done), 1, 0)
 	var prob float32
 	if wantProb {
 		prob = tokenProb(s.image, 0, plan[0])
@@ -251,8 +249,7 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 		s.pos++
 		s.last, next[i] = tok, tok
 	}
-	waitStep(done)
-	b.o.Meter.step(cost, n)
+	b.o.Meter.record(cost, waitStep(done), 0, n)
 	return nil
 }
 
@@ -288,12 +285,13 @@ func (b *Backend) Close() error {
 // startStep returns when a step of the given cost, starting now, ends.
 func startStep(cost time.Duration) time.Time { return time.Now().Add(cost) }
 
-// waitStep keeps the calling thread asleep until a step's end: it sleeps, never spins, so
-// the simulated device costs the host no CPU. The host-side work of the step (hashing,
-// planning) runs before it, inside the step's time; when that work took longer than the
-// device would have, there is nothing left to wait.
-func waitStep(end time.Time) {
+// waitStep keeps the calling thread asleep until a step's end and returns how late it
+// woke: it sleeps, never spins, so the simulated device costs the host no CPU. The
+// host-side work of the step (hashing, planning) runs before it, inside the step's time;
+// when that work took longer than the device would have, there is nothing left to wait.
+func waitStep(end time.Time) (late time.Duration) {
 	if d := time.Until(end); d > 0 {
 		sleepFor(d)
 	}
+	return max(time.Since(end), 0)
 }
