@@ -19,7 +19,8 @@ var envReads = map[string]*regexp.Regexp{
 // TestOnlyCommandsReadTheEnvironment: the settings are read once, by the programs in cmd/
 // (package config states them); every library takes its part as a struct. Test files and
 // the test-support packages (names ending in "test") may set up environments of their own,
-// and tools/ and the uvicorn launcher are separate programs.
+// and tools/, examples/ (a producer in Python, which honours NATS_URL like the nats CLI) and
+// the uvicorn launcher are separate programs.
 func TestOnlyCommandsReadTheEnvironment(t *testing.T) {
 	root := ".."
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -30,7 +31,7 @@ func TestOnlyCommandsReadTheEnvironment(t *testing.T) {
 		if d.IsDir() {
 			switch {
 			case rel == ".":
-			case rel == "cmd", rel == "tools", rel == filepath.Join("launcher", "la_launcher"), strings.HasPrefix(d.Name(), "."), d.Name() == "testdata",
+			case rel == "cmd", rel == "tools", rel == "examples", rel == filepath.Join("launcher", "la_launcher"), strings.HasPrefix(d.Name(), "."), d.Name() == "testdata",
 				strings.HasSuffix(d.Name(), "test"):
 				return filepath.SkipDir
 			}
