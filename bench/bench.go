@@ -97,21 +97,35 @@ func Run(args []string, weights string, stdout io.Writer) error {
 	return report(stdout, setup{o: o, m: m, backend: b.Name(), sh: sh, mf: mf}, summarise(m, o, sh, mf, runs))
 }
 
-// parseFlags reads the command line into options and checks what can be checked without
-// the checkpoint: required flags, the grid's syntax, positive counts.
-func parseFlags(args []string, weights string) (options, error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+// Flags is the flag set `worker bench` parses, for its --help; weights is the default of
+// --weights.
+func Flags(weights string) *flag.FlagSet {
+	fs, _ := defineFlags(&options{}, weights)
+	return fs
+}
+
+// defineFlags defines the flags on a new set that parses into o; the strings it returns
+// are the flags parseFlags checks and converts after parsing.
+func defineFlags(o *options, weights string) (fs *flag.FlagSet, grid *string) {
+	fs = flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var o options
-	fs.StringVar(&o.weights, "weights", weights, "checkpoint directory (default $LA_WEIGHTS_DIR)")
+	fs.StringVar(&o.weights, "weights", weights, "checkpoint `DIR`")
 	fs.IntVar(&o.threads, "threads", 0, "backend threads (0 = one per CPU)")
 	fs.IntVar(&o.tokens, "tokens", 64, "decode steps per run")
-	grid := fs.String("grid", "24x44", "vision grid HxW in 14-px patches")
+	grid = fs.String("grid", "24x44", "vision grid HxW in 14-px patches")
 	fs.IntVar(&o.prompt, "prompt", 303, "prefill prompt length, image tokens included")
 	fs.IntVar(&o.runs, "runs", 3, "timed runs; each stage reports the median")
 	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
+	return fs, grid
+}
+
+// parseFlags reads the command line into options and checks what can be checked without
+// the checkpoint: required flags, the grid's syntax, positive counts.
+func parseFlags(args []string, weights string) (options, error) {
+	var o options
+	fs, grid := defineFlags(&o, weights)
 	if err := fs.Parse(args); err != nil {
 		return o, usagef("bench: %w\n%s", err, Usage)
 	}

@@ -199,38 +199,56 @@ type usageErr struct{ error }
 func (e usageErr) Is(target error) bool { return target == ErrUsage }
 func (e usageErr) Unwrap() error        { return e.error }
 
-func parseFlags(args []string, base config.Worker) (options, error) {
+// flagValues are the flags parsed as given, before parseFlags checks and converts them.
+type flagValues struct {
+	chips, batches, format string
+}
+
+// Flags is the flag set `worker loadtest` parses, for its --help: the defaults of --chips
+// and --batch follow base (LA_CHIPS, LA_MAX_BATCH).
+func Flags(base config.Worker) *flag.FlagSet {
+	fs, _, _ := newFlagSet(base)
+	return fs
+}
+
+// newFlagSet defines the flags on a new set; o and v receive the values when it parses.
+func newFlagSet(base config.Worker) (*flag.FlagSet, *options, *flagValues) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	chips := fs.String("chips", strconv.Itoa(base.Engine.Chips), "simulated chips (LA_CHIPS); a comma-separated list runs each")
-	batches := fs.String("batch", "1,"+strconv.Itoa(base.Engine.MaxBatch), "sequences per chip (LA_MAX_BATCH); a comma-separated list runs each")
-	o := options{}
+	o, v := &options{}, &flagValues{}
+	fs.StringVar(&v.chips, "chips", strconv.Itoa(base.Engine.Chips), "simulated chips; a comma-separated list runs each")
+	fs.StringVar(&v.batches, "batch", "1,"+strconv.Itoa(base.Engine.MaxBatch), "sequences per chip; a comma-separated list runs each")
 	fs.IntVar(&o.jobs, "jobs", 64, "jobs per scenario")
-	fs.StringVar(&o.images, "images", "testdata/images", "directory of photographs; each not a 1920x1080 JPEG is made into one")
+	fs.StringVar(&o.images, "images", "testdata/images", "photographs in `DIR`; each that is not a 1920x1080 JPEG is made into one")
 	fs.BoolVar(&o.overlay, "overlay", false, "ask every job for an overlay picture")
-	format := fs.String("overlay-format", string(overlay.PNG), "the overlays' encoding, png or jpeg")
+	fs.StringVar(&v.format, "overlay-format", string(overlay.PNG), "the overlays' encoding, png or jpeg")
 	fs.StringVar(&o.query, "query", "person</c>car</c>bicycle", "the query of every job")
 	fs.DurationVar(&o.stall, "stall", 2*time.Minute, "give up when no result arrives for this long")
+	return fs, o, v
+}
+
+func parseFlags(args []string, base config.Worker) (options, error) {
+	fs, o, v := newFlagSet(base)
 	if err := fs.Parse(args); err != nil {
-		return o, usageErr{fmt.Errorf("%w\n%s", err, Usage)}
+		return *o, usageErr{fmt.Errorf("%w\n%s", err, Usage)}
 	}
 	if fs.NArg() > 0 {
-		return o, usageErr{fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), Usage)}
+		return *o, usageErr{fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), Usage)}
 	}
-	if o.format = overlay.Format(*format); !o.format.Valid() {
-		return o, usageErr{fmt.Errorf("--overlay-format %q: want one of %v\n%s", *format, overlay.Formats, Usage)}
+	if o.format = overlay.Format(v.format); !o.format.Valid() {
+		return *o, usageErr{fmt.Errorf("--overlay-format %q: want one of %v\n%s", v.format, overlay.Formats, Usage)}
 	}
 	var err error
-	if o.chips, err = intList("--chips", *chips, 1, 64); err != nil {
-		return o, err
+	if o.chips, err = intList("--chips", v.chips, 1, 64); err != nil {
+		return *o, err
 	}
-	if o.batches, err = intList("--batch", *batches, 1, config.MaxBatchLimit); err != nil {
-		return o, err
+	if o.batches, err = intList("--batch", v.batches, 1, config.MaxBatchLimit); err != nil {
+		return *o, err
 	}
 	if o.jobs < 1 || o.stall <= 0 || strings.TrimSpace(o.query) == "" {
-		return o, usageErr{fmt.Errorf("--jobs %d and --stall %s must be positive and --query not empty\n%s", o.jobs, o.stall, Usage)}
+		return *o, usageErr{fmt.Errorf("--jobs %d and --stall %s must be positive and --query not empty\n%s", o.jobs, o.stall, Usage)}
 	}
-	return o, nil
+	return *o, nil
 }
 
 // intList parses "1,4" into distinct values in lo..hi, in the order given.

@@ -8,6 +8,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 // loadConfig reads the worker's configuration from the environment (the only place it is
@@ -39,11 +40,10 @@ func knownVariables() []string {
 // runConfig implements `worker config`: the effective configuration, each value with where
 // it came from, secrets redacted; exit 2 (through the error) when it does not load.
 func runConfig(args []string, stdout io.Writer) error {
+	if cli.AsksHelp(args) {
+		return flagError(cli.ErrHelp, configHelp, stdout)
+	}
 	if len(args) > 0 {
-		if isHelp(args[0]) {
-			fmt.Fprintln(stdout, "usage: worker config   print the effective configuration (LA_* variables, defaults, sources)")
-			return nil
-		}
 		return usageError{fmt.Errorf("config takes no arguments, got %q", args)}
 	}
 	cfg, err := loadConfig()

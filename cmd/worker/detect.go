@@ -12,6 +12,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 // detectOutput is the /predict-shaped answer of `worker detect`, with the generated ids.
@@ -20,31 +21,47 @@ type detectOutput struct {
 	Tokens []int32 `json:"tokens"`
 }
 
+// detectOptions are `worker detect`'s flags.
+type detectOptions struct {
+	weights, image, query, task, grid, overlay string
+	maxNew, inTokenLimit, threads              int
+}
+
+// detectFlags defines `worker detect`'s flags on o.
+func detectFlags(o *detectOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.weights, "weights", "", "checkpoint `DIR` (empty: what the worker would run, down to the bundled model)")
+	fs.StringVar(&o.image, "image", "", "image `FILE` (PNG, JPEG, GIF, WebP; required)")
+	fs.StringVar(&o.query, "query", "", "what to find; several categories joined with </c> (required but for --task text)")
+	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "detect, ground, ground_one, point, text or region")
+	fs.IntVar(&o.maxNew, "max-new-tokens", 128, "token budget")
+	fs.IntVar(&o.inTokenLimit, "in-token-limit", 0, "most image patches before the image is shrunk (0 = the checkpoint's)")
+	fs.StringVar(&o.grid, "grid", "native", "vision grid: native, or `HxW` in 14-px patches (even sides)")
+	fs.StringVar(&o.overlay, "overlay", "", "write the overlay PNG to `FILE`")
+	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0 = one per CPU)")
+	return fs
+}
+
 // runDetect implements `worker detect`: one image, one query, straight through the engine,
 // no queue and no server. The quickest way to try a checkpoint.
 func runDetect(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	weights := fs.String("weights", os.Getenv("LA_WEIGHTS_DIR"), "checkpoint directory (default $LA_WEIGHTS_DIR, else the bundled model)")
-	imagePath := fs.String("image", "", "image file (PNG, JPEG, GIF, WebP)")
-	query := fs.String("query", "", "what to find; several categories joined with </c>")
-	task := fs.String("task", string(engine.TaskDetect), "detect, ground, ground_one, point, text or region")
-	maxNew := fs.Int("max-new-tokens", 128, "token budget")
-	inTokenLimit := fs.Int("in-token-limit", 0, "most image patches before the image is shrunk (0 = the checkpoint's)")
-	grid := fs.String("grid", "native", "vision grid: native, or HxW in 14-px patches (even sides)")
-	overlayPath := fs.String("overlay", "", "write the overlay PNG here")
-	threads := fs.Int("threads", 0, "CPU threads (0 = one per CPU)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w\nusage: worker detect --weights DIR --image FILE --query TEXT [--task T] [--max-new-tokens N] [--in-token-limit N] [--grid native|HxW] [--overlay OUT.png]", err)
+	var o detectOptions
+	rest, err := cli.Parse(detectFlags(&o), args)
+	if err != nil {
+		return flagError(err, detectHelp, stdout)
 	}
-	if *imagePath == "" || *query == "" && *task != string(engine.TaskText) {
-		return fmt.Errorf("detect needs --image and --query")
+	switch {
+	case len(rest) > 0:
+		return usageError{fmt.Errorf("unexpected argument %q (worker detect --help)", rest[0])}
+	case o.image == "" || o.query == "" && o.task != string(engine.TaskText):
+		return usageError{fmt.Errorf("detect needs --image and --query (worker detect --help)")}
 	}
-	choice, err := chooseWeights(context.Background(), *weights)
+	choice, err := chooseWeights(context.Background(), o.weights)
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(*imagePath)
+	data, err := os.ReadFile(o.image)
 	if err != nil {
 		return fmt.Errorf("reading the image: %w", err)
 	}
@@ -56,13 +73,13 @@ func runDetect(args []string, stdout io.Writer) error {
 		WeightsDir:      choice.Dir,
 		ModelName:       choice.Model,
 		Backend:         "cpu",
-		Threads:         *threads,
+		Threads:         o.threads,
 		MaxSeqLen:       4096,
 		MaxBatch:        1,
-		InTokenLimit:    *inTokenLimit,
-		CanonGrid:       *grid,
-		MaxNewTokens:    max(*maxNew, 1),
-		MaxNewTokensCap: max(*maxNew, 1024),
+		InTokenLimit:    o.inTokenLimit,
+		CanonGrid:       o.grid,
+		MaxNewTokens:    max(o.maxNew, 1),
+		MaxNewTokensCap: max(o.maxNew, 1024),
 	})
 	if err != nil {
 		return err
@@ -70,7 +87,7 @@ func runDetect(args []string, stdout io.Writer) error {
 	defer p.Close()
 
 	ctx := context.Background()
-	prep, err := p.Prepare(ctx, engine.Request{Image: data, Query: *query, Task: engine.Task(*task), MaxNewTokens: *maxNew})
+	prep, err := p.Prepare(ctx, engine.Request{Image: data, Query: o.query, Task: engine.Task(o.task), MaxNewTokens: o.maxNew})
 	if err != nil {
 		return err
 	}
@@ -78,12 +95,12 @@ func runDetect(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *overlayPath != "" {
+	if o.overlay != "" {
 		png, err := p.Overlay(prep, pred)
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(*overlayPath, png, 0o644); err != nil {
+		if err := os.WriteFile(o.overlay, png, 0o644); err != nil {
 			return fmt.Errorf("writing the overlay: %w", err)
 		}
 	}

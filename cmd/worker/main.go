@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/locateanything/detect/internal/cli"
 	"github.com/locateanything/detect/internal/version"
 	"github.com/locateanything/detect/worker"
 )
@@ -23,21 +23,29 @@ import (
 // subcommand is a tool run as `worker <name> args...`.
 type subcommand func(args []string, stdout io.Writer) error
 
+// tool is one command of the binary: the service itself (run) or a subcommand.
+type tool struct {
+	summary string          // one line, for the overview
+	help    func() cli.Help // its --help, built from the same flag set it parses
+	run     subcommand      // nil for the service itself
+}
+
 // usageError is a subcommand error that exits 2: bad flags or configuration.
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// subcommands lists the tools besides the worker itself.
-func subcommands() map[string]subcommand {
-	return map[string]subcommand{
-		"config":     runConfig,
-		"tokenize":   runTokenize,
-		"detect":     runDetect,
-		"bench":      runBench,
-		"smoke":      runSmoke,
-		"preprocess": runPreprocess,
-		"loadtest":   runLoadtest,
+// subcommands lists the commands: the service (run) and the tools besides it.
+func subcommands() map[string]tool {
+	return map[string]tool{
+		"run":        {summary: "run the worker (the default; configuration: LA_* variables)", help: runHelp},
+		"config":     {summary: "print the effective configuration and where each value came from", help: configHelp, run: runConfig},
+		"tokenize":   {summary: "text to token ids and back", help: tokenizeHelp, run: runTokenize},
+		"detect":     {summary: "one image and query straight through the engine", help: detectHelp, run: runDetect},
+		"bench":      {summary: "time the CPU backend's stages against the machine's ceilings", help: benchHelp, run: runBench},
+		"smoke":      {summary: "check a running server's /health, /info and /predict", help: smokeHelp, run: runSmoke},
+		"preprocess": {summary: "write the image the model sees", help: preprocessHelp, run: runPreprocess},
+		"loadtest":   {summary: "throughput on simulated chips through the real queue", help: loadtestHelp, run: runLoadtest},
 	}
 }
 
@@ -45,48 +53,61 @@ func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// realMain dispatches and returns the exit code: 0 after a clean run or drain, 1 on a
-// failure, 2 on a usage or configuration error.
+// realMain dispatches and returns the exit code: 0 after a clean run or drain, or after
+// --help or --version (which start nothing); 1 on a failure; 2 on a usage or configuration
+// error.
 func realMain(args []string, stdout, stderr io.Writer) int {
 	tools := subcommands()
+	name, rest := "run", args
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, rest = args[0], args[1:]
+	}
 	switch {
-	case len(args) > 0 && isHelp(args[0]), len(args) > 0 && args[0] == "help":
-		fmt.Fprint(stdout, usage(tools))
-		return 0
-	case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):
+	case len(args) > 0 && cli.IsVersion(args[0]), name == "version":
 		fmt.Fprintln(stdout, version.Get().String("worker"))
 		return 0
-	case len(args) > 0 && args[0] == "run":
-		if len(args) > 1 && isHelp(args[1]) {
-			fmt.Fprint(stdout, usage(tools))
-			return 0
-		}
+	case name == "help": // worker help [TOOL]
+		name, rest = "run", []string{"--help"}
 		if len(args) > 1 {
-			fmt.Fprintf(stderr, "worker run: takes no arguments (configuration is LA_* variables), got %q\n", args[1:])
-			return 2
-		}
-	case len(args) > 0:
-		cmd, ok := tools[args[0]]
-		if !ok {
-			fmt.Fprintf(stderr, "worker: unknown subcommand %q\n%s", args[0], usage(tools))
-			return 2
-		}
-		err := cmd(args[1:], stdout)
-		var usageErr usageError
-		switch {
-		case err == nil, errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.As(err, &usageErr):
-			fmt.Fprintf(stderr, "worker %s: %v\n", args[0], err)
-			return 2
-		case errors.Is(err, errSmokeFailed):
-			return 1
-		default:
-			fmt.Fprintf(stderr, "worker %s: %v\n", args[0], err)
-			return 1
+			name = args[1]
 		}
 	}
-	return runService(stdout, stderr)
+	t, ok := tools[name]
+	if !ok {
+		fmt.Fprintf(stderr, "worker: unknown subcommand %q\n%s", name, overview(tools))
+		return 2
+	}
+	if cli.AsksHelp(rest) {
+		if err := t.help().Write(stdout); err != nil {
+			return 1
+		}
+		return 0
+	}
+	if t.run == nil {
+		if len(rest) > 0 {
+			fmt.Fprintf(stderr, "worker run: takes no arguments (configuration is LA_* variables; worker --help lists them), got %q\n", rest)
+			return 2
+		}
+		return runService(stdout, stderr)
+	}
+	return exitCode(name, t.run(rest, stdout), stderr)
+}
+
+// exitCode prints a subcommand's error and says how the process exits.
+func exitCode(name string, err error, stderr io.Writer) int {
+	var usageErr usageError
+	switch {
+	case err == nil, cli.IsHelpErr(err):
+		return 0
+	case errors.As(err, &usageErr):
+		fmt.Fprintf(stderr, "worker %s: %v\n", name, err)
+		return 2
+	case errors.Is(err, errSmokeFailed):
+		return 1
+	default:
+		fmt.Fprintf(stderr, "worker %s: %v\n", name, err)
+		return 1
+	}
 }
 
 // runService runs the worker itself until SIGTERM or SIGINT.
@@ -110,15 +131,18 @@ func runService(stdout, stderr io.Writer) int {
 	return 0
 }
 
-func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
-
-func usage(tools map[string]subcommand) string {
+// overview lists the commands, one line each.
+func overview(tools map[string]tool) string {
 	names := make([]string, 0, len(tools))
 	for n := range tools {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return "usage: worker [run]          run the worker (configuration: LA_* variables, docs/worker.md)\n" +
-		"       worker config        print the effective configuration and where each value came from\n" +
-		"       worker " + strings.Join(names, "|") + " ...\n"
+	var b strings.Builder
+	b.WriteString("commands (worker COMMAND --help for each one's flags):\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-11s %s\n", n, tools[n].summary)
+	}
+	b.WriteString("  --version   print the version, commit and Go version\n")
+	return b.String()
 }

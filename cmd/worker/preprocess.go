@@ -3,13 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/locateanything/detect/engine/imageproc"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 const preprocessUsage = "usage: worker preprocess --image FILE [--in-token-limit N] [--grid native|HxW] [--canon-aspect WxH] --out CANON.png"
@@ -23,49 +23,56 @@ type preprocessOutput struct {
 	NumImageTokens int    `json:"num_image_tokens"`
 }
 
+// preprocessOptions are `worker preprocess`'s flags.
+type preprocessOptions struct {
+	image, grid, aspect, out string
+	limit                    int
+}
+
+// preprocessFlags defines `worker preprocess`'s flags on o.
+func preprocessFlags(o *preprocessOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("preprocess", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.image, "image", "", "image `FILE` (PNG, JPEG, GIF, WebP; required)")
+	fs.IntVar(&o.limit, "in-token-limit", 0, "most image patches before the image is shrunk (0 = the served limit, 1024)")
+	fs.StringVar(&o.grid, "grid", "native", `vision grid: native, HxW in 14-px patches (even sides), or "" to derive it from --canon-aspect`)
+	fs.StringVar(&o.aspect, "canon-aspect", "", "`WxH` in pixels the grid is derived from when --grid is not given (default 1920x1080)")
+	fs.StringVar(&o.out, "out", "", "write the canonical image to `FILE` (PNG; required)")
+	return fs
+}
+
 // runPreprocess implements `worker preprocess`: the image the model sees (decode, to_rgb
 // and every resize of engine/imageproc, before normalisation) written as a PNG, and its
 // sizes printed as JSON. No checkpoint: the served processor settings (patch 14, merge 2)
 // with the token limit and grid of the flags, which mean what they mean for `worker
 // detect` (and LA_IN_TOKEN_LIMIT, LA_CANON_GRID, LA_CANON_ASPECT).
 func runPreprocess(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("preprocess", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	imagePath := fs.String("image", "", "image file (PNG, JPEG, GIF, WebP)")
-	limit := fs.Int("in-token-limit", 0, "most image patches before the image is shrunk (0 = the served limit, 1024)")
-	grid := fs.String("grid", "native", `vision grid: native, HxW in 14-px patches (even sides), or "" to derive it from --canon-aspect`)
-	aspect := fs.String("canon-aspect", "", "WxH in pixels the grid is derived from when --grid is not given (default 1920x1080)")
-	out := fs.String("out", "", "write the canonical image here (PNG)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, preprocessUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return err
-		}
-		return usageError{fmt.Errorf("%w\n%s", err, preprocessUsage)}
+	var f preprocessOptions
+	fs := preprocessFlags(&f)
+	rest, err := cli.Parse(fs, args)
+	if err != nil {
+		return flagError(fmt.Errorf("%w\n%s", err, preprocessUsage), preprocessHelp, stdout)
 	}
 	gridSet := false
-	fs.Visit(func(f *flag.Flag) { gridSet = gridSet || f.Name == "grid" })
+	fs.Visit(func(fl *flag.Flag) { gridSet = gridSet || fl.Name == "grid" })
 	switch {
-	case fs.NArg() > 0:
-		return usageError{fmt.Errorf("unexpected argument %q\n%s", fs.Arg(0), preprocessUsage)}
-	case *imagePath == "" || *out == "":
+	case len(rest) > 0:
+		return usageError{fmt.Errorf("unexpected argument %q\n%s", rest[0], preprocessUsage)}
+	case f.image == "" || f.out == "":
 		return usageError{fmt.Errorf("preprocess needs --image and --out\n%s", preprocessUsage)}
-	case *aspect != "" && gridSet && *grid != "":
+	case f.aspect != "" && gridSet && f.grid != "":
 		return usageError{fmt.Errorf("--canon-aspect derives the grid: give it without --grid (or with --grid \"\")")}
-	case *aspect != "":
-		*grid = ""
+	case f.aspect != "":
+		f.grid = ""
 	}
 	o := imageproc.DefaultOptions()
-	if *limit > 0 {
-		o.InTokenLimit = *limit
+	if f.limit > 0 {
+		o.InTokenLimit = f.limit
 	}
-	var err error
-	if o.CanonGrid, err = imageproc.ResolveCanonGrid(*grid, *aspect, o); err != nil {
+	if o.CanonGrid, err = imageproc.ResolveCanonGrid(f.grid, f.aspect, o); err != nil {
 		return usageError{err}
 	}
-	return preprocessFile(o, *imagePath, *out, stdout)
+	return preprocessFile(o, f.image, f.out, stdout)
 }
 
 // preprocessFile writes the canonical image of imagePath to outPath and prints its sizes.

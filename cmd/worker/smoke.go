@@ -71,9 +71,9 @@ type smokePrediction struct {
 // and print one line, `PASS ...` or `FAIL reason`. It returns errSmokeFailed after a FAIL,
 // and flag.ErrHelp after printing the usage for -h.
 func runSmoke(args []string, stdout io.Writer) error {
-	opts, err := parseSmokeFlags(args, stdout)
+	opts, err := parseSmokeFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
-		return err
+		return flagError(err, smokeHelp, stdout) // help.go: the help every command prints
 	}
 	if err != nil {
 		fmt.Fprintf(stdout, "FAIL %v\n", err)
@@ -88,27 +88,31 @@ func runSmoke(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func parseSmokeFlags(args []string, usage io.Writer) (smokeOptions, error) {
-	var o smokeOptions
+// smokeFlags defines `worker smoke`'s flags on o.
+func smokeFlags(o *smokeOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("worker smoke", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // a flag error becomes the FAIL line; only -h prints the usage
-	fs.StringVar(&o.url, "url", "http://127.0.0.1:20000", "base URL of the server")
-	fs.StringVar(&o.image, "image", "", "PNG or JPEG file to send (required)")
+	fs.SetOutput(io.Discard) // a flag error becomes the FAIL line; --help prints the help
+	fs.StringVar(&o.url, "url", "http://127.0.0.1:20000", "base `URL` of the server")
+	fs.StringVar(&o.image, "image", "", "PNG or JPEG `FILE` to send (required)")
 	fs.StringVar(&o.query, "query", "", "query; several categories joined with </c> (required)")
-	fs.StringVar(&o.save, "save", "", "write the overlay PNG to this file")
+	fs.StringVar(&o.save, "save", "", "write the overlay PNG to this `FILE`")
 	fs.DurationVar(&o.wait, "wait", 2*time.Minute, "how long to wait for /health to say ok")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "limit for the /predict call")
 	fs.IntVar(&o.maxNewTokens, "max-new-tokens", 0, "token budget (0: the server's default)")
 	fs.IntVar(&o.minBoxes, "min-boxes", 1, "fail with fewer boxes than this")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(usage, "usage: worker smoke --url URL --image FILE --query QUERY [--save overlay.png]")
-			fs.SetOutput(usage)
-			fs.PrintDefaults()
-		}
-		return o, fmt.Errorf("flags: %w", err)
+	return fs
+}
+
+func parseSmokeFlags(args []string) (smokeOptions, error) {
+	var o smokeOptions
+	fs := smokeFlags(&o)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return o, err
 	}
 	switch {
+	case err != nil:
+		return o, fmt.Errorf("flags: %w", err)
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("flags: unexpected argument %q", fs.Arg(0))
 	case o.image == "":

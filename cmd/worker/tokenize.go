@@ -10,35 +10,52 @@ import (
 	"strings"
 
 	"github.com/locateanything/detect/engine/tokenizer"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 const tokenizeUsage = "usage: worker tokenize [--weights DIR] [--decode] TEXT..."
+
+// tokenizeOptions are `worker tokenize`'s flags.
+type tokenizeOptions struct {
+	weights string
+	decode  bool
+}
+
+// tokenizeFlags defines `worker tokenize`'s flags on o.
+func tokenizeFlags(o *tokenizeOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.weights, "weights", "", "checkpoint `DIR` with vocab.json, merges.txt and added_tokens.json")
+	fs.BoolVar(&o.decode, "decode", false, "read a JSON array of ids and print their text")
+	return fs
+}
 
 // runTokenize implements `worker tokenize --weights DIR [--decode] TEXT...`. It prints the
 // token ids of TEXT (the arguments joined by spaces) as a JSON array; with --decode, TEXT
 // is a JSON array of ids and it prints their text. DIR is a checkpoint directory holding
 // vocab.json, merges.txt and added_tokens.json, by default $LA_WEIGHTS_DIR.
 func runTokenize(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	weights := fs.String("weights", os.Getenv("LA_WEIGHTS_DIR"), "checkpoint directory with the tokenizer files (default $LA_WEIGHTS_DIR)")
-	decode := fs.Bool("decode", false, "read a JSON array of ids and print their text")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w\n%s", err, tokenizeUsage)
+	var o tokenizeOptions
+	text, err := cli.Parse(tokenizeFlags(&o), args)
+	if err != nil {
+		return flagError(fmt.Errorf("%w\n%s", err, tokenizeUsage), tokenizeHelp, stdout)
 	}
-	if *weights == "" {
+	if o.weights == "" {
+		o.weights = os.Getenv("LA_WEIGHTS_DIR")
+	}
+	if o.weights == "" {
 		return fmt.Errorf("tokenize needs --weights DIR or $LA_WEIGHTS_DIR\n%s", tokenizeUsage)
 	}
-	if fs.NArg() == 0 {
+	if len(text) == 0 {
 		return fmt.Errorf("tokenize needs the text to encode (or, with --decode, the ids)\n%s", tokenizeUsage)
 	}
-	input := strings.Join(fs.Args(), " ")
+	input := strings.Join(text, " ")
 
-	tok, err := tokenizer.Load(*weights)
+	tok, err := tokenizer.Load(o.weights)
 	if err != nil {
 		return fmt.Errorf("tokenize: %w", err)
 	}
-	if *decode {
+	if o.decode {
 		text, err := decodeIDs(tok, input)
 		if err != nil {
 			return fmt.Errorf("tokenize --decode: %w", err)

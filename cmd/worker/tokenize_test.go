@@ -26,6 +26,7 @@ func TestTokenizeEncodes(t *testing.T) {
 		{[]string{"--weights", tokenizerDir, "<ref>car</ref><box>None</box><|im_end|>"},
 			"[151672,6918,151673,151668,4064,151669,151645]\n"},
 		{[]string{"--weights", tokenizerDir, ""}, "[]\n"},
+		{[]string{"Hello,", "my", "dog", "--weights", tokenizerDir, "is", "cute"}, "[9707,11,847,5562,374,18838]\n"}, // flags after the text
 	}
 	for _, tt := range tests {
 		got, err := runTokenizeOutput(t, tt.args...)

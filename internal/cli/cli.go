@@ -147,13 +147,17 @@ func (h Help) Write(w io.Writer) error {
 	}
 	rows = append(rows, [2]string{"-h, --help", "print this help and exit"})
 	b.WriteString("\nflags (before or after the arguments):\n")
-	writeRows(&b, rows)
+	writeRows(&b, rows, leftWidth(rows))
 	if len(h.Env) > 0 {
 		b.WriteString("\nenvironment (default; current value when set):\n")
 		section := ""
 		var vars [][2]string
+		left := 0
+		for _, s := range h.Env {
+			left = max(left, min(len(s.Name), 28))
+		}
 		flush := func() {
-			writeRows(&b, vars)
+			writeRows(&b, vars, left)
 			vars = nil
 		}
 		for _, s := range h.Env {
@@ -235,14 +239,18 @@ func isZero(f *flag.Flag) bool {
 	return f.DefValue == "" || (ok && f.DefValue == zv.String())
 }
 
-// writeRows writes two aligned columns, the second wrapped at width; a first column too
-// long for the alignment gets a line of its own.
-func writeRows(b *strings.Builder, rows [][2]string) {
+// leftWidth is the first column's width for rows: the longest, up to 28 characters.
+func leftWidth(rows [][2]string) int {
 	left := 0
 	for _, r := range rows {
 		left = max(left, len(r[0]))
 	}
-	left = min(left, 28)
+	return min(left, 28)
+}
+
+// writeRows writes two aligned columns, the first left characters wide and the second
+// wrapped at width; a first column too long for it gets a line of its own.
+func writeRows(b *strings.Builder, rows [][2]string, left int) {
 	indent := strings.Repeat(" ", 2+left+2)
 	for _, r := range rows {
 		lines := wrap(r[1], width-len(indent))

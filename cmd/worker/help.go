@@ -1,0 +1,146 @@
+package main
+
+import (
+	"io"
+	"os"
+	"slices"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/locateanything/detect/bench"
+	"github.com/locateanything/detect/bench/loadtest"
+	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/internal/cli"
+)
+
+// Each command's --help. The flag sets are the ones the commands parse (built by the same
+// functions); the variables and their defaults come from package config.
+
+func runHelp() cli.Help {
+	return cli.Help{
+		Usage: []string{"worker [run]", "worker COMMAND [flags] [arguments]", "worker --version"},
+		Summary: "Runs the detection service: one Runner per chip pulls jobs from NATS JetStream (an embedded\n" +
+			"server when LA_NATS_URL is empty), /predict answers on LA_HTTP_ADDR and metrics on\n" +
+			"LA_METRICS_ADDR, until SIGTERM or SIGINT drains it. It takes no flags: the configuration is\n" +
+			"the environment below.\n\n" + overview(subcommands()),
+		Env:       config.Settings(config.Worker{}, nil),
+		Environ:   os.Environ(),
+		BySection: true,
+		Footer: "docs/worker.md says what each variable means; `worker config` prints the effective values\n" +
+			"and where each came from. An unknown LA_* variable stops the worker with the closest name.",
+	}
+}
+
+func configHelp() cli.Help {
+	return cli.Help{
+		Usage: []string{"worker config"},
+		Summary: "Prints every variable of the worker's configuration with its effective value and whether\n" +
+			"it came from the environment or the default (secrets redacted), or exits 2 naming what\n" +
+			"does not load. It starts nothing. The variables are those `worker --help` lists.",
+	}
+}
+
+func tokenizeHelp() cli.Help {
+	var o tokenizeOptions
+	return cli.Help{
+		Usage:   []string{"worker tokenize [--weights DIR] TEXT...", "worker tokenize [--weights DIR] --decode '[ID,...]'"},
+		Summary: "Prints the Qwen2 token ids of TEXT (the arguments joined by spaces) as a JSON array, or\nwith --decode the text of a JSON array of ids.",
+		Flags:   tokenizeFlags(&o),
+		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR"},
+		Env:     workerVars("LA_WEIGHTS_DIR"),
+		Environ: os.Environ(),
+	}
+}
+
+func detectHelp() cli.Help {
+	var o detectOptions
+	return cli.Help{
+		Usage: []string{"worker detect --image FILE --query TEXT [flags]"},
+		Summary: "Runs one image and query straight through the CPU engine, no queue and no server, and\n" +
+			"prints the /predict-shaped answer with the generated ids. Without --weights the checkpoint\n" +
+			"is chosen as the worker chooses it (the variables below), down to the bundled model.",
+		Flags:   detectFlags(&o),
+		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR"},
+		Env:     config.Settings(config.Weights{}, nil),
+		Environ: os.Environ(),
+	}
+}
+
+func benchHelp() cli.Help {
+	return cli.Help{
+		Usage: []string{bench.Usage[len("usage: "):]},
+		Summary: "Times the CPU backend's stages (vision, prefill, decode) on a checkpoint against the\n" +
+			"machine's own memory bandwidth and sgemm rate, and prints medians (docs/cpu-backend.md).",
+		Flags:   bench.Flags(""),
+		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR"},
+		Env:     workerVars("LA_WEIGHTS_DIR"),
+		Environ: os.Environ(),
+	}
+}
+
+func smokeHelp() cli.Help {
+	var o smokeOptions
+	return cli.Help{
+		Usage: []string{"worker smoke --url URL --image FILE --query QUERY [flags]"},
+		Summary: "Waits for GET /health to say ok, reads /info, POSTs one image to /predict with an overlay,\n" +
+			"checks every field of the answer and prints one line: PASS with the figures, or why it\n" +
+			"did not pass (exit 1).",
+		Flags: smokeFlags(&o),
+	}
+}
+
+func preprocessHelp() cli.Help {
+	var o preprocessOptions
+	return cli.Help{
+		Usage: []string{preprocessUsage[len("usage: "):]},
+		Summary: "Writes the image the model sees (decode, RGB and every resize, before normalisation) as a\n" +
+			"PNG and prints its sizes as JSON. No checkpoint is needed.",
+		Flags: preprocessFlags(&o),
+	}
+}
+
+func loadtestHelp() cli.Help {
+	return cli.Help{
+		Usage: []string{loadtest.Usage[len("usage: "):]},
+		Summary: "Pushes 1080p JPEG jobs through the embedded NATS, the Runners and local storage on\n" +
+			"simulated chips (LA_SIM_* is the cost model): a serial baseline, then each batch size for\n" +
+			"each chip count; prints jobs/s, device busy, latency and host CPU per job (docs/sim.md).",
+		Flags:   loadtest.Flags(helpConfig()),
+		FlagEnv: map[string]string{"chips": "LA_CHIPS", "batch": "LA_MAX_BATCH"},
+		Env: append(workerVars("LA_CHIPS", "LA_MAX_BATCH"), slices.DeleteFunc(config.Settings(config.Worker{}, nil),
+			func(s config.Setting) bool { return s.Section != "Sim" })...),
+		Environ: os.Environ(),
+	}
+}
+
+// workerVars are the worker's settings of the given names, in that order.
+func workerVars(names ...string) []config.Setting {
+	all := config.Settings(config.Worker{}, nil)
+	var out []config.Setting
+	for _, n := range names {
+		if i := slices.IndexFunc(all, func(s config.Setting) bool { return s.Name == n }); i >= 0 {
+			out = append(out, all[i])
+		}
+	}
+	return out
+}
+
+// helpConfig is the configuration as the environment gives it, for flag defaults that
+// follow a variable; help never fails on it: a value that does not parse leaves the rest.
+func helpConfig() config.Worker {
+	var c config.Worker
+	_ = envconfig.Process("", &c)
+	return c
+}
+
+// flagError turns an error of a tool's flags into its result: help asked for prints the
+// help (exit 0); anything else is a usage error (exit 2).
+func flagError(err error, help func() cli.Help, stdout io.Writer) error {
+	if cli.IsHelpErr(err) {
+		if werr := help().Write(stdout); werr != nil {
+			return werr
+		}
+		return err
+	}
+	return usageError{err}
+}
