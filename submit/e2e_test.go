@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,7 +141,8 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 		t.Errorf("the engine ran %d images, one of them %d times; want %d images once each", images, most, n)
 	}
 
-	// The COCO export has every succeeded image and its boxes.
+	// The COCO export has every succeeded image and its boxes, numbered in the order of
+	// the inputs whatever order the results came in, and rounded to 2 decimals.
 	var coco cocoFile
 	data, err := os.ReadFile(filepath.Join(out, COCOFile))
 	if err != nil {
@@ -150,9 +152,14 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := want.Detections[0].Box
-	wantBBox := [4]float64{b[0], b[1], b[2] - b[0], b[3] - b[1]} // x, y, width, height
+	wantBBox := [4]float64{round2(b[0]), round2(b[1]), round2(b[2] - b[0]), round2(b[3] - b[1])} // x, y, width, height
 	if len(coco.Images) != n || len(coco.Annotations) != 2*n || len(coco.Categories) != 2 || coco.Annotations[0].BBox != wantBBox {
 		t.Errorf("COCO: %d images, %d annotations, categories %+v, first box %v", len(coco.Images), len(coco.Annotations), coco.Categories, coco.Annotations[0].BBox)
+	}
+	for i, im := range coco.Images {
+		if name := fmt.Sprintf("%04d.png", i); im.ID != i+1 || im.FileName != name {
+			t.Fatalf("COCO image %d: id %d, file %q; want %d, %s", i, im.ID, im.FileName, i+1, name)
+		}
 	}
 
 	// A third run finds everything done and publishes nothing.

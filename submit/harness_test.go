@@ -82,6 +82,7 @@ type system struct {
 	store    *storage.Router
 	output   string // the worker's default output prefix
 	eng      *enginetest.Engine
+	open     func() (engine.Engine, error) // the worker's engine; nil = eng
 }
 
 // systemOptions vary a system; the zero value is the default topology and S3 output.
@@ -90,11 +91,14 @@ type systemOptions struct {
 	// fileRoot, when set, is a directory worker and CLI may use through file:// URLs (the
 	// single-machine setup); results and overlays are then stored under it.
 	fileRoot string
+	// engine, when set, opens the worker's engine (a real pipeline) in place of the
+	// double startSystem is given.
+	engine func() (engine.Engine, error)
 }
 
 func startSystem(t *testing.T, eng *enginetest.Engine, opts systemOptions) *system {
 	t.Helper()
-	s := &system{nats: natstest.Start(t), s3: s3test.Start(t), eng: eng, output: "s3://results/out/"}
+	s := &system{nats: natstest.Start(t), s3: s3test.Start(t), eng: eng, open: opts.engine, output: "s3://results/out/"}
 	s.s3.CreateBucket(t, "images")
 	s.s3.CreateBucket(t, "results")
 	s.storeCfg = storage.Config{
@@ -135,7 +139,11 @@ func startSystem(t *testing.T, eng *enginetest.Engine, opts systemOptions) *syst
 // startWorker runs a jobs.Runner until the test ends.
 func (s *system) startWorker(t *testing.T) {
 	t.Helper()
-	c, err := chip.Open(func() (engine.Engine, error) { return s.eng, nil })
+	open := s.open
+	if open == nil {
+		open = func() (engine.Engine, error) { return s.eng, nil }
+	}
+	c, err := chip.Open(open)
 	if err != nil {
 		t.Fatal(err)
 	}

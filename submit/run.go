@@ -380,7 +380,7 @@ func (r *batchRun) execute(parent context.Context) (sum Summary, err error) {
 		if err := r.out.sync(); err != nil {
 			return r.sum, err
 		}
-		if err := writeCOCO(r.cfg.OutDir); err != nil {
+		if err := r.exportCOCO(); err != nil {
 			return r.sum, err
 		}
 	}
