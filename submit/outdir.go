@@ -219,13 +219,16 @@ func (o *outDir) writeRow(r Row) error {
 }
 
 func (o *outDir) appendLine(w *bufio.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
+	// Plain UTF-8, < > & as they are: grep 'person</c>car' results.jsonl finds the line.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // one line, with its newline
 		return fmt.Errorf("encode output line: %w", err)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, err := w.Write(append(b, '\n')); err != nil {
+	if _, err := w.Write(b.Bytes()); err != nil {
 		return fmt.Errorf("write %s: %w", o.path, err)
 	}
 	return nil

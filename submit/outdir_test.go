@@ -3,6 +3,7 @@ package submit
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/locateanything/detect/jobs"
@@ -49,6 +50,33 @@ func TestOutDirResumesAndCutsATornLastLine(t *testing.T) {
 	must(t, err)
 	if len(rows) != 2 || rows[1].ID != "job2" {
 		t.Fatalf("rows = %+v, want job1 then job2", rows)
+	}
+}
+
+// TestResultsLinesArePlainUTF8: results.jsonl writes <, > and & as they are (no \u003c),
+// so a query or answer can be found with grep, and the lines read back the same.
+func TestResultsLinesArePlainUTF8(t *testing.T) {
+	dir := t.TempDir()
+	o, _, err := openOutDir(dir)
+	must(t, err)
+	row := Row{Source: "a&b.jpg", Result: jobs.Result{ID: "job1", Status: jobs.StatusSucceeded,
+		Answer: jobs.Answer{Query: "person</c>car", RawText: "<ref>person</ref><box>None</box>"}, Metadata: []byte(`{"note":"<é>"}`)}}
+	must(t, o.writeRow(row))
+	must(t, o.close())
+	data, err := os.ReadFile(filepath.Join(dir, ResultsFile))
+	must(t, err)
+	for _, want := range []string{`"source":"a&b.jpg"`, `"query":"person</c>car"`, `"raw_text":"<ref>person</ref><box>None</box>"`, `"metadata":{"note":"<é>"}`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("results.jsonl lacks %s: %s", want, data)
+		}
+	}
+	if strings.Count(string(data), "\n") != 1 {
+		t.Errorf("want one line: %q", data)
+	}
+	rows, err := readRows(dir)
+	must(t, err)
+	if len(rows) != 1 || rows[0].Query != row.Query || rows[0].RawText != row.RawText || rows[0].Source != row.Source {
+		t.Errorf("read back %+v", rows)
 	}
 }
 
