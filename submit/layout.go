@@ -34,7 +34,8 @@ func relUnder(root, p string) string {
 			_, rel, _ = strings.Cut(p, "://")
 		}
 	default:
-		if r, err := filepath.Rel(root, p); err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		rel = filepath.Clean(p)
+		if r, err := filepath.Rel(root, rel); err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator)) {
 			rel = r
 		}
 	}
