@@ -188,7 +188,7 @@ func writeTable(w io.Writer, outcomes []Outcome) {
 	for _, o := range outcomes {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t\n",
 			o.Scenario, o.Chips, o.Batch, o.Prefetch, o.Jobs, o.Failed, o.JobsPerS, o.JobsPerSPerChip,
-			100*o.DeviceBusy, 100*o.DeviceBusyOverall, 100*o.DeviceWakeLate, o.MeanBatch, o.P50MS, o.P95MS, o.HostCPUMSPerJob,
+			100*o.DeviceBusy, 100*o.DeviceBusyOverall, 100*o.SimWakeLate, o.MeanBatch, o.P50MS, o.P95MS, o.HostCPUMSPerJob,
 			o.TokensPerJob, o.DeviceBoundJobsPerS)
 	}
 	tw.Flush()

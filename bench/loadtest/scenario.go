@@ -55,11 +55,10 @@ type Outcome struct {
 	// every job left was held by a Runner); DeviceBusyOverall over the whole run.
 	DeviceBusy        float64 `json:"device_busy"`
 	DeviceBusyOverall float64 `json:"device_busy_overall"`
-	// DeviceWakeLate is the fraction of the same backlog time the chips sat idle only
-	// because the simulation's sleeping thread woke late (the machine's scheduling, not
-	// the pipeline); the rest of the idle time, 1 - busy - late, the chips waited for the
-	// host pipeline.
-	DeviceWakeLate  float64 `json:"device_wake_late"`
+	// SimWakeLate is the wake-up lateness the simulated chips forgave their sleeping
+	// threads (docs/sim.md), as a share of the same backlog time: how oversubscribed the
+	// machine running the test was. It is not device time, and not idle time either.
+	SimWakeLate     float64 `json:"sim_wake_late"`
 	MeanBatch       float64 `json:"mean_batch"` // sequences per decode step
 	P50MS           float64 `json:"p50_ms"`     // submit to result
 	P95MS           float64 `json:"p95_ms"`
@@ -258,11 +257,11 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 	}
 	o.DeviceBusyOverall = fraction(end.meter.Sub(start.meter).Busy, wall, s.chips)
 	o.DeviceBusy = o.DeviceBusyOverall
-	o.DeviceWakeLate = fraction(end.meter.Sub(start.meter).Late, wall, s.chips)
+	o.SimWakeLate = fraction(end.meter.Sub(start.meter).Late, wall, s.chips)
 	if backlogEnd > 0 {
 		during := backlog.meter.Sub(start.meter)
 		o.DeviceBusy = fraction(during.Busy, backlog.at.Sub(start.at), s.chips)
-		o.DeviceWakeLate = fraction(during.Late, backlog.at.Sub(start.at), s.chips)
+		o.SimWakeLate = fraction(during.Late, backlog.at.Sub(start.at), s.chips)
 	} else {
 		r.log.Warn("fewer jobs than the Runners hold: no backlog, device_busy is the whole run's", "scenario", s.name)
 	}

@@ -6,9 +6,8 @@ import (
 )
 
 // Meter adds up what simulated devices did: their busy time (the modelled cost of every
-// step, the time the chip would have spent computing), how late the simulation woke from
-// each step (time the chip sat idle only because the host thread was not running), and
-// their prefills and decode steps. One Meter may serve one chip or several; its methods are
+// step, the time the chip would have spent computing), the wake-up lateness their threads
+// were forgiven (timeline), and their prefills and decode steps. One Meter may serve one chip or several; its methods are
 // safe for concurrent use, so a load test reads it while the chips run.
 type Meter struct {
 	busy  atomic.Int64 // nanoseconds
@@ -21,7 +20,7 @@ type Meter struct {
 // MeterReading is a Meter at one moment.
 type MeterReading struct {
 	Busy      time.Duration // device time
-	Late      time.Duration // wake-up lateness after the steps: the sleeping thread's, not the device's
+	Late      time.Duration // wake-up lateness forgiven: the sleeping thread's, not the device's
 	Sequences int64         // prefills run
 	Steps     int64         // decode steps run
 	Rows      int64         // sequences those steps advanced, summed
@@ -59,8 +58,8 @@ func (r MeterReading) MeanBatch() float64 {
 	return float64(r.Rows) / float64(r.Steps)
 }
 
-// record adds one device call: its cost, the wake-up lateness after it, the sequences it
-// started (a prefill) and the rows it advanced (a decode step; 0 for others).
+// record adds one device call: its cost, the wake-up lateness forgiven after it, the
+// sequences it started (a prefill) and the rows it advanced (a decode step; 0 for others).
 func (m *Meter) record(busy, late time.Duration, seqs, rows int) {
 	if m == nil {
 		return

@@ -51,6 +51,7 @@ type Backend struct {
 	o        Options
 	imageEnd int32 // </img>: the instruction follows it
 	imEnd    int32 // <|im_end|>: ends the instruction (the EOS, on the real checkpoint)
+	clock    timeline
 
 	kept   *image // vision's output, waiting for the next prefill
 	slots  []slot
@@ -90,7 +91,7 @@ func New(o Options) (*Backend, error) {
 	if o.Tokenizer == nil {
 		return nil, errors.New("sim: a tokenizer is required")
 	}
-	b := &Backend{o: o, slots: make([]slot, o.MaxBatch)}
+	b := &Backend{o: o, slots: make([]slot, o.MaxBatch), clock: timeline{now: time.Now, sleep: sleepFor}}
 	for _, t := range []struct {
 		name string
 		id   *int32
@@ -130,9 +131,9 @@ func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
 		return fmt.Errorf("sim: vision: %d floats of patches, a %dx%d grid needs %d", len(patches), gridH, gridW, want)
 	}
 	cost := b.o.Costs.VisionCost(gridH, gridW)
-	done := startStep(cost)
+	step := b.clock.begin(cost)
 	b.kept = &image{hash: hashPatches(patches), tokens: gridH * gridW / (k * k)}
-	b.o.Meter.record(cost, waitStep(done), 0, 0)
+	b.o.Meter.record(cost, b.clock.end(step, cost), 0, 0)
 	return nil
 }
 
@@ -167,12 +168,12 @@ func (b *Backend) Prefill(slotID int, ids []int32, wantProb bool) (int32, float3
 	}
 
 	cost := b.o.Costs.PrefillCost(PrefillLength(len(ids)))
-	done := startStep(cost)
+	step := b.clock.begin(cost)
 	q := readInstruction(b.instruction(ids))
 	plan := append(b.o.Tokenizer.Encode(answerText(b.kept.hash, q)), b.o.EOS)
 	*s = slot{live: true, plan: plan, image: b.kept.hash, next: 1, last: plan[0], pos: len(ids)}
 	b.kept = nil // consumed, as on the chip
-	b.o.Meter.record(cost, waitStep(done), 1, 0)
+	b.o.Meter.record(cost, b.clock.end(step, cost), 1, 0)
 	var prob float32
 	if wantProb {
 		prob = tokenProb(s.image, 0, plan[0])
@@ -235,7 +236,7 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 		}
 	}
 	cost := b.o.Costs.StepCost(len(b.slots))
-	done := startStep(cost)
+	step := b.clock.begin(cost)
 	for i, id := range slots {
 		s := &b.slots[id]
 		tok := b.o.EOS // past the end of the plan (the host ignored EOS): more EOS
@@ -249,7 +250,7 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 		s.pos++
 		s.last, next[i] = tok, tok
 	}
-	b.o.Meter.record(cost, waitStep(done), 0, n)
+	b.o.Meter.record(cost, b.clock.end(step, cost), 0, n)
 	return nil
 }
 
@@ -280,18 +281,4 @@ func (b *Backend) Close() error {
 	b.closed = true
 	b.slots, b.kept = nil, nil
 	return nil
-}
-
-// startStep returns when a step of the given cost, starting now, ends.
-func startStep(cost time.Duration) time.Time { return time.Now().Add(cost) }
-
-// waitStep keeps the calling thread asleep until a step's end and returns how late it
-// woke: it sleeps, never spins, so the simulated device costs the host no CPU. The
-// host-side work of the step (hashing, planning) runs before it, inside the step's time;
-// when that work took longer than the device would have, there is nothing left to wait.
-func waitStep(end time.Time) (late time.Duration) {
-	if d := time.Until(end); d > 0 {
-		sleepFor(d)
-	}
-	return max(time.Since(end), 0)
 }

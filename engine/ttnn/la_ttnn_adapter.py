@@ -278,10 +278,14 @@ def greedy(row):
 
 
 def token_prob(np, row, token):
-    """The softmax probability of token under a float32 logits row, summed in float64."""
-    z = row.astype(np.float64)
-    e = np.exp(z - z.max())
-    return float(e[token] / e.sum())
+    """The softmax probability of token under a float32 logits row, where token is the row's
+    greedy choice (its highest logit): 1 / sum(exp(row - row[token])), the exponentials in
+    float32 (the row's own precision, within 1e-7 relative) summed in float64. The pipeline asks
+    for it on every step and it runs on the thread that feeds the chip, one pass over the
+    vocabulary per row: this form is about 4x cheaper than exponentiating a float64 copy
+    (docs/scores.md, "Cost")."""
+    e = np.exp(row - row[token])
+    return float(1.0 / e.sum(dtype=np.float64))
 
 
 def warmup_prompt(settings, n_image, text_tokens=27):
