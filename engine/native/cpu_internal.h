@@ -84,13 +84,20 @@ typedef void (*cpu_rows_fn)(const void *w, size_t ldw, int rows, int n, const fl
 typedef void (*cpu_axpy_fn)(float *y, float a, const float *x, int n);
 /* The sum of e^(x[i] - m) over i < n, for m >= every x[i], accumulated in double. */
 typedef double (*cpu_expsum_fn)(const float *x, int n, float m);
+/* gate[i] = silu(gate[i]) * up[i] for i < n (the SwiGLU of the MLP). */
+typedef void (*cpu_swiglu_fn)(float *gate, const float *up, size_t n);
+/* Reorders nx activation rows of n floats, ldx apart, into the layout a rows kernel reads
+ * (dst has the same row stride). */
+typedef void (*cpu_pack_fn)(const float *x, size_t ldx, int n, int nx, float *dst);
 
 /* The kernels picked once at open from the CPU's features. */
 typedef struct {
     const char *isa; /* "avx512", "avx2" or "generic" */
     cpu_rows_fn rows[3]; /* indexed by la_dtype */
+    cpu_pack_fn pack[3]; /* NULL: rows[dtype] reads the activations as they are */
     cpu_axpy_fn axpy;
     cpu_expsum_fn expsum;
+    cpu_swiglu_fn swiglu;
 } cpu_kernels;
 
 void cpu_kernels_select(cpu_kernels *k);
@@ -118,10 +125,12 @@ typedef struct {
     size_t ldy;
 } cpu_matmat;
 
-/* Runs count independent products (up to 4) for n activation rows in one pool dispatch,
- * each thread taking the same share of every product's weight rows (one wake-up instead
- * of several, and every weight row read once for all n rows). */
-void cpu_matmat_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matmat *mm, int count, int n);
+/* Runs count independent products (up to 4) of one input x (mm[j].x all equal) for n
+ * activation rows in one pool dispatch, each thread taking the same share of every
+ * product's weight rows (one wake-up instead of several, and every weight row read once
+ * for all n rows). xpack holds n rows of x, ldx apart, for kernels that read it packed. */
+void cpu_matmat_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matmat *mm, int count, int n,
+                    float *xpack);
 
 /* Dense helpers on float32 rows. */
 void cpu_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
@@ -227,6 +236,7 @@ typedef struct {
     /* [max_batch, width] buffers: row i belongs to the step's i-th sequence */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     float *scores; /* [max_batch, heads, max_seq_len] */
+    float *xpack;  /* [max_batch, widest input]: a product's input as its kernel reads it */
     /* the token picker's per-thread partial results, [threads][max_batch] */
     float *part_max;
     int32_t *part_idx;

@@ -100,9 +100,10 @@ void cpu_to_f32(la_dtype t, const void *src, float *dst, size_t n) {
  *
  * Batching must never change a sequence's numbers. So each (weight row, sequence) dot
  * product has one fixed recipe, whatever else is computed next to it: a single float32
- * vector accumulator fed one fused multiply-add per vector width of elements in order,
- * the last partial vector masked (AVX-512) or added element by element after the lanes
- * are summed (AVX2, plain C). The kernels compute tiles of R weight rows x C sequences
+ * vector accumulator fed fused multiply-adds along the row in a fixed order (one per
+ * vector width of elements; bf16 on AVX-512 in blocks of 32, see tile_avx512), the last
+ * partial vector masked (AVX-512) or added element by element after the lanes are summed
+ * (AVX2, plain C). The kernels compute tiles of R weight rows x C sequences
  * (R x C accumulators live in registers): a weight vector is loaded and widened once per
  * tile and used C times, an activation vector loaded once and used R times. The tile
  * shape only decides which independent dot products run side by side, never how any one
@@ -112,11 +113,18 @@ void cpu_to_f32(la_dtype t, const void *src, float *dst, size_t n) {
  * A tile's R weight rows (R x cols elements, 16 KB for 4 rows of 2048 bf16) stay in L1/L2
  * while the kernel walks the groups of C sequences, so DRAM sees each weight row once. */
 
+/* Tile shapes: R weight rows (single rows only at the end of a range) x up to C sequences.
+ * AVX-512: 16 accumulators + 8 activations (bf16 pairs, below) + 2 widened weights of
+ * the 32 zmm registers. AVX2: 8 accumulators + 4 weights + 1 activation of the 16 ymm
+ * registers. */
 enum {
-    TILE_R = 4,        /* weight rows per tile (single rows only at the end of a range) */
-    TILE_C_LIMIT = 4,  /* the most sequences per tile that TILE_WALK instantiates */
-    TILE_C_AVX512 = 4, /* 16 zmm accumulators + 4 weights + 1 activation of 32 registers */
-    TILE_C_AVX2 = 2,   /* 8 ymm accumulators + 4 weights + 1 activation of 16 registers */
+    TILE_R_LIMIT = 4, /* the most rows of any tile, for the accumulator arrays */
+    TILE_C_LIMIT = 4, /* the most sequences per tile that TILE_WALK instantiates */
+    TILE_R_AVX512 = 4,
+    TILE_C_AVX512 = 4,
+    TILE_R_AVX2 = 4,
+    TILE_C_AVX2 = 2,
+    TILE_R_PLAIN = 4,
     TILE_C_PLAIN = 4,
 };
 
@@ -139,12 +147,12 @@ static ALWAYS_INLINE float load1_plain(const void *w, la_dtype t, size_t i) {
  * package is built without FMA contraction). R and C are constants after inlining. */
 static ALWAYS_INLINE void tile_plain(la_dtype t, const void *w, size_t ldw, int n, const float *x,
                                      size_t ldx, float *y, size_t ldy, const int R, const int C) {
-    float acc[TILE_R][TILE_C_LIMIT];
+    float acc[TILE_R_LIMIT][TILE_C_LIMIT];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
             acc[r][c] = 0;
     for (int i = 0; i < n; i++) {
-        float wv[TILE_R];
+        float wv[TILE_R_LIMIT];
         for (int r = 0; r < R; r++)
             wv[r] = load1_plain(w, t, (size_t)r * ldw + (size_t)i);
         for (int c = 0; c < C; c++) {
@@ -158,24 +166,25 @@ static ALWAYS_INLINE void tile_plain(la_dtype t, const void *w, size_t ldw, int 
             y[(size_t)c * ldy + (size_t)r] = acc[r][c];
 }
 
-/* The tile walk, shared by every instruction set: rows in tiles of TILE_R (single rows
- * for the remainder), sequences in groups of up to CMAX, each (R, C) pair a constant so
- * the tile's loops unroll into straight register code. */
-#define TILE_WALK(TILE, CMAX, t, w, ldw, rows, n, x, ldx, nx, y, ldy)                            \
+/* The tile walk, shared by every instruction set: rows in tiles of RMAX (single rows for
+ * the remainder), sequences in groups of up to CMAX, each (R, C) pair a constant so the
+ * tile's loops unroll into straight register code. All the sequence groups of one row tile
+ * run back to back, so its weights come from DRAM once and from L1/L2 after. */
+#define TILE_WALK(TILE, RMAX, CMAX, t, w, ldw, rows, n, x, ldx, nx, y, ldy)                      \
     do {                                                                                       \
         const size_t es_ = cpu_dtype_size(t);                                                  \
         for (int r_ = 0; r_ < (rows);) {                                                       \
-            const int R_ = (rows) - r_ >= TILE_R ? TILE_R : 1;                                 \
+            const int R_ = (rows) - r_ >= (RMAX) ? (RMAX) : 1;                                 \
             const void *wr_ = (const char *)(w) + (size_t)r_ * (ldw) * es_;                    \
             for (int c_ = 0; c_ < (nx); c_ += (CMAX)) {                                        \
                 const int C_ = (nx) - c_ < (CMAX) ? (nx) - c_ : (CMAX);                        \
                 const float *xc_ = (x) + (size_t)c_ * (ldx);                                   \
                 float *yc_ = (y) + (size_t)c_ * (ldy) + (size_t)r_;                            \
                 switch (R_ * 16 + C_) {                                                        \
-                case TILE_R * 16 + 1: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, TILE_R, 1); break; \
-                case TILE_R * 16 + 2: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, TILE_R, 2); break; \
-                case TILE_R * 16 + 3: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, TILE_R, 3); break; \
-                case TILE_R * 16 + 4: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, TILE_R, 4); break; \
+                case (RMAX) * 16 + 1: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, RMAX, 1); break; \
+                case (RMAX) * 16 + 2: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, RMAX, 2); break; \
+                case (RMAX) * 16 + 3: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, RMAX, 3); break; \
+                case (RMAX) * 16 + 4: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, RMAX, 4); break; \
                 case 1 * 16 + 1: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 1); break;         \
                 case 1 * 16 + 2: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 2); break;         \
                 case 1 * 16 + 3: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 3); break;         \
@@ -189,20 +198,29 @@ static ALWAYS_INLINE void tile_plain(la_dtype t, const void *w, size_t ldw, int 
 _Static_assert(TILE_C_LIMIT == 4 && TILE_C_AVX512 <= TILE_C_LIMIT && TILE_C_AVX2 <= TILE_C_LIMIT &&
                    TILE_C_PLAIN <= TILE_C_LIMIT,
                "TILE_WALK instantiates tiles of 1 to 4 sequences");
+_Static_assert(TILE_R_AVX512 <= TILE_R_LIMIT && TILE_R_AVX2 <= TILE_R_LIMIT &&
+                   TILE_R_PLAIN <= TILE_R_LIMIT && TILE_R_AVX2 > 1 && TILE_R_AVX512 > 1 &&
+                   TILE_R_PLAIN > 1,
+               "tiles have more than one row (TILE_WALK's cases R * 16 + C and 16 + C must differ)");
 
-#define ROWS_FN(NAME, TILE, CMAX, DTYPE, ATTR)                                                 \
+#define ROWS_FN(NAME, TILE, RMAX, CMAX, DTYPE, ATTR)                                           \
     ATTR static void NAME(const void *w, size_t ldw, int rows, int n, const float *x,          \
                           size_t ldx, int nx, float *y, size_t ldy) {                          \
-        TILE_WALK(TILE, CMAX, DTYPE, w, ldw, rows, n, x, ldx, nx, y, ldy);                     \
+        TILE_WALK(TILE, RMAX, CMAX, DTYPE, w, ldw, rows, n, x, ldx, nx, y, ldy);               \
     }
 
-ROWS_FN(rows_f32_plain, tile_plain, TILE_C_PLAIN, LA_DTYPE_F32, )
-ROWS_FN(rows_f16_plain, tile_plain, TILE_C_PLAIN, LA_DTYPE_F16, )
-ROWS_FN(rows_bf16_plain, tile_plain, TILE_C_PLAIN, LA_DTYPE_BF16, )
+ROWS_FN(rows_f32_plain, tile_plain, TILE_R_PLAIN, TILE_C_PLAIN, LA_DTYPE_F32, )
+ROWS_FN(rows_f16_plain, tile_plain, TILE_R_PLAIN, TILE_C_PLAIN, LA_DTYPE_F16, )
+ROWS_FN(rows_bf16_plain, tile_plain, TILE_R_PLAIN, TILE_C_PLAIN, LA_DTYPE_BF16, )
 
 static void axpy_plain(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++)
         y[i] += a * x[i];
+}
+
+static void swiglu_plain(float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        gate[i] = cpu_silu(gate[i]) * up[i];
 }
 
 static double expsum_plain(const float *x, int n, float m) {
@@ -246,16 +264,75 @@ AVX512 static ALWAYS_INLINE __m512 load16_masked_avx512(la_dtype t, const void *
     }
 }
 
+/* bf16 pairs. At many sequences the kernel is bound by the two vector ports that do both
+ * the FMAs and the widening (a zero-extension and a shift per 16 weights), so bf16 rows
+ * are widened two elements at a time: 32 bf16 are 16 dwords, and a shift left by 16 gives
+ * the even elements as float32 while clearing the low halves gives the odd ones, one
+ * operation per 16 weights. The activations must then come even elements first:
+ * pack_pairs_avx512 reorders every whole block of 32 of them (the remaining n % 32 keep
+ * their order), once per product, for all rows of the step. */
+AVX512 static void pack_pairs_avx512(const float *x, size_t ldx, int n, int nx, float *dst) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int c = 0; c < nx; c++) {
+        const float *s = x + (size_t)c * ldx;
+        float *d = dst + (size_t)c * ldx;
+        int i = 0;
+        for (; i + 32 <= n; i += 32) {
+            const __m512 lo = _mm512_loadu_ps(s + i), hi = _mm512_loadu_ps(s + i + 16);
+            _mm512_storeu_ps(d + i, _mm512_permutex2var_ps(lo, even, hi));
+            _mm512_storeu_ps(d + i + 16, _mm512_permutex2var_ps(lo, odd, hi));
+        }
+        for (; i < n; i++)
+            d[i] = s[i];
+    }
+}
+
+/* tile_avx512 also prefetches the next tile's rows (the R rows after its own), one cache
+ * line of each per line it reads: at one sequence the kernel is waiting on DRAM, and the
+ * hardware prefetcher starts each 4 KB page (one 2048-wide bf16 row) over; at many
+ * sequences it keeps DRAM busy while the tile computes. A prefetch never faults, so the
+ * last tile may point it past the matrix.
+ *
+ * The recipe of one dot product: bf16 rows take every whole block of 32 as two FMAs (even
+ * elements, then odd ones, against activations packed by pack_pairs_avx512); then every
+ * dtype takes whole vectors of 16 in order and a masked last vector. */
 AVX512 static ALWAYS_INLINE void tile_avx512(la_dtype t, const void *w, size_t ldw, int n,
                                              const float *x, size_t ldx, float *y, size_t ldy,
                                              const int R, const int C) {
-    __m512 acc[TILE_R][TILE_C_LIMIT];
+    const size_t es = cpu_dtype_size(t);
+    const char *ahead = (const char *)w + (size_t)R * ldw * es;
+    __m512 acc[TILE_R_LIMIT][TILE_C_LIMIT];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
             acc[r][c] = _mm512_setzero_ps();
     int i = 0;
+    if (t == LA_DTYPE_BF16) {
+        const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+        for (; i + 32 <= n; i += 32) {
+            for (int r = 0; r < R; r++)
+                _mm_prefetch(ahead + ((size_t)r * ldw + (size_t)i) * es, _MM_HINT_T0);
+            __m512 xe[TILE_C_LIMIT], xo[TILE_C_LIMIT];
+            for (int c = 0; c < C; c++) {
+                xe[c] = _mm512_loadu_ps(x + (size_t)c * ldx + (size_t)i);
+                xo[c] = _mm512_loadu_ps(x + (size_t)c * ldx + (size_t)i + 16);
+            }
+            for (int r = 0; r < R; r++) {
+                const __m512i v = _mm512_loadu_si512((const uint16_t *)w + (size_t)r * ldw + (size_t)i);
+                const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+                const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+                for (int c = 0; c < C; c++) {
+                    acc[r][c] = _mm512_fmadd_ps(we, xe[c], acc[r][c]);
+                    acc[r][c] = _mm512_fmadd_ps(wo, xo[c], acc[r][c]);
+                }
+            }
+        }
+    }
     for (; i + 16 <= n; i += 16) {
-        __m512 wv[TILE_R];
+        __m512 wv[TILE_R_LIMIT];
+        if (((size_t)i * es) % 64 == 0)
+            for (int r = 0; r < R; r++)
+                _mm_prefetch(ahead + ((size_t)r * ldw + (size_t)i) * es, _MM_HINT_T0);
         for (int r = 0; r < R; r++)
             wv[r] = load16_avx512(t, w, (size_t)r * ldw + (size_t)i);
         for (int c = 0; c < C; c++) {
@@ -266,7 +343,7 @@ AVX512 static ALWAYS_INLINE void tile_avx512(la_dtype t, const void *w, size_t l
     }
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        __m512 wv[TILE_R];
+        __m512 wv[TILE_R_LIMIT];
         for (int r = 0; r < R; r++)
             wv[r] = load16_masked_avx512(t, w, (size_t)r * ldw + (size_t)i, m);
         for (int c = 0; c < C; c++) {
@@ -280,9 +357,9 @@ AVX512 static ALWAYS_INLINE void tile_avx512(la_dtype t, const void *w, size_t l
             y[(size_t)c * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-ROWS_FN(rows_f32_avx512, tile_avx512, TILE_C_AVX512, LA_DTYPE_F32, AVX512)
-ROWS_FN(rows_f16_avx512, tile_avx512, TILE_C_AVX512, LA_DTYPE_F16, AVX512)
-ROWS_FN(rows_bf16_avx512, tile_avx512, TILE_C_AVX512, LA_DTYPE_BF16, AVX512)
+ROWS_FN(rows_f32_avx512, tile_avx512, TILE_R_AVX512, TILE_C_AVX512, LA_DTYPE_F32, AVX512)
+ROWS_FN(rows_f16_avx512, tile_avx512, TILE_R_AVX512, TILE_C_AVX512, LA_DTYPE_F16, AVX512)
+ROWS_FN(rows_bf16_avx512, tile_avx512, TILE_R_AVX512, TILE_C_AVX512, LA_DTYPE_BF16, AVX512)
 
 AVX512 static void axpy_avx512(float *y, float a, const float *x, int n) {
     const __m512 av = _mm512_set1_ps(a);
@@ -296,9 +373,10 @@ AVX512 static void axpy_avx512(float *y, float a, const float *x, int n) {
     }
 }
 
-/* exp16_avx512 is e^x for x <= 0 (Cephes' expf: x = k ln2 + r, |r| <= ln2/2, a degree-7
- * polynomial for e^r, then scaled by 2^k; within 2 ulp). Inputs below -87 give e^-87,
- * which is as good as zero next to the largest term of a softmax sum (1). */
+/* exp16_avx512 is e^x (Cephes' expf: x = k ln2 + r, |r| <= ln2/2, a degree-7 polynomial
+ * for e^r, then scaled by 2^k; within 2 ulp). Inputs below -87 give e^-87, which is as
+ * good as zero next to the largest term of a softmax sum (1) or next to 1 in a SiLU;
+ * inputs above 88.7 give infinity. */
 AVX512 static ALWAYS_INLINE __m512 exp16_avx512(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
@@ -313,6 +391,24 @@ AVX512 static ALWAYS_INLINE __m512 exp16_avx512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, k);
+}
+
+/* swiglu_avx512 is gate = silu(gate) * up = gate / (1 + e^-gate) * up, with exp16_avx512
+ * (a few float ulp from cpu_silu's expf). */
+AVX512 static void swiglu_avx512(float *gate, const float *up, size_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + i);
+        const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+        const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
+    }
 }
 
 /* expsum_avx512 sums e^(x[i] - m) in double (each 16 floats widened to two 8-double
@@ -366,13 +462,13 @@ AVX2 static ALWAYS_INLINE __m256 load8_avx2(la_dtype t, const void *w, size_t i)
 AVX2 static ALWAYS_INLINE void tile_avx2(la_dtype t, const void *w, size_t ldw, int n,
                                          const float *x, size_t ldx, float *y, size_t ldy,
                                          const int R, const int C) {
-    __m256 acc[TILE_R][TILE_C_LIMIT];
+    __m256 acc[TILE_R_LIMIT][TILE_C_LIMIT];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
             acc[r][c] = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 wv[TILE_R];
+        __m256 wv[TILE_R_LIMIT];
         for (int r = 0; r < R; r++)
             wv[r] = load8_avx2(t, w, (size_t)r * ldw + (size_t)i);
         for (int c = 0; c < C; c++) {
@@ -390,9 +486,9 @@ AVX2 static ALWAYS_INLINE void tile_avx2(la_dtype t, const void *w, size_t ldw, 
         }
 }
 
-ROWS_FN(rows_f32_avx2, tile_avx2, TILE_C_AVX2, LA_DTYPE_F32, AVX2)
-ROWS_FN(rows_f16_avx2, tile_avx2, TILE_C_AVX2, LA_DTYPE_F16, AVX2)
-ROWS_FN(rows_bf16_avx2, tile_avx2, TILE_C_AVX2, LA_DTYPE_BF16, AVX2)
+ROWS_FN(rows_f32_avx2, tile_avx2, TILE_R_AVX2, TILE_C_AVX2, LA_DTYPE_F32, AVX2)
+ROWS_FN(rows_f16_avx2, tile_avx2, TILE_R_AVX2, TILE_C_AVX2, LA_DTYPE_F16, AVX2)
+ROWS_FN(rows_bf16_avx2, tile_avx2, TILE_R_AVX2, TILE_C_AVX2, LA_DTYPE_BF16, AVX2)
 
 AVX2 static void axpy_avx2(float *y, float a, const float *x, int n) {
     const __m256 av = _mm256_set1_ps(a);
@@ -441,12 +537,14 @@ AVX2 static double expsum_avx2(const float *x, int n, float m) {
 #endif /* LA_X86 */
 
 void cpu_kernels_generic(cpu_kernels *k) {
+    memset(k, 0, sizeof *k);
     k->isa = "generic";
     k->rows[LA_DTYPE_F32] = rows_f32_plain;
     k->rows[LA_DTYPE_F16] = rows_f16_plain;
     k->rows[LA_DTYPE_BF16] = rows_bf16_plain;
     k->axpy = axpy_plain;
     k->expsum = expsum_plain;
+    k->swiglu = swiglu_plain;
 }
 
 void cpu_kernels_select(cpu_kernels *k) {
@@ -460,8 +558,10 @@ void cpu_kernels_select(cpu_kernels *k) {
         k->rows[LA_DTYPE_F32] = rows_f32_avx512;
         k->rows[LA_DTYPE_F16] = rows_f16_avx512;
         k->rows[LA_DTYPE_BF16] = rows_bf16_avx512;
+        k->pack[LA_DTYPE_BF16] = pack_pairs_avx512;
         k->axpy = axpy_avx512;
         k->expsum = expsum_avx512;
+        k->swiglu = swiglu_avx512;
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("f16c")) {
         k->isa = "avx2";
@@ -474,6 +574,21 @@ void cpu_kernels_select(cpu_kernels *k) {
 #endif
 }
 
+/* probe_matmat runs one product on the calling thread, packing x as the kernel wants. */
+static int probe_matmat(const cpu_kernels *k, const cpu_matmat *mm, int n) {
+    cpu_pool pool;
+    char err[LA_ERR_LEN];
+    float *xpack = malloc(((size_t)n * mm->ldx + 1) * sizeof *xpack);
+    if (!xpack || cpu_pool_init(&pool, 1, err, sizeof err) != 0) {
+        free(xpack);
+        return -1;
+    }
+    cpu_matmat_run(&pool, k, mm, 1, n, xpack);
+    cpu_pool_destroy(&pool);
+    free(xpack);
+    return 0;
+}
+
 float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, int n,
                     const char **isa) {
     cpu_kernels k;
@@ -484,8 +599,9 @@ float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, in
     if (isa)
         *isa = k.isa;
     float y;
-    k.rows[t](row, (size_t)n, 1, n, x, (size_t)n, 1, &y, 1);
-    return y;
+    cpu_matrix m = {row, t, 1, n};
+    cpu_matmat mm = {&m, NULL, x, (size_t)n, &y, 1};
+    return probe_matmat(&k, &mm, 1) == 0 ? y : NAN;
 }
 
 void cpu_rows_probe(int generic, la_dtype t, const void *w, int rows, int n, const float *x,
@@ -495,7 +611,11 @@ void cpu_rows_probe(int generic, la_dtype t, const void *w, int rows, int n, con
         cpu_kernels_generic(&k);
     else
         cpu_kernels_select(&k);
-    k.rows[t](w, (size_t)n, rows, n, x, (size_t)n, nx, y, (size_t)rows);
+    cpu_matrix m = {w, t, rows, n};
+    cpu_matmat mm = {&m, NULL, x, (size_t)n, y, (size_t)rows};
+    if (probe_matmat(&k, &mm, nx) != 0)
+        for (int i = 0; i < rows * nx; i++)
+            y[i] = NAN;
 }
 
 double cpu_expsum_probe(int generic, const float *x, int n, float m) {
@@ -513,6 +633,7 @@ typedef struct {
     const cpu_kernels *k;
     const cpu_matmat *mm;
     int count, n;
+    const float *xpack; /* the shared input, packed for the kernels that want it */
 } matmat_task;
 
 /* matmat_slice gives each thread the same share of every product's weight rows, for all
@@ -527,8 +648,9 @@ static void matmat_slice(void *arg, int thread, int nthreads) {
         if (r0 == r1)
             continue;
         const size_t stride = (size_t)w->cols * cpu_dtype_size(w->dtype);
+        const float *x = t->k->pack[w->dtype] ? t->xpack : mm->x;
         t->k->rows[w->dtype]((const char *)w->data + (size_t)r0 * stride, (size_t)w->cols, r1 - r0,
-                             w->cols, mm->x, mm->ldx, t->n, mm->y + r0, mm->ldy);
+                             w->cols, x, mm->ldx, t->n, mm->y + r0, mm->ldy);
         if (mm->bias)
             for (int c = 0; c < t->n; c++) {
                 float *y = mm->y + (size_t)c * mm->ldy;
@@ -538,8 +660,15 @@ static void matmat_slice(void *arg, int thread, int nthreads) {
     }
 }
 
-void cpu_matmat_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matmat *mm, int count, int n) {
-    matmat_task t = {k, mm, count, n};
+void cpu_matmat_run(cpu_pool *pool, const cpu_kernels *k, const cpu_matmat *mm, int count, int n,
+                    float *xpack) {
+    matmat_task t = {k, mm, count, n, NULL};
+    for (int j = 0; j < count; j++)
+        if (k->pack[mm[j].w->dtype]) {
+            k->pack[mm[j].w->dtype](mm[0].x, mm[0].ldx, mm[0].w->cols, n, xpack);
+            t.xpack = xpack;
+            break;
+        }
     cpu_pool_run(pool, matmat_slice, &t);
 }
 

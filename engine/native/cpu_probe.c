@@ -4,6 +4,7 @@
  * figures (memory bandwidth, OpenBLAS sgemm) are measured in bench/machine. Nothing here
  * is used by inference.
  */
+#include <stdlib.h>
 #include <time.h>
 
 #include "cpu_internal.h"
@@ -24,9 +25,14 @@ int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats,
                     float *y, int threads, int reps, double *gbps, char *err, size_t errlen) {
     if (!w || rows <= 0 || cols <= 0 || mats <= 0 || reps <= 0)
         return la_errorf(err, errlen, "matvec probe: need weights and positive sizes");
+    float *xpack = malloc((size_t)cols * sizeof *xpack);
+    if (!xpack)
+        return la_errorf(err, errlen, "matvec probe: out of memory");
     cpu_pool pool;
-    if (cpu_pool_init(&pool, threads, err, errlen) != 0)
+    if (cpu_pool_init(&pool, threads, err, errlen) != 0) {
+        free(xpack);
         return -1;
+    }
     cpu_kernels k;
     cpu_kernels_select(&k);
     const size_t bytes = (size_t)rows * (size_t)cols * cpu_dtype_size(dtype);
@@ -37,7 +43,7 @@ int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats,
         for (int m = 0; m < mats; m++) {
             cpu_matrix mat = {(const char *)w + (size_t)m * bytes, dtype, rows, cols};
             cpu_matmat mm = {&mat, NULL, x, (size_t)cols, y, (size_t)rows};
-            cpu_matmat_run(&pool, &k, &mm, 1, 1);
+            cpu_matmat_run(&pool, &k, &mm, 1, 1, xpack);
         }
         double dt = now_seconds() - t0;
         if (dt < best)
@@ -45,5 +51,6 @@ int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats,
     }
     *gbps = (double)bytes * mats / best / 1e9;
     cpu_pool_destroy(&pool);
+    free(xpack);
     return 0;
 }

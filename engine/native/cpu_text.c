@@ -54,6 +54,7 @@ static void embed_row(const la_engine *e, int32_t id, float *out) {
 }
 
 typedef struct {
+    cpu_swiglu_fn swiglu;
     float *gate;
     const float *up;
 } swiglu_task;
@@ -61,8 +62,7 @@ typedef struct {
 /* swiglu_range computes gate = silu(gate) * up over a range, split across the pool. */
 static void swiglu_range(void *arg, size_t lo, size_t hi) {
     const swiglu_task *t = arg;
-    for (size_t i = lo; i < hi; i++)
-        t->gate[i] = cpu_silu(t->gate[i]) * t->up[i];
+    t->swiglu(t->gate + lo, t->up + lo, hi - lo);
 }
 
 /* ---- picking the next token --------------------------------------------------------- */
@@ -146,7 +146,7 @@ static void pick_tokens(la_engine *e, int n, int32_t *next, float *prob) {
 /* lm_head_pick computes the logits of the n normed hidden states in plan.xb into logits
  * rows 0..n-1 and picks each row's token. */
 static void lm_head_pick(la_engine *e, int n, int32_t *next, float *prob) {
-    cpu_matmat_run(&e->pool, &e->kern, &e->plan.lm_head, 1, n);
+    cpu_matmat_run(&e->pool, &e->kern, &e->plan.lm_head, 1, n, e->plan.xpack);
     pick_tokens(e, n, next, prob);
     e->s.logit_rows = n;
 }
@@ -187,7 +187,7 @@ static void prefill_layer(la_engine *e, int slot, int li, int n) {
         cpu_rmsnorm(s->xb + (size_t)i * D, s->x + (size_t)i * D, l->mlp_norm, D, c->rms_norm_eps);
     cpu_gemm_wt(e, s->xb, n, &l->gate, NULL, s->hb);
     cpu_gemm_wt(e, s->xb, n, &l->up, NULL, s->hb2);
-    swiglu_task sw = {s->hb, s->hb2};
+    swiglu_task sw = {e->kern.swiglu, s->hb, s->hb2};
     cpu_pool_for(&e->pool, (size_t)n * c->intermediate, swiglu_range, &sw);
     cpu_gemm_wt(e, s->hb, n, &l->down, NULL, s->xb);
     for (size_t i = 0; i < (size_t)n * D; i++)
@@ -265,7 +265,10 @@ int cpu_plan_decode(la_engine *e, char *err, size_t errlen) {
     p->part_max = calloc(T * B, sizeof *p->part_max);
     p->part_idx = calloc(T * B, sizeof *p->part_idx);
     p->part_sum = calloc(T * B, sizeof *p->part_sum);
-    if (!p->layers || !p->x || !p->xb || !p->q || !p->k || !p->v || !p->att || !p->hb || !p->hb2 ||
+    size_t widest = D > I ? D : I;
+    widest = widest > qd ? widest : qd;
+    p->xpack = calloc(B * widest, sizeof(float));
+    if (!p->xpack || !p->layers || !p->x || !p->xb || !p->q || !p->k || !p->v || !p->att || !p->hb || !p->hb2 ||
         !p->scores || !p->part_max || !p->part_idx || !p->part_sum)
         return la_errorf(err, errlen, "decode plan: out of memory for %zu sequences", B);
 
@@ -285,7 +288,8 @@ int cpu_plan_decode(la_engine *e, char *err, size_t errlen) {
 }
 
 void cpu_free_plan(cpu_decode_plan *p) {
-    float *bufs[] = {p->x, p->xb, p->q, p->k, p->v, p->att, p->hb, p->hb2, p->scores, p->part_max};
+    float *bufs[] = {p->x, p->xb, p->q, p->k, p->v, p->att, p->hb, p->hb2, p->scores, p->part_max,
+                     p->xpack};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(p->part_idx);
@@ -385,7 +389,7 @@ int cpu_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
 
         for (int r = 0; r < n; r++)
             cpu_rmsnorm(p->xb + (size_t)r * D, p->x + (size_t)r * D, l->attn_norm, D, c->rms_norm_eps);
-        cpu_matmat_run(&e->pool, &e->kern, d->qkv, 3, n);
+        cpu_matmat_run(&e->pool, &e->kern, d->qkv, 3, n, e->plan.xpack);
         for (int r = 0; r < n; r++) {
             const int pos = s->slots[slots[r]].pos;
             const float *cs = s->rope_cos + (size_t)pos * half, *sn = s->rope_sin + (size_t)pos * half;
@@ -397,16 +401,16 @@ int cpu_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
         }
         attn_step a = {e, li, n, slots};
         cpu_pool_run(&e->pool, attention_slice, &a);
-        cpu_matmat_run(&e->pool, &e->kern, d->o, 1, n);
+        cpu_matmat_run(&e->pool, &e->kern, d->o, 1, n, e->plan.xpack);
         for (size_t i = 0; i < (size_t)n * D; i++)
             p->x[i] += p->xb[i];
 
         for (int r = 0; r < n; r++)
             cpu_rmsnorm(p->xb + (size_t)r * D, p->x + (size_t)r * D, l->mlp_norm, D, c->rms_norm_eps);
-        cpu_matmat_run(&e->pool, &e->kern, d->gate_up, 2, n);
-        swiglu_task sw = {p->hb, p->hb2};
+        cpu_matmat_run(&e->pool, &e->kern, d->gate_up, 2, n, e->plan.xpack);
+        swiglu_task sw = {e->kern.swiglu, p->hb, p->hb2};
         cpu_pool_for(&e->pool, (size_t)n * c->intermediate, swiglu_range, &sw);
-        cpu_matmat_run(&e->pool, &e->kern, d->down, 1, n);
+        cpu_matmat_run(&e->pool, &e->kern, d->down, 1, n, e->plan.xpack);
         for (size_t i = 0; i < (size_t)n * D; i++)
             p->x[i] += p->xb[i];
     }
