@@ -20,7 +20,7 @@ import (
 )
 
 // Usage is the command line of `worker bench`, appended to flag errors.
-const Usage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true]"
+const Usage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--batch 1,2,4,8,16]"
 
 // ErrUsage marks the errors of a bad command line: a flag that does not parse, is missing
 // or out of range, or a grid or prompt that does not fit the checkpoint. Test for it with
@@ -48,6 +48,7 @@ type options struct {
 	warmup       bool
 	streamMiB    int
 	resident     bool
+	batches      []int // --batch: the batch sweep instead of the stage runs
 }
 
 // shapes are the sizes derived from the flags and the checkpoint's config.
@@ -90,23 +91,35 @@ func Run(args []string, weights string, stdout io.Writer) error {
 		return err
 	}
 	defer b.Close()
+	u := setup{o: o, m: m, backend: b.Name(), sh: sh, mf: mf}
+	if len(o.batches) > 0 {
+		fill, sruns, err := runSweep(b, makeInputs(m.Config, o, sh), o)
+		if err != nil {
+			return err
+		}
+		rows, triad := summariseSweep(m, o, sruns)
+		if err := reportSetup(stdout, u); err != nil {
+			return err
+		}
+		return reportSweep(stdout, u, fill, rows, triad)
+	}
 	runs, err := timedRuns(b, makeInputs(m.Config, o, sh), o)
 	if err != nil {
 		return err
 	}
-	return report(stdout, setup{o: o, m: m, backend: b.Name(), sh: sh, mf: mf}, summarise(m, o, sh, mf, runs))
+	return report(stdout, u, summarise(m, o, sh, mf, runs))
 }
 
 // Flags is the flag set `worker bench` parses, for its --help; weights is the default of
 // --weights.
 func Flags(weights string) *flag.FlagSet {
-	fs, _ := defineFlags(&options{}, weights)
+	fs, _, _ := defineFlags(&options{}, weights)
 	return fs
 }
 
 // defineFlags defines the flags on a new set that parses into o; the strings it returns
 // are the flags parseFlags checks and converts after parsing.
-func defineFlags(o *options, weights string) (fs *flag.FlagSet, grid *string) {
+func defineFlags(o *options, weights string) (fs *flag.FlagSet, grid, batch *string) {
 	fs = flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.weights, "weights", weights, "checkpoint `DIR`")
@@ -118,14 +131,15 @@ func defineFlags(o *options, weights string) (fs *flag.FlagSet, grid *string) {
 	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
-	return fs, grid
+	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
+	return fs, grid, batch
 }
 
 // parseFlags reads the command line into options and checks what can be checked without
 // the checkpoint: required flags, the grid's syntax, positive counts.
 func parseFlags(args []string, weights string) (options, error) {
 	var o options
-	fs, grid := defineFlags(&o, weights)
+	fs, grid, batch := defineFlags(&o, weights)
 	if err := fs.Parse(args); err != nil {
 		return o, usagef("bench: %w\n%s", err, Usage)
 	}
@@ -141,6 +155,12 @@ func parseFlags(args []string, weights string) (options, error) {
 	}
 	if o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.threads < 0 || o.streamMiB < 1 {
 		return o, usagef("bench: --tokens, --prompt, --runs and --stream-mib must be positive, --threads not negative")
+	}
+	if *batch != "" {
+		var err error
+		if o.batches, err = parseBatches(*batch); err != nil {
+			return o, err
+		}
 	}
 	return o, nil
 }
@@ -190,10 +210,14 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 	return f, nil
 }
 
-// openBackend opens the CPU backend with room for the prompt and the decode steps, on
-// the resident copy of the weights or (--resident=false) the file mapping.
+// openBackend opens the CPU backend with room for the prompt and the decode steps (a slot
+// for each sequence of the sweep's largest batch), on the resident copy of the weights or
+// (--resident=false) the file mapping.
 func openBackend(m *checkpoint.Model, o options) (*native.Backend, error) {
 	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, MaxBatch: 1, Threads: o.threads}
+	if len(o.batches) > 0 {
+		opts.MaxSeqLen, opts.MaxBatch = sweepSeqLen(o), o.batches[len(o.batches)-1]
+	}
 	if !o.resident {
 		opts.BackendOptions = map[string]string{"resident_weights": "0"}
 	}

@@ -47,6 +47,40 @@ func TestBenchReportsEveryStage(t *testing.T) {
 	}
 }
 
+func TestBenchBatchSweep(t *testing.T) {
+	var out bytes.Buffer
+	err := Run([]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "4x4", "--prompt", "12",
+		"--tokens", "3", "--runs", "2", "--stream-mib", "8", "--threads", "2", "--batch", "1,2,4"}, "", &out)
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	report := out.String()
+	t.Log("\n" + report)
+	if !regexp.MustCompile(`fill +4 slots, .*prefill \(12 tokens\) each: vision [0-9.]+ ms, prefill [0-9.]+ ms`).MatchString(report) {
+		t.Error("no fill line for 4 slots")
+	}
+	// One line per batch size: B, steps (tokens x runs), ms/step, tok/s, ratio, ceiling, %.
+	row := regexp.MustCompile(`(?m)^sweep +([0-9]+) +6 +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +[0-9]+% +[0-9.]+ +[0-9.]+ +[0-9.]+$`)
+	var batches []string
+	for _, m := range row.FindAllStringSubmatch(report, -1) {
+		batches = append(batches, m[1])
+		for _, f := range m[2:] {
+			if v, err := strconv.ParseFloat(f, 64); err != nil || v <= 0 {
+				t.Errorf("B=%s: figure %q is not a positive number", m[1], f)
+			}
+		}
+		if m[1] == "1" && m[4] != "1.00" {
+			t.Errorf("B=1 against itself: ratio %s", m[4])
+		}
+	}
+	if strings.Join(batches, ",") != "1,2,4" {
+		t.Errorf("sweep lines for batches %v, want 1,2,4", batches)
+	}
+	if strings.Contains(report, "decode/p10") {
+		t.Error("--batch also ran the stage runs")
+	}
+}
+
 func TestBenchRejectsBadFlags(t *testing.T) {
 	for _, c := range []struct {
 		args  []string
@@ -58,6 +92,9 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--weights", "x", "--grid", "0x4"}, "positive sides", true},
 		{[]string{"--weights", "x", "--tokens", "0"}, "must be positive", true},
 		{[]string{"--weights", "x", "--bogus"}, "flag provided but not defined", true},
+		{[]string{"--weights", "x", "--batch", "4,2"}, "ascending batch sizes", true},
+		{[]string{"--weights", "x", "--batch", "0"}, "ascending batch sizes", true},
+		{[]string{"--weights", "x", "--batch", "1,x"}, "ascending batch sizes", true},
 		{[]string{"--weights", "/nonexistent/ckpt"}, "bench:", false},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge", true},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short", true},

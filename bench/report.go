@@ -24,15 +24,11 @@ type setup struct {
 // report prints one line per figure, each starting with its name padded to 12 columns
 // (docs/cpu-backend.md quotes them), and returns the first write error.
 func report(stdout io.Writer, u setup, s summary) error {
-	o, c, mf := u.o, u.m.Config, u.mf
+	if err := reportSetup(stdout, u); err != nil {
+		return err
+	}
+	o, mf := u.o, u.mf
 	w := &reportWriter{w: stdout}
-	w.printf("checkpoint  %s: %s weights, %d tensors, %.2f GB mapped\n", o.weights, dtypeSummary(u.m), len(u.m.Tensors), float64(u.m.Bytes())/1e9)
-	w.printf("backend     %s, decode kernels %s, %d threads, %d runs (median), resident weights %v\n", u.backend, native.KernelISA(), o.threads, o.runs, o.resident)
-	w.printf("machine     memory copy %.1f GB/s, triad %.1f GB/s (%d MiB arrays); OpenBLAS sgemm %.1f GFLOP/s at %dx%dx%d, %.1f GFLOP/s at %dx%dx%d\n",
-		mf.copyGBps, mf.triadGBps, o.streamMiB, mf.visionSGEMM, u.sh.patches, c.Vision.Intermediate, c.Vision.Hidden,
-		mf.prefillSGEMM, o.prompt, c.Text.Intermediate, c.Text.Hidden)
-	w.printf("kernel      bf16 matrix-vector alone, 24 x 11008x2048 (1 GB): %.1f GB/s = %.0f%% of triad\n",
-		mf.kernelGBps, 100*mf.kernelGBps/mf.triadGBps)
 	w.printf("vision      grid %dx%d (%d patches, %d image tokens): %s, %.1f GFLOP/s = %.2f x sgemm\n",
 		o.gridH, o.gridW, u.sh.patches, u.sh.imageTokens, ms(s.vision), s.visionGF, s.visionGF/mf.visionSGEMM)
 	w.printf("prefill     %d tokens: %s, %.1f GFLOP/s = %.2f x sgemm\n", o.prompt, ms(s.prefill), s.prefillGF, s.prefillGF/mf.prefillSGEMM)
@@ -51,6 +47,21 @@ func report(stdout io.Writer, u setup, s summary) error {
 	w.printf("decode/p10  10th-percentile step %s = %.2f tokens/s = %.1f GB/s; best triad %.1f GB/s; %.0f%% of that ceiling\n",
 		ms(s.fastStep), 1/s.fastStep.Seconds(), s.bytesPerToken/s.fastStep.Seconds()/1e9, s.bestTriad,
 		100*s.bytesPerToken/s.fastStep.Seconds()/(s.bestTriad*1e9))
+	return w.err
+}
+
+// reportSetup prints the lines every report starts with: the checkpoint, the backend, the
+// machine's figures and the decode kernel alone.
+func reportSetup(stdout io.Writer, u setup) error {
+	o, c, mf := u.o, u.m.Config, u.mf
+	w := &reportWriter{w: stdout}
+	w.printf("checkpoint  %s: %s weights, %d tensors, %.2f GB mapped\n", o.weights, dtypeSummary(u.m), len(u.m.Tensors), float64(u.m.Bytes())/1e9)
+	w.printf("backend     %s, decode kernels %s, %d threads, %d runs (median), resident weights %v\n", u.backend, native.KernelISA(), o.threads, o.runs, o.resident)
+	w.printf("machine     memory copy %.1f GB/s, triad %.1f GB/s (%d MiB arrays); OpenBLAS sgemm %.1f GFLOP/s at %dx%dx%d, %.1f GFLOP/s at %dx%dx%d\n",
+		mf.copyGBps, mf.triadGBps, o.streamMiB, mf.visionSGEMM, u.sh.patches, c.Vision.Intermediate, c.Vision.Hidden,
+		mf.prefillSGEMM, o.prompt, c.Text.Intermediate, c.Text.Hidden)
+	w.printf("kernel      bf16 matrix-vector alone, 24 x 11008x2048 (1 GB): %.1f GB/s = %.0f%% of triad\n",
+		mf.kernelGBps, 100*mf.kernelGBps/mf.triadGBps)
 	return w.err
 }
 
