@@ -75,12 +75,12 @@ func TestSimRunsTheRealHostPipeline(t *testing.T) {
 	if !slices.Equal(labels, []string{"dog", "bicycle", "car"}) {
 		t.Errorf("labels %v in %q, want one per category in order", labels, pred.RawText)
 	}
-	// The device time the prediction reports is the cost model's, at speed 100.
-	if m := meter.Read(); m.Sequences != 1 || int(m.Steps) != pred.NumGeneratedTokens-1 {
-		t.Errorf("meter %+v after one request of %d tokens", m, pred.NumGeneratedTokens)
-	}
-	if pred.TimingMS.Vision < 0.45 || pred.TimingMS.Prefill < 0.55 {
-		t.Errorf("vision %.2f ms and prefill %.2f ms, under the modelled 0.49 and 0.58", pred.TimingMS.Vision, pred.TimingMS.Prefill)
+	// The device time is the cost model's for the served shapes: vision on 24x44, prefill
+	// at 512, one step per token after the first.
+	costs := sim.Costs{Vision: 49 * time.Millisecond, Prefill: 58 * time.Millisecond, Decode: 24 * time.Millisecond, BatchAlpha: 0.05, Speed: 100}
+	want := costs.VisionCost(24, 44) + costs.PrefillCost(512) + time.Duration(pred.NumGeneratedTokens-1)*costs.StepCost(1)
+	if m := meter.Read(); m.Sequences != 1 || int(m.Steps) != pred.NumGeneratedTokens-1 || m.Busy != want {
+		t.Errorf("meter %+v after one request of %d tokens, want busy %s", m, pred.NumGeneratedTokens, want)
 	}
 }
 
