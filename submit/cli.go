@@ -228,7 +228,7 @@ func runFlags(o *runOptions) *flag.FlagSet {
 	fs.IntVar(&rc.Defaults.MaxNewTokens, "max-new-tokens", 0, "token budget `N` per job (0 = the worker's default)")
 	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay pictures and download them into OUT/overlays/, below each image's path")
 	fs.StringVar(&o.overlayFormat, "overlay-format", "", "with --overlay, the overlays' format `F`: "+overlayFormatList()+" (empty: png; jpeg is about a fifth of the size)")
-	fs.BoolVar(&rc.COCO, "coco", false, "also write "+COCOFile)
+	fs.BoolVar(&rc.COCO, "coco", false, "also write "+COCOFile+" (a COCO dataset) and "+COCOResultsFile+" (its results list)")
 	fs.StringVar(&rc.Defaults.Batch, "batch", "", "batch name `B` (default: the one OUT belongs to, else a new one)")
 	fs.StringVar(&rc.Class, "class", jobs.DefaultClass, "job class `C`: jobs go to la.jobs.<C>")
 	fs.StringVar(&rc.UploadPrefix, "upload", "", "upload local images under this s3:// `PREFIX` (empty: pass file:// URLs to a worker on this machine)")
