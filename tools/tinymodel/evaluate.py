@@ -3,7 +3,7 @@
 uses), greedy decoding through tools/refmodel exactly as the checkpoint ships (bf16 weights
 read back as float32).
 
-    evaluate.py --checkpoint models/tiny-shapes [--n-detect 150] [--json out.json]
+    evaluate.py --checkpoint models/tiny-shapes [--n-detect 150] [--json out.json] [--mode hybrid]
 
 Figures, per task family:
   found      ground-truth objects matched by a predicted box at IoU >= 0.5 (one-to-one)
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
 import scenes  # noqa: E402
 import tinyla  # noqa: E402
-from tinyla import refmodel  # noqa: E402
+from tinyla import hybrid, refmodel  # noqa: E402
 
 BOX = re.compile(r"<box>((?:<\d+>)+)</box>")
 COORD = re.compile(r"<(\d+)>")
@@ -149,23 +149,59 @@ def truth_for(scene, task, query):
     return [norm_box(o, w, h) for o in scene.objects if any(scenes.matches(o, c) for c in cats)]
 
 
-def run_one(model, tok, scene, task, query, none_bias=0.0):
+def run_one(model, tok, scene, task, query, none_bias=0.0, mode="slow", steps=None):
+    """Greedy decoding of one query: mode "slow" one token a step (tinyla.greedy), "hybrid"
+    or "fast" parallel box decoding (tools/refmodel/hybrid.py; its step records are
+    appended to the list steps when given)."""
     patches, gh, gw = tinyla.prepare_image(scene.image)
     prompt = tinyla.prompt_ids(tok, task, query, gh * gw // 4)
+    if mode != "slow":
+        gen = hybrid.generate(model, prompt, model.encode_image(patches, gh, gw), tinyla.MAX_NEW_TOKENS, mode)
+        if steps is not None:
+            steps.append(gen.steps)
+        return prompt, gen.tokens, tok.decode(gen.tokens)
     bias = {tok.id("None"): none_bias} if none_bias else None
     ids = tinyla.greedy(model, patches, gh, gw, prompt, model.cfg.text.eos_token_id, logit_bias=bias)
     return prompt, ids, tok.decode(ids)
 
 
-def evaluate(ckpt, counts, log=print, none_bias=0.0):
+class Speed:
+    """How parallel box decoding did: forwards against tokens, and the boxes (<box>..</box>,
+    None and points included) a single block step wrote whole."""
+
+    def __init__(self):
+        self.queries = self.forwards = self.tokens = self.boxes = self.whole = self.ar_steps = 0
+
+    def add(self, steps, tokens, box_start):
+        self.queries += 1
+        self.forwards += len(steps)
+        self.tokens += len(tokens)
+        self.boxes += tokens.count(box_start)
+        self.whole += sum(s["type"] in ("coord_box", "point_box", "empty_box") for s in steps)
+        self.ar_steps += sum(s["kind"] == "ar" for s in steps)
+
+    def summary(self):
+        return {"forwards": self.forwards, "tokens": self.tokens, "ar_steps": self.ar_steps,
+                "forwards_per_query": round(self.forwards / max(1, self.queries), 3),
+                "tokens_per_query": round(self.tokens / max(1, self.queries), 3),
+                "boxes": self.boxes, "boxes_in_one_step": self.whole,
+                "one_step_share": round(self.whole / self.boxes, 4) if self.boxes else None}
+
+
+def evaluate(ckpt, counts, log=print, none_bias=0.0, mode="slow"):
     tok = bpe.Tokenizer.load(ckpt)
     model = refmodel.load_checkpoint(ckpt)
     results, t0 = {}, time.time()
+    speed_all = Speed()
     for kind, n in counts.items():
-        tally = Tally()
+        tally, speed = Tally(), Speed()
         for i in range(n):
             scene, task, query, _ = heldout(kind, i)
-            _, _, text = run_one(model, tok, scene, task, query, none_bias)
+            steps = []
+            _, ids, text = run_one(model, tok, scene, task, query, none_bias, mode, steps)
+            if mode != "slow":
+                for sp in (speed, speed_all):
+                    sp.add(steps[0], ids, model.cfg.box_start_token_id)
             boxes, points = parse(text)
             truth = truth_for(scene, task, query)
             if task == "point":
@@ -173,7 +209,12 @@ def evaluate(ckpt, counts, log=print, none_bias=0.0):
             else:
                 tally.add_boxes(truth, boxes)
         results[kind] = tally.summary()
+        if mode != "slow":
+            results[kind]["decoding"] = speed.summary()
         log(f"{kind}: {json.dumps(results[kind])} ({time.time() - t0:.0f}s)")
+    if mode != "slow":
+        results["decoding"] = speed_all.summary()
+        log(f"decoding ({mode}): {json.dumps(results['decoding'])}")
     return results
 
 
@@ -184,6 +225,9 @@ def main():
     ap.add_argument("--n-other", type=int, default=50, help="queries of each other kind")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default="", help="also write the figures here")
+    ap.add_argument("--mode", choices=("slow", "hybrid", "fast"), default="slow",
+                    help="slow: one token a step (what the engine does); hybrid, fast: parallel box decoding "
+                         "(docs/hybrid-decoding.md), also reporting forwards and boxes written in one step")
     ap.add_argument("--none-bias", type=float, default=0.0,
                     help="add this to the None logit while decoding: shows how the figures would move if "
                          "training made None more or less likely (a calibration study; the engine has no "
@@ -192,7 +236,7 @@ def main():
     torch.set_num_threads(args.threads)
     counts = {"detect1": args.n_detect, "detect2": args.n_other, "ground": args.n_other, "ground_one": args.n_other,
               "point": args.n_other}
-    results = evaluate(args.checkpoint, counts, none_bias=args.none_bias)
+    results = evaluate(args.checkpoint, counts, none_bias=args.none_bias, mode=args.mode)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

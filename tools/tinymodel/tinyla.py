@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "refmodel"))
 sys.path.insert(0, HERE)
 
 import config as refconfig  # noqa: E402  (tools/refmodel)
+import hybrid  # noqa: E402,F401  (tools/refmodel; train.py reads it from here)
 import model as refmodel  # noqa: E402
 import preprocess as refpre  # noqa: E402
 import scenes  # noqa: E402
@@ -56,25 +57,16 @@ def make_config(tok, size="small"):
         ref_start_token_id=tok.id("<ref>"), ref_end_token_id=tok.id("</ref>"),
         coord_start_token_id=tok.id("<0>"), coord_end_token_id=tok.id("<1000>"),
         none_token_id=tok.id("None"),
+        null_token_id=tok.id("<null>"), switch_token_id=tok.id("<switch>"),
+        text_mask_token_id=tok.id("<text_mask>"),
     )
     return cfg.validate()
 
 
 def save(model, tok, out_dir, dtype="BF16"):
-    """Weights, config files and tokenizer files in the real layout. refmodel's Config
-    writes the real model's ids for <null>, <switch> and <text_mask>; ours are rewritten."""
-    import json
-
+    """Weights, config files and tokenizer files in the real layout."""
     os.makedirs(out_dir, exist_ok=True)
     refmodel.save_checkpoint(model, out_dir, dtype=dtype)
-    path = os.path.join(out_dir, refconfig.CONFIG_FILE)
-    with open(path) as f:
-        cfg = json.load(f)
-    cfg["text_config"].update(null_token_id=tok.id("<null>"), switch_token_id=tok.id("<switch>"),
-                              text_mask_token_id=tok.id("<text_mask>"))
-    with open(path, "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
     tok.save(out_dir)
 
 
@@ -161,14 +153,17 @@ def encode_images(model, patches, grid_h, grid_w):
     return model.mlp1(x)
 
 
-def forward_batch(model, patches, grid_h, grid_w, ids, where=None, return_image_embeds=False):
+def forward_batch(model, patches, grid_h, grid_w, ids, where=None, return_image_embeds=False, positions=None,
+                  allowed=None):
     """Logits for right-padded ids [B, S], each row holding the same number of image tokens:
     [B, S, vocab], or only at the positions of the bool mask where ([n, vocab]; the output
-    projection is the costliest matmul and training needs it only on the answer)."""
+    projection is the costliest matmul and training needs it only on the answer).
+    positions [B, S] and allowed [B, 1, S, S] replace 0..S-1 and the causal mask (the block
+    objective's layout, train.make_batch)."""
     emb = encode_images(model, patches, grid_h, grid_w)
     x = model.embed(ids, emb.reshape(-1, emb.shape[-1]))
     lm = model.language_model
-    h = lm.model(x)
+    h = lm.model(x, positions, allowed)
     if where is not None:
         h = h[where]
     weight = lm.lm_head.weight if lm.lm_head is not None else lm.model.embed_tokens.weight
@@ -176,7 +171,7 @@ def forward_batch(model, patches, grid_h, grid_w, ids, where=None, return_image_
     return (logits, emb) if return_image_embeds else logits
 
 
-def forward_batch_attention(model, patches, grid_h, grid_w, ids, where, layer_index):
+def forward_batch_attention(model, patches, grid_h, grid_w, ids, where, layer_index, positions=None, allowed=None):
     """Like forward_batch(..., where, return_image_embeds=True), and also the attention
     probabilities [B, heads, S, S] of decoder layer layer_index (same arithmetic as
     refmodel's Attention, spelled out to expose them)."""
@@ -184,12 +179,18 @@ def forward_batch_attention(model, patches, grid_h, grid_w, ids, where, layer_in
     x = model.embed(ids, emb.reshape(-1, emb.shape[-1]))
     lm = model.language_model
     t = model.cfg.text
-    S = ids.shape[1]
-    cos, sin = refmodel.rope_1d_cos_sin(torch.arange(S), t.head_dim, t.rope_theta)
+    B, S = ids.shape
+    if positions is None:
+        cos, sin = refmodel.rope_1d_cos_sin(torch.arange(S), t.head_dim, t.rope_theta)
+    else:
+        cos, sin = refmodel.rope_1d_cos_sin(positions.reshape(-1), t.head_dim, t.rope_theta)
+        cos, sin = cos.view(B, 1, S, -1), sin.view(B, 1, S, -1)
+    if allowed is None:
+        allowed = ~torch.ones(S, S, dtype=torch.bool).triu(1)
     probs = None
     for i, layer in enumerate(lm.model.layers):
         if i != layer_index:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, allowed)
             continue
         a = layer.self_attn
         h = layer.input_layernorm(x)
@@ -202,7 +203,7 @@ def forward_batch_attention(model, patches, grid_h, grid_w, ids, where, layer_in
         rep = a.heads // a.kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         scores = q @ k.transpose(-1, -2) / math.sqrt(a.head_dim)
-        scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+        scores = scores.masked_fill(~allowed, float("-inf"))
         probs = scores.softmax(-1)
         out = a.o_proj((probs @ v).transpose(1, 2).reshape(B, S, -1))
         x = x + out
