@@ -6,11 +6,13 @@ Written to tools/refmodel/testdata/hybrid/ (format: docs/hybrid-decoding.md, "Go
                    it in hybrid and fast mode (no model needed: tests the acceptance logic)
   tiny-bf16.json   the random test checkpoints' golden cases (gen_goldens.py: same photo,
   tiny-f32.json    token limit and query) generated in hybrid and fast mode, step by step
-  tiny-shapes.json the bundled model on held-out shape scenes, step by step, in hybrid mode,
-                   with its slow (one token a step) answer beside it
+  tiny-shapes-blocks.json
+                   tiny-shapes-blocks/ (tiny-shapes fine-tuned with the block objective, a
+                   test model: README there) on the held-out shape scenes, step by step, in
+                   hybrid mode, with its slow (one token a step) answer beside it
 
-    gen_hybrid_goldens.py                      # decisions and the two random checkpoints
-    gen_hybrid_goldens.py --tiny-shapes        # and models/tiny-shapes (needs python3-regex)
+    gen_hybrid_goldens.py             # all of them
+    gen_hybrid_goldens.py --only-shapes
 
 Deterministic: the same torch gives the same bytes (one thread, fixed tie rule).
 """
@@ -34,7 +36,7 @@ from prompt import PromptBuilder  # noqa: E402
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 OUT_DIR = os.path.join(HERE, "testdata", "hybrid")
 CHECKPOINTS = os.path.join(ROOT, "testdata", "checkpoints")
-TINY_SHAPES = os.path.join(ROOT, "models", "tiny-shapes")
+BLOCKS_MODEL = os.path.join(OUT_DIR, "tiny-shapes-blocks")
 HELDOUT = os.path.join(ROOT, "tools", "tinymodel", "testdata")
 
 RANDOM_MAX_NEW = 20  # the random checkpoints' budget; one case also at 5 (a block cut short)
@@ -223,8 +225,8 @@ def golden_file(name, t, runs, about):
 
 
 @torch.no_grad()
-def tiny_shapes_goldens(ckpt=TINY_SHAPES, limit=None):
-    """The bundled model on tools/tinymodel/testdata's held-out scenes, in hybrid mode."""
+def shapes_goldens(ckpt=BLOCKS_MODEL, limit=None):
+    """A tiny-shapes model on tools/tinymodel/testdata's held-out scenes, in hybrid mode."""
     model = load_checkpoint(ckpt)
     cfg, t = model.cfg, H.TokenIds.from_config(model.cfg)
     with open(os.path.join(HELDOUT, "heldout.json")) as f:
@@ -242,8 +244,9 @@ def tiny_shapes_goldens(ckpt=TINY_SHAPES, limit=None):
                "prompt_ids": sc["prompt_ids"]}
         run.update(run_case(model, t, sc["prompt_ids"], emb, SHAPES_MAX_NEW, "hybrid"))
         runs.append(run)
-    return golden_file("tiny-shapes", t, runs, "models/tiny-shapes on tools/tinymodel/testdata/heldout.json's scenes "
-                                               "(prompt ids from there)")
+    name = os.path.basename(os.path.normpath(ckpt))
+    return golden_file(name, t, runs, f"{os.path.relpath(ckpt, ROOT)} on tools/tinymodel/testdata/heldout.json's "
+                                      f"scenes (prompt ids from there)")
 
 
 def totals(golden):
@@ -267,20 +270,18 @@ def write(obj, name):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tiny-shapes", action="store_true", help="also models/tiny-shapes on the held-out scenes")
-    ap.add_argument("--only-tiny-shapes", action="store_true", help="only models/tiny-shapes")
+    ap.add_argument("--only-shapes", action="store_true", help="only the tiny-shapes-blocks goldens")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    if not args.only_tiny_shapes:
+    if not args.only_shapes:
         write(decision_cases(), "decisions.json")
         for name in ("tiny-bf16", "tiny-f32"):
             g = checkpoint_goldens(name)
             write(g, f"{name}.json")
             print(f"  {name}: {totals(g)}")
-    if args.tiny_shapes or args.only_tiny_shapes:
-        g = tiny_shapes_goldens()
-        write(g, "tiny-shapes.json")
-        print(f"  tiny-shapes: {totals(g)}")
+    g = shapes_goldens()
+    write(g, "tiny-shapes-blocks.json")
+    print(f"  tiny-shapes-blocks: {totals(g)}")
 
 
 if __name__ == "__main__":

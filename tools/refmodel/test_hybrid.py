@@ -269,6 +269,19 @@ class CheckpointGoldensTest(unittest.TestCase):
                 committed = json.load(f)
             self.assertEqual(goldens.checkpoint_goldens(name), committed, name)
 
+    def test_block_model_goldens_reproduce_and_accept_boxes(self):
+        with open(os.path.join(goldens.OUT_DIR, "tiny-shapes-blocks.json")) as f:
+            committed = json.load(f)
+        self.assertEqual(goldens.shapes_goldens(), committed)
+        # The block-trained model really writes boxes in one step, and falls back to AR too.
+        steps = [s for r in committed["runs"] for s in r["steps"]]
+        kinds = {s["type"] for s in steps}
+        for want in ("ref_object", "coord_box", "empty_box", "point_box", "error_box", "coord_ar", "box_end_ar", "im_end"):
+            self.assertIn(want, kinds)
+        t = goldens.totals(committed)
+        self.assertGreater(t["boxes_in_one_step"], t["boxes"] / 2)
+        self.assertLess(t["forwards"], t["slow_forwards"])
+
 
 if __name__ == "__main__":
     unittest.main()
