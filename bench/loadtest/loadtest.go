@@ -184,10 +184,10 @@ func report(outcomes []Outcome, c sim.Costs) Report {
 
 func writeTable(w io.Writer, outcomes []Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tchips\tbatch\tprefetch\tjobs\tfailed\tjobs/s\tper chip\tdevice busy\t(overall)\twake late\tmean batch\tp50 ms\tp95 ms\tCPU ms/job\ttokens/job\tdevice-bound jobs/s\t")
+	fmt.Fprintln(tw, "scenario\tchips\tbatch\tprefetch\tjobs\tfailed\tjobs/s\tper chip\t(overall)\tdevice busy\t(overall)\twake late\tmean batch\tp50 ms\tp95 ms\tCPU ms/job\ttokens/job\tdevice-bound jobs/s\t")
 	for _, o := range outcomes {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t\n",
-			o.Scenario, o.Chips, o.Batch, o.Prefetch, o.Jobs, o.Failed, o.JobsPerS, o.JobsPerSPerChip,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t\n",
+			o.Scenario, o.Chips, o.Batch, o.Prefetch, o.Jobs, o.Failed, o.JobsPerS, o.JobsPerSPerChip, o.JobsPerSOverall,
 			100*o.DeviceBusy, 100*o.DeviceBusyOverall, 100*o.SimWakeLate, o.MeanBatch, o.P50MS, o.P95MS, o.HostCPUMSPerJob,
 			o.TokensPerJob, o.DeviceBoundJobsPerS)
 	}

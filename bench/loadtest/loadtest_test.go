@@ -73,6 +73,12 @@ func TestLoadtestReportsEveryScenario(t *testing.T) {
 			t.Errorf("scenario %d: %+v", i, o)
 		}
 	}
+	// Four jobs: the serial baseline's Runner holds one, so results 1 to 3 are under
+	// backlog (two of them counted after the first); batch1 holds three, too many for a
+	// backlog, so its figures are the whole run's.
+	if rep.Scenarios[0].SteadyJobs != 2 || rep.Scenarios[1].SteadyJobs != 4 {
+		t.Errorf("steady jobs %d and %d, want 2 (serial) and 4 (batch1: the whole run)", rep.Scenarios[0].SteadyJobs, rep.Scenarios[1].SteadyJobs)
+	}
 	if rep.Scenarios[0].Prefetch != 1 || rep.Scenarios[1].Prefetch != 3 || rep.Scenarios[2].Prefetch != 4 {
 		t.Errorf("prefetch %d, %d, %d: want 1 for the serial baseline and the worker's default (batch + 2) otherwise",
 			rep.Scenarios[0].Prefetch, rep.Scenarios[1].Prefetch, rep.Scenarios[2].Prefetch)

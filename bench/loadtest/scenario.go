@@ -48,16 +48,20 @@ type Outcome struct {
 	Jobs     int    `json:"jobs"`
 	Failed   int    `json:"failed"`
 
-	WallS           float64 `json:"wall_s"`
-	JobsPerS        float64 `json:"jobs_per_s"`
-	JobsPerSPerChip float64 `json:"jobs_per_s_per_chip"`
-	// DeviceBusy is the chips' busy fraction while jobs were waiting in the queue (until
-	// every job left was held by a Runner); DeviceBusyOverall over the whole run.
-	DeviceBusy        float64 `json:"device_busy"`
+	WallS float64 `json:"wall_s"`
+	// JobsPerS, DeviceBusy and SimWakeLate are measured under backlog, the steady state of
+	// a loaded service: from the first result until the queue runs dry (every job left is
+	// held by a Runner), over SteadyJobs results. The *Overall figures cover the whole run,
+	// from the first submit to the last result: start-up and the final drain included.
+	JobsPerS          float64 `json:"jobs_per_s"`
+	JobsPerSPerChip   float64 `json:"jobs_per_s_per_chip"`
+	JobsPerSOverall   float64 `json:"jobs_per_s_overall"`
+	SteadyJobs        int     `json:"steady_jobs"`
+	DeviceBusy        float64 `json:"device_busy"` // modelled device time / (chips x time)
 	DeviceBusyOverall float64 `json:"device_busy_overall"`
 	// SimWakeLate is the wake-up lateness the simulated chips forgave their sleeping
-	// threads (docs/sim.md), as a share of the same backlog time: how oversubscribed the
-	// machine running the test was. It is not device time, and not idle time either.
+	// threads (docs/sim.md), as a share of chips x time: how oversubscribed the machine
+	// running the test was. It is neither device time nor idle time.
 	SimWakeLate     float64 `json:"sim_wake_late"`
 	MeanBatch       float64 `json:"mean_batch"` // sequences per decode step
 	P50MS           float64 `json:"p50_ms"`     // submit to result
@@ -165,8 +169,8 @@ func (r *run) workerConfig(s scenario, dir string) (config.Worker, error) {
 }
 
 // measure publishes the job set and collects the results, reading the clock, the process
-// CPU time and the device meters at the start, when the queue runs dry (every job left is
-// held by a Runner: the end of the backlog) and at the last result.
+// CPU time and the device meters at the start, at the first result, when the queue runs
+// dry (every job left is held by a Runner: the end of the backlog) and at the last result.
 func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, batch string, meters []*sim.Meter,
 	arrivals <-chan arrival) (Outcome, error) {
 	n := r.o.jobs
@@ -207,7 +211,7 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 
 	var latencies []time.Duration
 	var tokens, failed int
-	var backlog mark
+	var first, backlog mark
 	seen := map[string]bool{}
 	stall := time.NewTimer(r.o.stall)
 	defer stall.Stop()
@@ -231,7 +235,10 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 					r.log.Warn("a job failed", "id", res.ID, "status", res.Status, "error", res.Error)
 				}
 			}
-			if len(seen) == backlogEnd {
+			switch len(seen) {
+			case 1:
+				first = read()
+			case backlogEnd:
 				backlog = read()
 			}
 			stall.Reset(r.o.stall)
@@ -247,8 +254,7 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 	o := Outcome{
 		Scenario: s.name, Chips: s.chips, Batch: s.batch, Prefetch: s.heldPerChip(), Jobs: n, Failed: failed,
 		WallS:           round(wall.Seconds(), 2),
-		JobsPerS:        round(float64(n)/wall.Seconds(), 2),
-		JobsPerSPerChip: round(float64(n)/wall.Seconds()/float64(s.chips), 2),
+		JobsPerSOverall: round(float64(n)/wall.Seconds(), 2),
 		MeanBatch:       round(end.meter.Sub(start.meter).MeanBatch(), 2),
 		P50MS:           round(ms(percentile(latencies, 50)), 0),
 		P95MS:           round(ms(percentile(latencies, 95)), 0),
@@ -256,15 +262,18 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 		TokensPerJob:    round(float64(tokens)/float64(n), 1),
 	}
 	o.DeviceBusyOverall = fraction(end.meter.Sub(start.meter).Busy, wall, s.chips)
-	o.DeviceBusy = o.DeviceBusyOverall
-	o.SimWakeLate = fraction(end.meter.Sub(start.meter).Late, wall, s.chips)
-	if backlogEnd > 0 {
-		during := backlog.meter.Sub(start.meter)
-		o.DeviceBusy = fraction(during.Busy, backlog.at.Sub(start.at), s.chips)
-		o.SimWakeLate = fraction(during.Late, backlog.at.Sub(start.at), s.chips)
+	from, to, done := start, end, n // the whole run, unless there was a backlog to measure
+	if backlogEnd >= 2 {
+		from, to, done = first, backlog, backlogEnd-1
 	} else {
-		r.log.Warn("fewer jobs than the Runners hold: no backlog, device_busy is the whole run's", "scenario", s.name)
+		r.log.Warn("too few jobs for a backlog (twice what the Runners hold): the steady figures are the whole run's", "scenario", s.name)
 	}
+	during, span := to.meter.Sub(from.meter), to.at.Sub(from.at)
+	o.SteadyJobs = done
+	o.JobsPerS = round(float64(done)/span.Seconds(), 2)
+	o.JobsPerSPerChip = round(float64(done)/span.Seconds()/float64(s.chips), 2)
+	o.DeviceBusy = fraction(during.Busy, span, s.chips)
+	o.SimWakeLate = fraction(during.Late, span, s.chips)
 	o.DeviceBoundJobsPerS = round(deviceBound(r.base.Sim.Costs(), s, o.TokensPerJob), 2)
 	return o, nil
 }
