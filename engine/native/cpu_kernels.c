@@ -234,6 +234,8 @@ static double expsum_plain(const float *x, int n, float m) {
 /* ---- AVX-512 ---------------------------------------------------------------------- */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
 
+enum { PREFETCH_TILES = 4 };
+
 AVX512 static ALWAYS_INLINE __m512 bf16x16_to_f32(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
@@ -288,11 +290,13 @@ AVX512 static void pack_pairs_avx512(const float *x, size_t ldx, int n, int nx, 
     }
 }
 
-/* tile_avx512 also prefetches the next tile's rows (the R rows after its own), one cache
- * line of each per line it reads: at one sequence the kernel is waiting on DRAM, and the
- * hardware prefetcher starts each 4 KB page (one 2048-wide bf16 row) over; at many
- * sequences it keeps DRAM busy while the tile computes. A prefetch never faults, so the
- * last tile may point it past the matrix.
+/* tile_avx512 also prefetches into L2 the rows PREFETCH_TILES tiles ahead, one cache line
+ * of each per line it reads: the hardware prefetcher starts each 4 KB page (one 2048-wide
+ * bf16 row) over, and at many sequences, when the kernel computes far longer per line
+ * than DRAM takes to deliver it, the reads must still be in flight well before they are
+ * needed. Four tiles (64 KB of 2048-wide bf16 rows) ahead into L2 measured about 10%
+ * faster at 8 sequences than the next tile into L1. A prefetch never faults, so the last
+ * tiles may point it past the matrix.
  *
  * The recipe of one dot product: bf16 rows take every whole block of 32 as two FMAs (even
  * elements, then odd ones, against activations packed by pack_pairs_avx512); then every
@@ -301,7 +305,7 @@ AVX512 static ALWAYS_INLINE void tile_avx512(la_dtype t, const void *w, size_t l
                                              const float *x, size_t ldx, float *y, size_t ldy,
                                              const int R, const int C) {
     const size_t es = cpu_dtype_size(t);
-    const char *ahead = (const char *)w + (size_t)R * ldw * es;
+    const char *ahead = (const char *)w + (size_t)(PREFETCH_TILES * R) * ldw * es;
     __m512 acc[TILE_R_LIMIT][TILE_C_LIMIT];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
@@ -311,7 +315,7 @@ AVX512 static ALWAYS_INLINE void tile_avx512(la_dtype t, const void *w, size_t l
         const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
         for (; i + 32 <= n; i += 32) {
             for (int r = 0; r < R; r++)
-                _mm_prefetch(ahead + ((size_t)r * ldw + (size_t)i) * es, _MM_HINT_T0);
+                _mm_prefetch(ahead + ((size_t)r * ldw + (size_t)i) * es, _MM_HINT_T1);
             __m512 xe[TILE_C_LIMIT], xo[TILE_C_LIMIT];
             for (int c = 0; c < C; c++) {
                 xe[c] = _mm512_loadu_ps(x + (size_t)c * ldx + (size_t)i);
@@ -332,7 +336,7 @@ AVX512 static ALWAYS_INLINE void tile_avx512(la_dtype t, const void *w, size_t l
         __m512 wv[TILE_R_LIMIT];
         if (((size_t)i * es) % 64 == 0)
             for (int r = 0; r < R; r++)
-                _mm_prefetch(ahead + ((size_t)r * ldw + (size_t)i) * es, _MM_HINT_T0);
+                _mm_prefetch(ahead + ((size_t)r * ldw + (size_t)i) * es, _MM_HINT_T1);
         for (int r = 0; r < R; r++)
             wv[r] = load16_avx512(t, w, (size_t)r * ldw + (size_t)i);
         for (int c = 0; c < C; c++) {
