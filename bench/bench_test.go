@@ -59,8 +59,9 @@ func TestBenchBatchSweep(t *testing.T) {
 	if !regexp.MustCompile(`fill +4 slots, .*prefill \(12 tokens\) each: vision [0-9.]+ ms, prefill [0-9.]+ ms`).MatchString(report) {
 		t.Error("no fill line for 4 slots")
 	}
-	// One line per batch size: B, steps (tokens x runs), ms/step, tok/s, ratio, ceiling, %.
-	row := regexp.MustCompile(`(?m)^sweep +([0-9]+) +6 +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +[0-9]+% +[0-9.]+ +[0-9.]+ +[0-9.]+$`)
+	// One line per batch size: B, steps (tokens x runs), ms/step, tok/s, ratio, the same
+	// three at the 10th-percentile step, ceiling, %, KV MB per row, GMAC/s, CPU tok/s.
+	row := regexp.MustCompile(`(?m)^sweep +([0-9]+) +6 +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +[0-9]+% +[0-9.]+ +[0-9.]+ +[0-9.]+$`)
 	var batches []string
 	for _, m := range row.FindAllStringSubmatch(report, -1) {
 		batches = append(batches, m[1])
@@ -69,8 +70,8 @@ func TestBenchBatchSweep(t *testing.T) {
 				t.Errorf("B=%s: figure %q is not a positive number", m[1], f)
 			}
 		}
-		if m[1] == "1" && m[4] != "1.00" {
-			t.Errorf("B=1 against itself: ratio %s", m[4])
+		if m[1] == "1" && (m[4] != "1.00" || m[7] != "1.00") {
+			t.Errorf("B=1 against itself: ratios %s and %s", m[4], m[7])
 		}
 	}
 	if strings.Join(batches, ",") != "1,2,4" {

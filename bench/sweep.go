@@ -20,7 +20,9 @@ import (
 // turn, right after its own STREAM triad, and the report gives per B the median over the
 // runs next to the ceiling of that B: a step reads every weight once plus each row's KV
 // cache up to its position, so at triad bandwidth it takes
-// (weight bytes + B x KV bytes per row) / triad seconds for B tokens.
+// (weight bytes + B x KV bytes per row) / triad seconds for B tokens. On a machine shared
+// with other work a whole run is rarely quiet, so the report also gives the
+// 10th-percentile step of each B over all runs (its quiet moments).
 
 // parseBatches reads "1,2,4,8,16": positive, distinct, ascending.
 func parseBatches(s string) ([]int, error) {
@@ -54,6 +56,7 @@ type sweepFill struct {
 type sweepRun struct {
 	triadGBps float64
 	wall, cpu []time.Duration
+	steps     [][]time.Duration // each step of each batch size
 	meanPos   []float64
 }
 
@@ -113,12 +116,18 @@ func runSweep(b *native.Backend, in inputs, o options) (sweepFill, []sweepRun, e
 				posSum += pos[i]
 			}
 			cpu0, t0 := processCPUTime(), time.Now()
+			steps := make([]time.Duration, 0, o.tokens)
+			last := t0
 			for range o.tokens {
 				if err := step(n); err != nil {
 					return fill, nil, err
 				}
+				now := time.Now()
+				steps = append(steps, now.Sub(last))
+				last = now
 			}
-			r.wall = append(r.wall, time.Since(t0))
+			r.steps = append(r.steps, steps)
+			r.wall = append(r.wall, last.Sub(t0))
 			r.cpu = append(r.cpu, processCPUTime()-cpu0)
 			// positions attended: from posSum/n to posSum/n + tokens - 1 per row
 			r.meanPos = append(r.meanPos, float64(posSum)/float64(n)+float64(o.tokens-1)/2)
@@ -145,6 +154,8 @@ type sweepRow struct {
 	batch                    int
 	stepMs                   float64 // median step time
 	tokPerSec, ratio         float64 // aggregate tokens/s, and over the first batch size's
+	p10Ms                    float64 // 10th-percentile step over all runs
+	p10TokPerSec, p10Ratio   float64
 	ceiling, ofCeiling       float64 // tokens/s at the median triad, and the fraction reached
 	cpuTokPerSec, kvMBPerRow float64
 	gmacPerSec               float64 // weight multiply-adds per second (B x weights per step)
@@ -195,13 +206,17 @@ func summariseSweep(m *checkpoint.Model, o options, runs []sweepRun) (rows []swe
 	for j, n := range o.batches {
 		wall := make([]time.Duration, len(runs))
 		cpu := make([]time.Duration, len(runs))
+		var steps []time.Duration
 		var meanPos float64
 		for i, r := range runs {
 			wall[i], cpu[i] = r.wall[j], r.cpu[j]
+			steps = append(steps, r.steps[j]...)
 			meanPos += r.meanPos[j] / float64(len(runs))
 		}
 		slices.Sort(wall)
 		slices.Sort(cpu)
+		slices.Sort(steps)
+		p10 := steps[len(steps)/10].Seconds()
 		step := wall[len(wall)/2].Seconds() / float64(o.tokens)
 		cpuStep := cpu[len(cpu)/2].Seconds() / float64(o.tokens)
 		kvRow := kv * (meanPos + 1) // positions 0..pos are read
@@ -209,7 +224,8 @@ func summariseSweep(m *checkpoint.Model, o options, runs []sweepRun) (rows []swe
 		row := sweepRow{
 			batch: n, stepMs: step * 1e3, tokPerSec: float64(n) / step,
 			ceiling: float64(n) * triad * 1e9 / bytes, kvMBPerRow: kvRow / 1e6,
-			gmacPerSec: float64(n) * macs / step / 1e9,
+			gmacPerSec: float64(n) * macs / p10 / 1e9,
+			p10Ms:      p10 * 1e3, p10TokPerSec: float64(n) / p10,
 		}
 		if cpuStep > 0 {
 			row.cpuTokPerSec = float64(n) * float64(o.threads) / cpuStep
@@ -219,6 +235,7 @@ func summariseSweep(m *checkpoint.Model, o options, runs []sweepRun) (rows []swe
 	}
 	for i := range rows {
 		rows[i].ratio = rows[i].tokPerSec / rows[0].tokPerSec
+		rows[i].p10Ratio = rows[i].p10TokPerSec / rows[0].p10TokPerSec
 	}
 	return rows, triad
 }
@@ -232,11 +249,13 @@ func reportSweep(stdout io.Writer, u setup, fill sweepFill, rows []sweepRow, tri
 		maxB, o.gridH, o.gridW, o.prompt, ms(fill.vision), ms(fill.prefill))
 	w.printf("ceiling     B tokens per (%.3f GB weights + B x KV bytes per row) / triad %.1f GB/s (median of the triads before each run)\n",
 		float64(decodeWeightBytes(u.m))/1e9, triad)
-	w.printf("sweep       %5s %7s %10s %10s %7s %10s %7s %9s %8s %10s\n",
-		"B", "steps", "ms/step", "tok/s", fmt.Sprintf("x B=%d", o.batches[0]), "ceiling", "of it", "KV MB/row", "GMAC/s", "cpu tok/s")
+	first := fmt.Sprintf("x B=%d", o.batches[0])
+	w.printf("sweep       %5s %6s %9s %8s %7s %9s %9s %7s %8s %6s %9s %10s %9s\n",
+		"B", "steps", "ms/step", "tok/s", first, "p10 ms", "p10 tok/s", first, "ceiling", "of it", "KV MB/row", "p10 GMAC/s", "cpu tok/s")
 	for _, r := range rows {
-		w.printf("sweep       %5d %7d %10.1f %10.2f %7.2f %10.2f %6.0f%% %9.2f %8.1f %10.2f\n",
-			r.batch, o.tokens*o.runs, r.stepMs, r.tokPerSec, r.ratio, r.ceiling, 100*r.ofCeiling, r.kvMBPerRow, r.gmacPerSec, r.cpuTokPerSec)
+		w.printf("sweep       %5d %6d %9.1f %8.2f %7.2f %9.1f %9.2f %7.2f %8.2f %5.0f%% %9.2f %10.1f %9.2f\n",
+			r.batch, o.tokens*o.runs, r.stepMs, r.tokPerSec, r.ratio, r.p10Ms, r.p10TokPerSec, r.p10Ratio,
+			r.ceiling, 100*r.ofCeiling, r.kvMBPerRow, r.gmacPerSec, r.cpuTokPerSec)
 	}
 	return w.err
 }
