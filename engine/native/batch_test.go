@@ -140,111 +140,132 @@ type schedSeq struct {
 	last  int32
 }
 
+// openKernels opens the CPU backend with one kernel set (backend option kernels), or
+// skips the test where this CPU lacks its instructions.
+func openKernels(t *testing.T, m *checkpoint.Model, o Options, kernels string) *Backend {
+	t.Helper()
+	o.BackendOptions = map[string]string{"kernels": kernels}
+	b, err := Open("cpu", m, o)
+	if err != nil && strings.Contains(err.Error(), "lacks the instructions") {
+		t.Skipf("kernels %s: %v", kernels, err)
+	}
+	if err != nil {
+		t.Fatalf("open cpu backend: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 func TestBatchedDecodeMatchesAlone(t *testing.T) {
 	lockThread(t)
-	for _, ckpt := range []string{"tiny-bf16", "tiny-f32"} {
-		t.Run(ckpt, func(t *testing.T) {
-			m := openModel(t, filepath.Join(checkpointsDir, ckpt))
-			specs := batchSpecs(t, ckpt)
+	for _, kernels := range []string{"auto", "avx2", "plain"} {
+		for _, ckpt := range []string{"tiny-bf16", "tiny-f32"} {
+			t.Run(kernels+"/"+ckpt, func(t *testing.T) { checkBatchedMatchesAlone(t, ckpt, kernels) })
+		}
+	}
+}
 
-			// (a) one at a time in slot 0 of a one-slot engine, one pool thread
-			alone := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 160, Threads: 1})
-			traces := make([]batchTrace, len(specs))
-			for i, s := range specs {
-				traces[i] = runSeqAlone(t, alone, s)
-				if s.want != nil && !slices.Equal(traces[i].tokens, s.want) {
-					t.Fatalf("%s alone: tokens %v, reference %v", s.name, traces[i].tokens, s.want)
-				}
-			}
+// checkBatchedMatchesAlone runs ckpt's sequences alone and then batched on one kernel set.
+func checkBatchedMatchesAlone(t *testing.T, ckpt, kernels string) {
+	m := openModel(t, filepath.Join(checkpointsDir, ckpt))
+	specs := batchSpecs(t, ckpt)
 
-			// (b) together: four slots, two pool threads. A sequence joins at most every
-			// other step into a random free slot while the others are live, rows go in a
-			// random order, a finished sequence releases its slot for the next.
-			const maxBatch = 4
-			b := openBackend(t, m, Options{MaxBatch: maxBatch, MaxSeqLen: 160, Threads: 2})
-			rng := rand.New(rand.NewPCG(5, 8))
-			queue := rng.Perm(len(specs))
-			var live []*schedSeq
-			slotUsers := make([]int, maxBatch)
-			widest := 0
-			for step := 0; len(queue) > 0 || len(live) > 0; step++ {
-				if len(queue) > 0 && len(live) < maxBatch && step%2 == 0 {
-					free := slices.DeleteFunc([]int{0, 1, 2, 3}, func(s int) bool {
-						return slices.ContainsFunc(live, func(r *schedSeq) bool { return r.slot == s })
-					})
-					r := &schedSeq{spec: queue[0], slot: free[rng.IntN(len(free))]}
-					queue = queue[1:]
-					s := specs[r.spec]
-					tok, prob, err := startBatchSeq(b, s, r.slot, true)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if tok != traces[r.spec].tokens[0] {
-						t.Fatalf("%s: first token %d in slot %d, %d alone", s.name, tok, r.slot, traces[r.spec].tokens[0])
-					}
-					if ok, where := sameLogitBits(b.Logits(0), traces[r.spec].logits[0]); !ok {
-						t.Fatalf("%s: prefill logits in slot %d differ from alone: %s", s.name, r.slot, where)
-					}
-					checkTokenProb(t, s.name+" prefill", prob, traces[r.spec].logits[0], tok)
-					r.last = tok
-					slotUsers[r.slot]++
-					if s.steps == 0 {
-						continue
-					}
-					live = append(live, r)
-				}
-				if len(live) == 0 {
-					continue
-				}
-				rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
-				widest = max(widest, len(live))
-				slots := make([]int, len(live))
-				tokens := make([]int32, len(live))
-				for i, r := range live {
-					slots[i], tokens[i] = r.slot, r.last
-				}
-				next := make([]int32, len(live))
-				var prob []float32
-				if step%3 != 0 { // probabilities on some steps only: they must change nothing
-					prob = make([]float32, len(live))
-				}
-				if err := b.Decode(slots, tokens, next, prob); err != nil {
-					t.Fatalf("step %d, slots %v: %v", step, slots, err)
-				}
-				for i, r := range live {
-					s, tr := specs[r.spec], traces[r.spec]
-					r.steps++
-					if next[i] != tr.tokens[r.steps] {
-						t.Fatalf("%s step %d (row %d of %d, slot %d): token %d, alone %d", s.name, r.steps, i, len(live), r.slot, next[i], tr.tokens[r.steps])
-					}
-					if ok, where := sameLogitBits(b.Logits(i), tr.logits[r.steps]); !ok {
-						t.Fatalf("%s step %d (row %d of %d, slot %d): logits differ from alone: %s", s.name, r.steps, i, len(live), r.slot, where)
-					}
-					if prob != nil {
-						checkTokenProb(t, fmt.Sprintf("%s step %d", s.name, r.steps), prob[i], tr.logits[r.steps], next[i])
-					}
-					r.last = next[i]
-				}
-				if b.Logits(len(live)) != nil {
-					t.Fatalf("step %d: logits of row %d exist after a %d-row step", step, len(live), len(live))
-				}
-				live = slices.DeleteFunc(live, func(r *schedSeq) bool {
-					if r.steps < specs[r.spec].steps {
-						return false
-					}
-					if err := b.Release(r.slot); err != nil {
-						t.Fatal(err)
-					}
-					return true
-				})
+	// (a) one at a time in slot 0 of a one-slot engine, one pool thread
+	alone := openKernels(t, m, Options{MaxBatch: 1, MaxSeqLen: 160, Threads: 1}, kernels)
+	traces := make([]batchTrace, len(specs))
+	for i, s := range specs {
+		traces[i] = runSeqAlone(t, alone, s)
+		if s.want != nil && !slices.Equal(traces[i].tokens, s.want) {
+			t.Fatalf("%s alone: tokens %v, reference %v", s.name, traces[i].tokens, s.want)
+		}
+	}
+
+	// (b) together: four slots, two pool threads. A sequence joins at most every
+	// other step into a random free slot while the others are live, rows go in a
+	// random order, a finished sequence releases its slot for the next.
+	const maxBatch = 4
+	b := openKernels(t, m, Options{MaxBatch: maxBatch, MaxSeqLen: 160, Threads: 2}, kernels)
+	rng := rand.New(rand.NewPCG(5, 8))
+	queue := rng.Perm(len(specs))
+	var live []*schedSeq
+	slotUsers := make([]int, maxBatch)
+	widest := 0
+	for step := 0; len(queue) > 0 || len(live) > 0; step++ {
+		if len(queue) > 0 && len(live) < maxBatch && step%2 == 0 {
+			free := slices.DeleteFunc([]int{0, 1, 2, 3}, func(s int) bool {
+				return slices.ContainsFunc(live, func(r *schedSeq) bool { return r.slot == s })
+			})
+			r := &schedSeq{spec: queue[0], slot: free[rng.IntN(len(free))]}
+			queue = queue[1:]
+			s := specs[r.spec]
+			tok, prob, err := startBatchSeq(b, s, r.slot, true)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if widest != maxBatch {
-				t.Errorf("the schedule decoded at most %d sequences together, want %d", widest, maxBatch)
+			if tok != traces[r.spec].tokens[0] {
+				t.Fatalf("%s: first token %d in slot %d, %d alone", s.name, tok, r.slot, traces[r.spec].tokens[0])
 			}
-			if slices.Max(slotUsers) < 2 {
-				t.Errorf("no slot was reused after a release: %v", slotUsers)
+			if ok, where := sameLogitBits(b.Logits(0), traces[r.spec].logits[0]); !ok {
+				t.Fatalf("%s: prefill logits in slot %d differ from alone: %s", s.name, r.slot, where)
 			}
+			checkTokenProb(t, s.name+" prefill", prob, traces[r.spec].logits[0], tok)
+			r.last = tok
+			slotUsers[r.slot]++
+			if s.steps == 0 {
+				continue
+			}
+			live = append(live, r)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
+		widest = max(widest, len(live))
+		slots := make([]int, len(live))
+		tokens := make([]int32, len(live))
+		for i, r := range live {
+			slots[i], tokens[i] = r.slot, r.last
+		}
+		next := make([]int32, len(live))
+		var prob []float32
+		if step%3 != 0 { // probabilities on some steps only: they must change nothing
+			prob = make([]float32, len(live))
+		}
+		if err := b.Decode(slots, tokens, next, prob); err != nil {
+			t.Fatalf("step %d, slots %v: %v", step, slots, err)
+		}
+		for i, r := range live {
+			s, tr := specs[r.spec], traces[r.spec]
+			r.steps++
+			if next[i] != tr.tokens[r.steps] {
+				t.Fatalf("%s step %d (row %d of %d, slot %d): token %d, alone %d", s.name, r.steps, i, len(live), r.slot, next[i], tr.tokens[r.steps])
+			}
+			if ok, where := sameLogitBits(b.Logits(i), tr.logits[r.steps]); !ok {
+				t.Fatalf("%s step %d (row %d of %d, slot %d): logits differ from alone: %s", s.name, r.steps, i, len(live), r.slot, where)
+			}
+			if prob != nil {
+				checkTokenProb(t, fmt.Sprintf("%s step %d", s.name, r.steps), prob[i], tr.logits[r.steps], next[i])
+			}
+			r.last = next[i]
+		}
+		if b.Logits(len(live)) != nil {
+			t.Fatalf("step %d: logits of row %d exist after a %d-row step", step, len(live), len(live))
+		}
+		live = slices.DeleteFunc(live, func(r *schedSeq) bool {
+			if r.steps < specs[r.spec].steps {
+				return false
+			}
+			if err := b.Release(r.slot); err != nil {
+				t.Fatal(err)
+			}
+			return true
 		})
+	}
+	if widest != maxBatch {
+		t.Errorf("the schedule decoded at most %d sequences together, want %d", widest, maxBatch)
+	}
+	if slices.Max(slotUsers) < 2 {
+		t.Errorf("no slot was reused after a release: %v", slotUsers)
 	}
 }
 
@@ -410,8 +431,9 @@ func TestSlotErrors(t *testing.T) {
 
 // TestRowsKernelIsBatchInvariant checks the batched kernel itself: every (weight row,
 // activation row) result has the same bits whatever the number of activation rows, on
-// the selected kernels and the plain C ones, for every dtype and lengths with and without
-// a partial last vector; and each is a correct dot product.
+// the selected kernels, the plain C ones and the AVX2 ones (where the CPU has AVX2), for
+// every dtype and lengths with and without a partial last vector; and each is a correct
+// dot product.
 func TestRowsKernelIsBatchInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, dt := range []checkpoint.DType{checkpoint.F32, checkpoint.F16, checkpoint.BF16} {
@@ -426,9 +448,12 @@ func TestRowsKernelIsBatchInvariant(t *testing.T) {
 			for i := range x {
 				x[i] = 2*rng.Float32() - 1
 			}
-			for _, generic := range []bool{false, true} {
-				what := fmt.Sprintf("%v n=%d generic=%v", dt, n, generic)
-				all := rowsProbe(generic, dt, raw, rows, n, x)
+			for _, set := range kernelSets {
+				what := fmt.Sprintf("%v n=%d %s kernels", dt, n, set)
+				if _, isa := dotProbe(set, dt, raw, x[:n]); isa == "none" {
+					continue // no AVX2 on this CPU
+				}
+				all := rowsProbe(set, dt, raw, rows, n, x)
 				for r := range rows {
 					for c := range nx {
 						var want float64
@@ -441,7 +466,7 @@ func TestRowsKernelIsBatchInvariant(t *testing.T) {
 					}
 				}
 				for _, k := range []int{1, 2, 3, 5, 8, 11} {
-					part := rowsProbe(generic, dt, raw, rows, n, x[(nx-k)*n:])
+					part := rowsProbe(set, dt, raw, rows, n, x[(nx-k)*n:])
 					for c := range k {
 						for r := range rows {
 							if got, ref := part[c*rows+r], all[(nx-k+c)*rows+r]; math.Float32bits(got) != math.Float32bits(ref) {
@@ -451,7 +476,7 @@ func TestRowsKernelIsBatchInvariant(t *testing.T) {
 					}
 				}
 				// rows 2..8 alone (an odd start and count) give the bits they give among 9
-				part := rowsProbe(generic, dt, raw[2*n*len(raw)/(rows*n):], rows-2, n, x)
+				part := rowsProbe(set, dt, raw[2*n*len(raw)/(rows*n):], rows-2, n, x)
 				for c := range nx {
 					for r := range rows - 2 {
 						if math.Float32bits(part[c*(rows-2)+r]) != math.Float32bits(all[c*rows+r+2]) {
@@ -465,7 +490,7 @@ func TestRowsKernelIsBatchInvariant(t *testing.T) {
 }
 
 // TestTokenProbabilityKernel checks the sum behind token probabilities over a full-size
-// vocabulary: within 1e-6 of float64 on the selected and plain C kernels.
+// vocabulary: within 1e-6 of float64 on every kernel set.
 func TestTokenProbabilityKernel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	for _, n := range []int{1, 15, 17, 152681} {
@@ -483,10 +508,13 @@ func TestTokenProbabilityKernel(t *testing.T) {
 		for _, v := range x {
 			want += math.Exp(float64(v) - float64(m))
 		}
-		for _, generic := range []bool{false, true} {
-			got := expsumProbe(generic, x, m)
-			if d := math.Abs(got-want) / want; d > 1e-6 {
-				t.Errorf("n=%d generic=%v: sum %g, float64 %g (%.2g relative)", n, generic, got, want, d)
+		for _, set := range kernelSets {
+			got := expsumProbe(set, x, m)
+			if math.IsNaN(got) && set == kernelsAVX2 {
+				continue // no AVX2 on this CPU
+			}
+			if d := math.Abs(got-want) / want; !(d <= 1e-6) {
+				t.Errorf("n=%d %s kernels: sum %g, float64 %g (%.2g relative)", n, set, got, want, d)
 			}
 		}
 	}

@@ -452,6 +452,8 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
  *   widen_block_bytes  float32 bytes per widening block of a bf16/f16 GEMM weight
  *   resident_weights   1 (default): copy the decoder's matrices out of the file mapping
  *                      (make_resident); 0: decode reads the mapping directly
+ *   kernels            auto (default: the best this CPU runs), avx512, avx2 or plain: the
+ *                      decode kernels, for tests and measurements of each set
  * An unknown key is an error, so a typo does not pass silently. */
 static int parse_options(la_engine *e, const char *opts, char *err, size_t errlen) {
     e->widen_block_bytes = LA_CPU_WIDEN_BLOCK_BYTES;
@@ -477,6 +479,12 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
             if (*rest != 0 || v < (long long)sizeof(float) || v > (1LL << 34))
                 return la_errorf(err, errlen, "options: widen_block_bytes=%s: want a byte count", eq + 1);
             e->widen_block_bytes = (size_t)v;
+        } else if (strcmp(line, "kernels") == 0) {
+            int rc = cpu_kernels_named(eq + 1, &e->kern);
+            if (rc == -1)
+                return la_errorf(err, errlen, "options: kernels=%s: want auto, avx512, avx2 or plain", eq + 1);
+            if (rc != 0)
+                return la_errorf(err, errlen, "options: kernels=%s: this CPU lacks the instructions", eq + 1);
         } else if (strcmp(line, "resident_weights") == 0) {
             if (*rest != 0 || (v != 0 && v != 1))
                 return la_errorf(err, errlen, "options: resident_weights=%s: want 0 or 1", eq + 1);

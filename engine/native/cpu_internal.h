@@ -101,18 +101,24 @@ typedef struct {
 } cpu_kernels;
 
 void cpu_kernels_select(cpu_kernels *k);
+/* cpu_kernels_named fills k with the set called name: "auto" (cpu_kernels_select),
+ * "avx512", "avx2" or "plain". It returns 0, -1 for an unknown name, or -2 when this CPU
+ * lacks the instructions. */
+int cpu_kernels_named(const char *name, cpu_kernels *k);
 /* cpu_kernels_generic gives the plain C kernels (used by tests to cross-check). */
 void cpu_kernels_generic(cpu_kernels *k);
-/* Probes for tests, through the selected (or, with generic set, the plain C) kernels:
- * cpu_dot_probe runs one dot product and names the instruction set used; cpu_rows_probe
- * runs y[c * rows + r] = w[r] . x[c] for rows contiguous weight rows and nx contiguous
- * activation rows of n elements; cpu_expsum_probe runs the kernel behind token
- * probabilities. */
-float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, int n,
+/* Probes for tests, through one set of kernels (which: the selected ones, the plain C
+ * ones, or the AVX2 ones that a CPU without AVX-512 gets; results are NaN and the name
+ * "none" when this CPU can not run the set): cpu_dot_probe runs one dot product and names
+ * the instruction set used; cpu_rows_probe runs y[c * rows + r] = w[r] . x[c] for rows
+ * contiguous weight rows and nx contiguous activation rows of n elements;
+ * cpu_expsum_probe runs the kernel behind token probabilities. */
+enum { CPU_KERNELS_SELECTED = 0, CPU_KERNELS_PLAIN = 1, CPU_KERNELS_AVX2 = 2 };
+float cpu_dot_probe(int which, la_dtype t, const void *row, const float *x, int n,
                     const char **isa);
-void cpu_rows_probe(int generic, la_dtype t, const void *w, int rows, int n, const float *x,
+void cpu_rows_probe(int which, la_dtype t, const void *w, int rows, int n, const float *x,
                     int nx, float *y);
-double cpu_expsum_probe(int generic, const float *x, int n, float m);
+double cpu_expsum_probe(int which, const float *x, int n, float m);
 
 /* One batched matrix-vector product ("matmat"), y[c] = W x[c] (+ b) for the activation
  * rows c < n of a decode step, x and y rows ldx and ldy floats apart. */

@@ -551,8 +551,9 @@ void cpu_kernels_generic(cpu_kernels *k) {
     k->swiglu = swiglu_plain;
 }
 
-void cpu_kernels_select(cpu_kernels *k) {
-    cpu_kernels_generic(k);
+/* kernels_avx512 and kernels_avx2 switch k to their instruction set when the CPU has it,
+ * and report whether it did. */
+static int kernels_avx512(cpu_kernels *k) {
 #ifdef LA_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -566,16 +567,67 @@ void cpu_kernels_select(cpu_kernels *k) {
         k->axpy = axpy_avx512;
         k->expsum = expsum_avx512;
         k->swiglu = swiglu_avx512;
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c")) {
+        return 1;
+    }
+#endif
+    (void)k;
+    return 0;
+}
+
+static int kernels_avx2(cpu_kernels *k) {
+#ifdef LA_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
         k->isa = "avx2";
         k->rows[LA_DTYPE_F32] = rows_f32_avx2;
         k->rows[LA_DTYPE_F16] = rows_f16_avx2;
         k->rows[LA_DTYPE_BF16] = rows_bf16_avx2;
         k->axpy = axpy_avx2;
         k->expsum = expsum_avx2;
+        return 1;
     }
 #endif
+    (void)k;
+    return 0;
+}
+
+void cpu_kernels_select(cpu_kernels *k) {
+    cpu_kernels_generic(k);
+    if (!kernels_avx512(k))
+        kernels_avx2(k);
+}
+
+int cpu_kernels_named(const char *name, cpu_kernels *k) {
+    cpu_kernels_generic(k);
+    if (strcmp(name, "auto") == 0) {
+        cpu_kernels_select(k);
+        return 0;
+    }
+    if (strcmp(name, "plain") == 0)
+        return 0;
+    if (strcmp(name, "avx512") == 0)
+        return kernels_avx512(k) ? 0 : -2;
+    if (strcmp(name, "avx2") == 0)
+        return kernels_avx2(k) ? 0 : -2;
+    return -1;
+}
+
+/* probe_kernels fills k with one set for the probes: CPU_KERNELS_SELECTED (what open
+ * picks), CPU_KERNELS_PLAIN, or CPU_KERNELS_AVX2 (what a CPU without AVX-512 picks; 0
+ * when this one lacks AVX2 too). */
+static int probe_kernels(int which, cpu_kernels *k) {
+    cpu_kernels_generic(k);
+    switch (which) {
+    case CPU_KERNELS_SELECTED:
+        cpu_kernels_select(k);
+        return 1;
+    case CPU_KERNELS_PLAIN:
+        return 1;
+    case CPU_KERNELS_AVX2:
+        return kernels_avx2(k);
+    }
+    return 0;
 }
 
 /* probe_matmat runs one product on the calling thread, packing x as the kernel wants. */
@@ -593,42 +645,33 @@ static int probe_matmat(const cpu_kernels *k, const cpu_matmat *mm, int n) {
     return 0;
 }
 
-float cpu_dot_probe(int generic, la_dtype t, const void *row, const float *x, int n,
+float cpu_dot_probe(int which, la_dtype t, const void *row, const float *x, int n,
                     const char **isa) {
     cpu_kernels k;
-    if (generic)
-        cpu_kernels_generic(&k);
-    else
-        cpu_kernels_select(&k);
+    const int ok = probe_kernels(which, &k);
     if (isa)
-        *isa = k.isa;
+        *isa = ok ? k.isa : "none";
+    if (!ok)
+        return NAN;
     float y;
     cpu_matrix m = {row, t, 1, n};
     cpu_matmat mm = {&m, NULL, x, (size_t)n, &y, 1};
     return probe_matmat(&k, &mm, 1) == 0 ? y : NAN;
 }
 
-void cpu_rows_probe(int generic, la_dtype t, const void *w, int rows, int n, const float *x,
+void cpu_rows_probe(int which, la_dtype t, const void *w, int rows, int n, const float *x,
                     int nx, float *y) {
     cpu_kernels k;
-    if (generic)
-        cpu_kernels_generic(&k);
-    else
-        cpu_kernels_select(&k);
     cpu_matrix m = {w, t, rows, n};
     cpu_matmat mm = {&m, NULL, x, (size_t)n, y, (size_t)rows};
-    if (probe_matmat(&k, &mm, nx) != 0)
+    if (!probe_kernels(which, &k) || probe_matmat(&k, &mm, nx) != 0)
         for (int i = 0; i < rows * nx; i++)
             y[i] = NAN;
 }
 
-double cpu_expsum_probe(int generic, const float *x, int n, float m) {
+double cpu_expsum_probe(int which, const float *x, int n, float m) {
     cpu_kernels k;
-    if (generic)
-        cpu_kernels_generic(&k);
-    else
-        cpu_kernels_select(&k);
-    return k.expsum(x, n, m);
+    return probe_kernels(which, &k) ? k.expsum(x, n, m) : NAN;
 }
 
 /* ---- batched matrix-vector products on the pool ------------------------------------- */

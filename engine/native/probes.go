@@ -14,16 +14,29 @@ import (
 // The probes below reach single C kernels so tests can check them in isolation; they are
 // not part of the package's API.
 
+// kernelSet picks the kernels a probe runs: the ones open selects on this CPU, the plain C
+// ones, or the AVX2 ones a CPU without AVX-512 gets (NaN results and the name "none"
+// where this CPU has no AVX2).
+type kernelSet int
+
+const (
+	kernelsSelected kernelSet = C.CPU_KERNELS_SELECTED
+	kernelsPlain    kernelSet = C.CPU_KERNELS_PLAIN
+	kernelsAVX2     kernelSet = C.CPU_KERNELS_AVX2
+)
+
+// kernelSets are the sets the kernel tests compare.
+var kernelSets = []kernelSet{kernelsSelected, kernelsPlain, kernelsAVX2}
+
+func (k kernelSet) String() string {
+	return [...]string{"selected", "plain C", "avx2"}[k]
+}
+
 // dotProbe computes the dot product of one weight row (raw little-endian elements of
-// dtype) with x, through the kernel the CPU selects or, with generic, the plain C one,
-// and names the instruction set used.
-func dotProbe(generic bool, dtype checkpoint.DType, row []byte, x []float32) (float32, string) {
-	g := C.int(0)
-	if generic {
-		g = 1
-	}
+// dtype) with x through the kernel set, and names the instruction set used.
+func dotProbe(set kernelSet, dtype checkpoint.DType, row []byte, x []float32) (float32, string) {
 	var isa *C.char
-	r := C.cpu_dot_probe(g, C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(row)),
+	r := C.cpu_dot_probe(C.int(set), C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(row)),
 		(*C.float)(unsafe.SliceData(x)), C.int(len(x)), &isa)
 	return float32(r), C.GoString(isa)
 }
@@ -39,24 +52,16 @@ func bicubicProbe(in []float32, ih, iw, c, oh, ow int) []float32 {
 
 // rowsProbe runs the batched matrix-vector kernel once: y[c*rows+r] = w[r] . x[c] for
 // rows contiguous weight rows (raw little-endian elements of dtype) and len(x)/n
-// activation rows of n floats, through the selected or (generic) the plain C kernels.
-func rowsProbe(generic bool, dtype checkpoint.DType, w []byte, rows, n int, x []float32) []float32 {
-	g := C.int(0)
-	if generic {
-		g = 1
-	}
+// activation rows of n floats, through the kernel set.
+func rowsProbe(set kernelSet, dtype checkpoint.DType, w []byte, rows, n int, x []float32) []float32 {
 	nx := len(x) / n
 	y := make([]float32, rows*nx)
-	C.cpu_rows_probe(g, C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(w)), C.int(rows), C.int(n),
+	C.cpu_rows_probe(C.int(set), C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(w)), C.int(rows), C.int(n),
 		(*C.float)(unsafe.SliceData(x)), C.int(nx), (*C.float)(unsafe.SliceData(y)))
 	return y
 }
 
 // expsumProbe is the token-probability kernel: the sum of e^(x[i] - m) in double.
-func expsumProbe(generic bool, x []float32, m float32) float64 {
-	g := C.int(0)
-	if generic {
-		g = 1
-	}
-	return float64(C.cpu_expsum_probe(g, (*C.float)(unsafe.SliceData(x)), C.int(len(x)), C.float(m)))
+func expsumProbe(set kernelSet, x []float32, m float32) float64 {
+	return float64(C.cpu_expsum_probe(C.int(set), (*C.float)(unsafe.SliceData(x)), C.int(len(x)), C.float(m)))
 }
