@@ -42,7 +42,7 @@ run: build
 # with overlays through the embedded NATS and local storage, the serial baseline, batch 1
 # and batch 8 on 1 and 4 simulated chips; a table, then one JSON line. LOADTEST_ARGS
 # replaces the flags; LA_SIM_* change the cost model (docs/sim.md).
-LOADTEST_ARGS ?= --chips 1,4 --batch 1,8 --jobs 96 --overlay
+LOADTEST_ARGS ?= --chips 1,4 --batch 1,8 --jobs 128 --overlay
 .PHONY: loadtest
 loadtest: build
 	$(BIN)/worker loadtest $(LOADTEST_ARGS)

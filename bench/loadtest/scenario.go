@@ -49,10 +49,11 @@ type Outcome struct {
 	Failed   int    `json:"failed"`
 
 	WallS float64 `json:"wall_s"`
-	// JobsPerS, DeviceBusy and SimWakeLate are measured under backlog, the steady state of
-	// a loaded service: from the first result until the queue runs dry (every job left is
-	// held by a Runner), over SteadyJobs results. The *Overall figures cover the whole run,
-	// from the first submit to the last result: start-up and the final drain included.
+	// JobsPerS, DeviceBusy and SimWakeLate are measured under backlog, the state of a
+	// loaded service: from the first publish until the queue runs dry (every job left is
+	// held by a Runner), over the SteadyJobs results that came in that time. The *Overall
+	// figures cover the whole run, to the last result: the final drain included, when the
+	// last sequences of a batch finish with nothing to replace them.
 	JobsPerS          float64 `json:"jobs_per_s"`
 	JobsPerSPerChip   float64 `json:"jobs_per_s_per_chip"`
 	JobsPerSOverall   float64 `json:"jobs_per_s_overall"`
@@ -169,8 +170,8 @@ func (r *run) workerConfig(s scenario, dir string) (config.Worker, error) {
 }
 
 // measure publishes the job set and collects the results, reading the clock, the process
-// CPU time and the device meters at the start, at the first result, when the queue runs
-// dry (every job left is held by a Runner: the end of the backlog) and at the last result.
+// CPU time and the device meters at the start, when the queue runs dry (every job left is
+// held by a Runner: the end of the backlog) and at the last result.
 func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, batch string, meters []*sim.Meter,
 	arrivals <-chan arrival) (Outcome, error) {
 	n := r.o.jobs
@@ -211,7 +212,7 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 
 	var latencies []time.Duration
 	var tokens, failed int
-	var first, backlog mark
+	var backlog mark
 	seen := map[string]bool{}
 	stall := time.NewTimer(r.o.stall)
 	defer stall.Stop()
@@ -235,10 +236,7 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 					r.log.Warn("a job failed", "id", res.ID, "status", res.Status, "error", res.Error)
 				}
 			}
-			switch len(seen) {
-			case 1:
-				first = read()
-			case backlogEnd:
+			if len(seen) == backlogEnd {
 				backlog = read()
 			}
 			stall.Reset(r.o.stall)
@@ -262,13 +260,13 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 		TokensPerJob:    round(float64(tokens)/float64(n), 1),
 	}
 	o.DeviceBusyOverall = fraction(end.meter.Sub(start.meter).Busy, wall, s.chips)
-	from, to, done := start, end, n // the whole run, unless there was a backlog to measure
-	if backlogEnd >= 2 {
-		from, to, done = first, backlog, backlogEnd-1
+	to, done := end, n // the whole run, unless there was a backlog to measure
+	if backlogEnd >= 1 {
+		to, done = backlog, backlogEnd
 	} else {
-		r.log.Warn("too few jobs for a backlog (twice what the Runners hold): the steady figures are the whole run's", "scenario", s.name)
+		r.log.Warn("no more jobs than the Runners hold: the figures under backlog are the whole run's", "scenario", s.name)
 	}
-	during, span := to.meter.Sub(from.meter), to.at.Sub(from.at)
+	during, span := to.meter.Sub(start.meter), to.at.Sub(start.at)
 	o.SteadyJobs = done
 	o.JobsPerS = round(float64(done)/span.Seconds(), 2)
 	o.JobsPerSPerChip = round(float64(done)/span.Seconds()/float64(s.chips), 2)
