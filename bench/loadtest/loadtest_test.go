@@ -73,11 +73,9 @@ func TestLoadtestReportsEveryScenario(t *testing.T) {
 			t.Errorf("scenario %d: %+v", i, o)
 		}
 	}
-	// Four jobs: the serial baseline's Runner holds one, so the first three results come
-	// under backlog, batch1's (three held) the first one; batch2 holds all four, so its
-	// figures are the whole run's.
-	if s := rep.Scenarios; s[0].SteadyJobs != 3 || s[1].SteadyJobs != 1 || s[2].SteadyJobs != 4 {
-		t.Errorf("steady jobs %d, %d and %d; want 3, 1 and 4 (the whole run)", s[0].SteadyJobs, s[1].SteadyJobs, s[2].SteadyJobs)
+	// batch2's Runner holds all four jobs: no backlog, so its figures are the whole run's.
+	if s := rep.Scenarios[2]; s.BacklogS != s.WallS || s.DeviceBusy != s.DeviceBusyOverall {
+		t.Errorf("batch2 without a backlog: backlog %vs of %vs, busy %v and %v overall; want the whole run's", s.BacklogS, s.WallS, s.DeviceBusy, s.DeviceBusyOverall)
 	}
 	if rep.Scenarios[0].Prefetch != 1 || rep.Scenarios[1].Prefetch != 3 || rep.Scenarios[2].Prefetch != 4 {
 		t.Errorf("prefetch %d, %d, %d: want 1 for the serial baseline and the worker's default (batch + 2) otherwise",

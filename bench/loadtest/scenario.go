@@ -51,13 +51,16 @@ type Outcome struct {
 	WallS float64 `json:"wall_s"`
 	// JobsPerS, DeviceBusy and SimWakeLate are measured under backlog, the state of a
 	// loaded service: from the first publish until the queue runs dry (every job left is
-	// held by a Runner), over the SteadyJobs results that came in that time. The *Overall
-	// figures cover the whole run, to the last result: the final drain included, when the
-	// last sequences of a batch finish with nothing to replace them.
+	// held by a Runner), BacklogS seconds. JobsPerS is the chips' answer rate in that
+	// time: the tokens they generated over the run's mean tokens per job. (Results come in
+	// bursts, a batch whose sequences started together finishing together, so counting
+	// results in a window would be off by up to a batch at each end.) The *Overall figures
+	// cover the whole run, to the last result: the final drain included, when the last
+	// sequences of a batch finish with nothing to replace them.
 	JobsPerS          float64 `json:"jobs_per_s"`
 	JobsPerSPerChip   float64 `json:"jobs_per_s_per_chip"`
 	JobsPerSOverall   float64 `json:"jobs_per_s_overall"`
-	SteadyJobs        int     `json:"steady_jobs"`
+	BacklogS          float64 `json:"backlog_s"`
 	DeviceBusy        float64 `json:"device_busy"` // modelled device time / (chips x time)
 	DeviceBusyOverall float64 `json:"device_busy_overall"`
 	// SimWakeLate is the wake-up lateness the simulated chips forgave their sleeping
@@ -260,16 +263,19 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 		TokensPerJob:    round(float64(tokens)/float64(n), 1),
 	}
 	o.DeviceBusyOverall = fraction(end.meter.Sub(start.meter).Busy, wall, s.chips)
-	to, done := end, n // the whole run, unless there was a backlog to measure
+	to := end // the whole run, unless there was a backlog to measure
 	if backlogEnd >= 1 {
-		to, done = backlog, backlogEnd
+		to = backlog
 	} else {
 		r.log.Warn("no more jobs than the Runners hold: the figures under backlog are the whole run's", "scenario", s.name)
 	}
 	during, span := to.meter.Sub(start.meter), to.at.Sub(start.at)
-	o.SteadyJobs = done
-	o.JobsPerS = round(float64(done)/span.Seconds(), 2)
-	o.JobsPerSPerChip = round(float64(done)/span.Seconds()/float64(s.chips), 2)
+	o.BacklogS = round(span.Seconds(), 2)
+	if tokens > 0 {
+		answered := float64(during.Sequences+during.Rows) / (float64(tokens) / float64(n)) // one token per prefill and per row
+		o.JobsPerS = round(answered/span.Seconds(), 2)
+		o.JobsPerSPerChip = round(answered/span.Seconds()/float64(s.chips), 2)
+	}
 	o.DeviceBusy = fraction(during.Busy, span, s.chips)
 	o.SimWakeLate = fraction(during.Late, span, s.chips)
 	o.DeviceBoundJobsPerS = round(deviceBound(r.base.Sim.Costs(), s, o.TokensPerJob), 2)
