@@ -250,16 +250,18 @@ func account(t testing.TB, c *client, l *ledger, o accountOpts) *report {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	states, err := readStates(ctx, c)
-	if err != nil {
+	var states map[string]*jobs.State
+	var results, dlq []streamMsg
+	var err error
+	// Right after a fault the cluster may still be electing a stream's leader ("no
+	// responders"): the accounting's own reads wait for it rather than fail the run.
+	if err = untilRead(ctx, func() error { states, err = readStates(ctx, c); return err }); err != nil {
 		t.Fatalf("accounting: read %s: %v", jobs.StateBucket, err)
 	}
-	results, err := readStream(ctx, c, jobs.ResultsStream)
-	if err != nil {
+	if err = untilRead(ctx, func() error { results, err = readStream(ctx, c, jobs.ResultsStream); return err }); err != nil {
 		t.Fatalf("accounting: read %s: %v", jobs.ResultsStream, err)
 	}
-	dlq, err := readStream(ctx, c, jobs.DLQStream)
-	if err != nil {
+	if err = untilRead(ctx, func() error { dlq, err = readStream(ctx, c, jobs.DLQStream); return err }); err != nil {
 		t.Fatalf("accounting: read %s: %v", jobs.DLQStream, err)
 	}
 	resultsByID := groupByID(results, jobs.ResultSubjectPrefix)
@@ -514,4 +516,20 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	i := (p*len(s) + 99) / 100
 	return s[max(0, min(len(s)-1, i-1))].Round(time.Millisecond)
+}
+
+// untilRead retries read while the cluster answers "no responders" (a stream between
+// leaders), until ctx ends; any other error ends it at once.
+func untilRead(ctx context.Context, read func() error) error {
+	for {
+		err := read()
+		if err == nil || !errors.Is(err, nats.ErrNoResponders) && !strings.Contains(err.Error(), "no responders") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
