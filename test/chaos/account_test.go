@@ -255,13 +255,13 @@ func account(t testing.TB, c *client, l *ledger, o accountOpts) *report {
 	var err error
 	// Right after a fault the cluster may still be electing a stream's leader ("no
 	// responders"): the accounting's own reads wait for it rather than fail the run.
-	if err = untilRead(ctx, func() error { states, err = readStates(ctx, c); return err }); err != nil {
+	if err = untilRead(ctx, func(ctx context.Context) error { states, err = readStates(ctx, c); return err }); err != nil {
 		t.Fatalf("accounting: read %s: %v", jobs.StateBucket, err)
 	}
-	if err = untilRead(ctx, func() error { results, err = readStream(ctx, c, jobs.ResultsStream); return err }); err != nil {
+	if err = untilRead(ctx, func(ctx context.Context) error { results, err = readStream(ctx, c, jobs.ResultsStream); return err }); err != nil {
 		t.Fatalf("accounting: read %s: %v", jobs.ResultsStream, err)
 	}
-	if err = untilRead(ctx, func() error { dlq, err = readStream(ctx, c, jobs.DLQStream); return err }); err != nil {
+	if err = untilRead(ctx, func(ctx context.Context) error { dlq, err = readStream(ctx, c, jobs.DLQStream); return err }); err != nil {
 		t.Fatalf("accounting: read %s: %v", jobs.DLQStream, err)
 	}
 	resultsByID := groupByID(results, jobs.ResultSubjectPrefix)
@@ -519,11 +519,18 @@ func percentile(ds []time.Duration, p int) time.Duration {
 }
 
 // untilRead retries read while the cluster answers "no responders" (a stream between
-// leaders), until ctx ends; any other error ends it at once.
-func untilRead(ctx context.Context, read func() error) error {
+// leaders) or an attempt stalls, until ctx ends; any other error ends it at once. Each
+// attempt has its own deadline: a watcher or ordered consumer created while a restarted
+// node still catches up can wait forever for messages that a fresh one gets at once (CI
+// once saw the state bucket's watcher sit silent for the whole five minutes).
+func untilRead(ctx context.Context, read func(context.Context) error) error {
+	const attempt = 30 * time.Second
 	for {
-		err := read()
-		if err == nil || !errors.Is(err, nats.ErrNoResponders) && !strings.Contains(err.Error(), "no responders") {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		err := read(actx)
+		stalled := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+		cancel()
+		if err == nil || !stalled && !errors.Is(err, nats.ErrNoResponders) && !strings.Contains(err.Error(), "no responders") {
 			return err
 		}
 		select {
