@@ -26,6 +26,17 @@ type Backend interface {
 	// the next position of slots[i] and the greedy next token written to next[i] (its
 	// probability to prob[i] when prob is not nil).
 	Decode(slots []int, tokens, next []int32, prob []float32) error
+	// PrefillCache runs the prompt into a free slot like Prefill but picks no first token
+	// (the LM head is skipped): hybrid decoding starts with a block Step.
+	PrefillCache(slot int, ids []int32) error
+	// Step runs one step of parallel box decoding (docs/hybrid-decoding.md) for
+	// len(slots) distinct live slots in one forward: each slot's Pending tokens are
+	// appended to its cache causally, then either the next-token row of the last of them
+	// (Block nil) or the Block's rows, whose keys and values are never kept. rows gets one
+	// StepRow per output row, slot after slot (one for a slot without a Block,
+	// len(Block) otherwise); each row's TopIDs and TopProbs must have length k and its
+	// Watch length len(watch), and are overwritten.
+	Step(slots []StepSlot, k int, watch []int32, rows []StepRow) error
 	// Release frees a slot for the next Prefill; the other slots are untouched.
 	Release(slot int) error
 	// Reset releases every slot and forgets the image embeddings.
@@ -35,4 +46,54 @@ type Backend interface {
 	PrefillLength(n int) int
 	// Close frees everything. The Backend is unusable afterwards.
 	Close() error
+}
+
+// StepSlot is one slot's part of a Step. With L positions cached, Pending[j] runs at
+// position L+j and is kept (the slot then holds L' = L+len(Pending)); Block row i runs at
+// position L'-1+i, sees every cached position but L'-1 (row 0 stands in for the last
+// committed token) and its whole block in both directions.
+type StepSlot struct {
+	Slot    int
+	Pending []int32 // committed tokens the slot's cache lacks
+	Block   []int32 // nil: one output row, the last pending token's (Pending not empty)
+}
+
+// StepRow is one output row of a Step: what the acceptance rules read instead of a whole
+// row of logits.
+type StepRow struct {
+	TopIDs   []int32   // the k most probable ids, most probable first; equal probabilities in ascending id order
+	TopProbs []float32 // their probabilities (float32 softmax over the vocabulary)
+	Watch    []float32 // the probability of each watched id, in the order asked
+}
+
+// Step limits every backend accepts.
+const (
+	StepMaxRows  = 16 // len(Pending) + len(Block) of one slot
+	StepMaxK     = 8
+	StepMaxWatch = 16
+)
+
+// StepRows is the number of output rows a Step over slots writes.
+func StepRows(slots []StepSlot) int {
+	n := 0
+	for _, s := range slots {
+		if s.Block == nil {
+			n++
+		} else {
+			n += len(s.Block)
+		}
+	}
+	return n
+}
+
+// NewStepRows allocates n rows for a Step with k top ids and nWatch watched ids.
+func NewStepRows(n, k, nWatch int) []StepRow {
+	rows := make([]StepRow, n)
+	ids := make([]int32, n*k)
+	probs := make([]float32, n*k+n*nWatch)
+	for i := range rows {
+		rows[i] = StepRow{TopIDs: ids[i*k : (i+1)*k : (i+1)*k], TopProbs: probs[i*k : (i+1)*k : (i+1)*k],
+			Watch: probs[n*k+i*nWatch : n*k+(i+1)*nWatch : n*k+(i+1)*nWatch]}
+	}
+	return rows
 }

@@ -32,6 +32,31 @@ func (t Task) Valid() bool {
 	return false
 }
 
+// GenerationMode is how the decoder writes an answer (docs/hybrid-decoding.md).
+type GenerationMode string
+
+const (
+	// GenerationAR writes one token per decode step: the validated deployment's behaviour.
+	GenerationAR GenerationMode = "ar"
+	// GenerationHybrid is the model's Parallel Box Decoding: a block of six positions per
+	// step, a whole box accepted at once when the block is confident, one token per step
+	// otherwise until the box is finished.
+	GenerationHybrid GenerationMode = "hybrid"
+)
+
+// GenerationModes lists every generation mode, the default first.
+var GenerationModes = []GenerationMode{GenerationAR, GenerationHybrid}
+
+// Valid reports whether m names a known generation mode.
+func (m GenerationMode) Valid() bool {
+	for _, k := range GenerationModes {
+		if m == k {
+			return true
+		}
+	}
+	return false
+}
+
 // MaxQueryChars is the longest query, in characters, that the contract accepts (the
 // upstream server's limit; /predict and jobs alike).
 const MaxQueryChars = 1000
@@ -42,6 +67,8 @@ type Request struct {
 	Query        string
 	Task         Task // "" means TaskDetect
 	MaxNewTokens int  // 0 means the engine's default; above the cap is an InputError
+	// GenerationMode "" means the engine's default (LA_GENERATION_MODE).
+	GenerationMode GenerationMode
 }
 
 // Prepared is a request after all host work that precedes the device: decoded,
@@ -56,8 +83,9 @@ type Prepared struct {
 	Patches        []float32 // [GridH*GridW, 3, 14, 14], normalized
 	PromptIDs      []int32   // chat prompt with one image token per image embedding
 	NumImageTokens int
-	MaxNewTokens   int      // resolved budget
-	Warnings       []string // what looks wrong with the query though it runs (prompt.QueryWarnings)
+	MaxNewTokens   int            // resolved budget
+	GenerationMode GenerationMode // resolved mode
+	Warnings       []string       // what looks wrong with the query though it runs (prompt.QueryWarnings)
 
 	PreprocessMS float64 // decode + resize + normalize + patchify + tokenize
 }
@@ -100,12 +128,13 @@ type Info struct {
 
 // Codes of InputError. Each is a permanent failure of the request: retrying cannot help.
 const (
-	CodeBadImage      = "bad_image"       // undecodable or unsupported bytes
-	CodeImageTooLarge = "image_too_large" // header over the pixel or byte limit
-	CodeBadQuery      = "bad_query"       // empty or over-long query
-	CodeBadTask       = "bad_task"        // unknown task
-	CodePromptTooLong = "prompt_too_long" // prompt + budget exceed the context
-	CodeBadBudget     = "bad_budget"      // max_new_tokens out of range
+	CodeBadImage      = "bad_image"           // undecodable or unsupported bytes
+	CodeImageTooLarge = "image_too_large"     // header over the pixel or byte limit
+	CodeBadQuery      = "bad_query"           // empty or over-long query
+	CodeBadTask       = "bad_task"            // unknown task
+	CodePromptTooLong = "prompt_too_long"     // prompt + budget exceed the context
+	CodeBadBudget     = "bad_budget"          // max_new_tokens out of range
+	CodeBadGeneration = "bad_generation_mode" // unknown generation_mode
 )
 
 // InputError is a request the engine refuses because of what it contains. The HTTP shim

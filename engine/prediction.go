@@ -17,6 +17,8 @@ type Prediction struct {
 	NumGeneratedTokens int
 	StoppedOnEOS       bool
 	DecodeMode         string // ar_greedy_trace | ar_greedy
+	GenerationMode     GenerationMode
+	DecodeSteps        int // device steps after the prefill (AR: one per token after the first)
 	TimingMS           Timing
 	Tokens             []int32   // the generated ids (EOS included when it was generated)
 	Probs              []float32 // each generated id's probability, as Tokens (nil when the engine gives none)

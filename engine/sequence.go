@@ -8,6 +8,7 @@ import "time"
 type Sequence struct {
 	Prepared *Prepared
 	Slot     int
+	Mode     GenerationMode // how it is decoded (Prepared's resolved mode)
 
 	Tokens       []int32   // generated ids, EOS included when it was generated
 	Probs        []float32 // each generated id's softmax probability, as Tokens

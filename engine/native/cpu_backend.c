@@ -611,6 +611,16 @@ static int cpu_decode_op(la_engine *e, int n, const int32_t *slots, const int32_
     return cpu_decode(e, n, slots, tokens, next, prob, err, errlen);
 }
 
+static int cpu_step_op(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
+                       int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p,
+                       float *watch_p, char *err, size_t errlen) {
+    (void)n, (void)slots, (void)tokens, (void)k, (void)n_watch, (void)watch, (void)top_ids,
+        (void)top_p, (void)watch_p;
+    if (!e)
+        return la_errorf(err, errlen, "step: engine is closed");
+    return la_errorf(err, errlen, "step: not implemented yet in the cpu backend");
+}
+
 static int cpu_release(la_engine *e, int slot, char *err, size_t errlen) {
     if (!e)
         return la_errorf(err, errlen, "release: engine is closed");
@@ -681,6 +691,7 @@ static const la_backend_ops cpu_ops = {
     .vision = cpu_vision_op,
     .prefill = cpu_prefill_op,
     .decode = cpu_decode_op,
+    .step = cpu_step_op,
     .release = cpu_release,
     .reset = cpu_reset,
     .logits = cpu_logits,

@@ -204,7 +204,7 @@ int cpu_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *firs
         return la_errorf(err, errlen, "prefill: slot %d out of range 0..%d", slot, c->max_batch - 1);
     if (s->slots[slot].live)
         return la_errorf(err, errlen, "prefill: slot %d holds a live sequence; release it first", slot);
-    if (!ids || !first || n <= 0)
+    if (!ids || n <= 0)
         return la_errorf(err, errlen, "prefill: empty prompt");
     if (n > c->max_seq_len)
         return la_errorf(err, errlen, "prefill: prompt of %d tokens is longer than max_seq_len %d",
@@ -235,9 +235,12 @@ int cpu_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *firs
     for (int li = 0; li < c->layers; li++)
         prefill_layer(e, slot, li, n);
 
-    /* Only the last position's logits are needed for the first token: row 0. */
-    cpu_rmsnorm(e->plan.xb, s->x + (size_t)(n - 1) * D, e->w.final_norm, D, c->rms_norm_eps);
-    lm_head_pick(e, 1, first, prob);
+    /* Only the last position's logits are needed for the first token: row 0. A caller
+     * that wants no first token (hybrid decoding starts with a block) skips the LM head. */
+    if (first) {
+        cpu_rmsnorm(e->plan.xb, s->x + (size_t)(n - 1) * D, e->w.final_norm, D, c->rms_norm_eps);
+        lm_head_pick(e, 1, first, prob);
+    }
     s->slots[slot].live = 1;
     s->slots[slot].pos = n;
     return 0;

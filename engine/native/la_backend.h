@@ -12,6 +12,12 @@
  * for all of them. release() frees a slot when its sequence ends or is cancelled; the other
  * slots are untouched. reset() releases every slot and forgets the image embeddings.
  *
+ * Parallel box decoding (ABI 3, docs/hybrid-decoding.md): step() runs, for several slots in
+ * one forward, the committed tokens a slot's cache lacks ("pending", kept in the cache) and
+ * then either the next-token row of the last of them or a block of rows whose keys and
+ * values are never kept; it returns each output row's top-k ids and the probabilities of a
+ * few watched ids, which is all the acceptance rules read, rather than whole logit rows.
+ *
  * Batching never changes a sequence's tokens: a slot's greedy tokens (and logits, bit for
  * bit on the CPU backend) are the same whether it is decoded alone or with others, in any
  * row order and whatever the other slots hold.
@@ -35,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LA_ABI_VERSION 2
+#define LA_ABI_VERSION 3
 #define LA_ERR_LEN 512
 #define LA_MAX_DIMS 4
 
@@ -97,6 +103,19 @@ typedef struct {
 
 typedef struct la_engine la_engine; /* opaque, one per chip */
 
+/* Limits of one step() call. */
+#define LA_STEP_MAX_ROWS 16 /* n_pending + n_block of one slot */
+#define LA_STEP_MAX_K 8     /* top-k ids per output row */
+#define LA_STEP_MAX_WATCH 16
+
+/* One slot's part of a step() call. */
+typedef struct {
+    int32_t slot;      /* a live slot */
+    int32_t n_pending; /* committed tokens the slot's cache lacks, appended first (>= 0) */
+    int32_t n_block;   /* 0: one output row, the last pending token's (n_pending >= 1);
+                          > 0: a block of n_block rows after the pending ones */
+} la_step_slot;
+
 typedef struct {
     int abi_version; /* LA_ABI_VERSION the backend was built against */
     const char *name; /* "cpu", "ttnn" */
@@ -112,7 +131,9 @@ typedef struct {
     /* Runs ids[0..n) from position 0 in slot (0 <= slot < max_batch, which must be free),
      * splicing the kept image embeddings over every position whose id is image_token_id,
      * in order, and consumes them. Writes the greedy first token, and when prob is not NULL
-     * that token's probability (softmax over the vocabulary). The slot is then live. */
+     * that token's probability (softmax over the vocabulary). When first is NULL no token
+     * is picked (the LM head is skipped and prob ignored): hybrid decoding starts with a
+     * block step. The slot is then live. */
     int (*prefill)(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
                    float *prob, char *err, size_t errlen);
 
@@ -123,6 +144,30 @@ typedef struct {
     int (*decode)(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
                   int32_t *next, float *prob, char *err, size_t errlen);
 
+    /* One step of parallel box decoding for n distinct live slots (1 <= n <= max_batch),
+     * one forward for all of them. tokens holds, slot after slot, its n_pending pending
+     * ids and then its n_block block ids.
+     *
+     * For a slot that holds L positions, pending id j runs at position L + j, causally
+     * (it sees the cache and the pending rows up to itself), and its key and value are
+     * kept: the slot then holds L' = L + n_pending. Block row i runs at position L' - 1 + i
+     * (row 0 repeats the last committed token at that token's position) and sees every
+     * cached position except L' - 1, which row 0 stands in for, and every row of its own
+     * block in both directions; the block's keys and values are never kept.
+     *
+     * Output rows, slot after slot: one for a slot with n_block 0 (its last pending row),
+     * n_block otherwise. For output row r: top_ids[r*k .. r*k+k) and top_p[...] are the k
+     * most probable ids by float32 softmax over the vocabulary, most probable first, equal
+     * probabilities in ascending id order; watch_p[r*n_watch + j] is the probability of
+     * watch[j] (watch_p may be NULL when n_watch is 0). Limits: n_pending + n_block <=
+     * LA_STEP_MAX_ROWS, 1 <= k <= LA_STEP_MAX_K, 0 <= n_watch <= LA_STEP_MAX_WATCH,
+     * L' <= max_seq_len and L' - 1 + n_block <= max_seq_len. A call that breaks a limit,
+     * names a slot twice or a free slot, or an id outside the vocabulary fails before
+     * anything is written. After the call logits(r) is output row r's logits. */
+    int (*step)(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
+                int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p,
+                char *err, size_t errlen);
+
     /* Frees slot: its cache is forgotten and the slot may take a new prefill. Releasing a
      * free slot is not an error. */
     int (*release)(la_engine *e, int slot, char *err, size_t errlen);
@@ -131,7 +176,8 @@ typedef struct {
     int (*reset)(la_engine *e, char *err, size_t errlen);
 
     /* Inspection, for parity tests: the logits (vocab floats) of row `row` of the last
-     * prefill (row 0) or decode call (row i = slots[i]), and the kept image embeddings
+     * prefill (row 0), decode call (row i = slots[i]) or step call (output row i), and the
+     * kept image embeddings
      * (n_tokens x hidden; after vision, before the prefill that consumes them). NULL when
      * not available. */
     const float *(*logits)(la_engine *e, int row, int *n);

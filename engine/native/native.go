@@ -35,6 +35,9 @@ static int la_prefill(const la_backend_ops *o, la_engine *e, int slot, const int
 static int la_decode(const la_backend_ops *o, la_engine *e, int rows, const int32_t *slots, const int32_t *toks, int32_t *next, float *prob, char *err, size_t n) {
 	return o->decode(e, rows, slots, toks, next, prob, err, n);
 }
+static int la_step(const la_backend_ops *o, la_engine *e, int n, const la_step_slot *slots, const int32_t *toks, int k, int nw, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p, char *err, size_t en) {
+	return o->step(e, n, slots, toks, k, nw, watch, top_ids, top_p, watch_p, err, en);
+}
 static int la_release(const la_backend_ops *o, la_engine *e, int slot, char *err, size_t n) {
 	return o->release(e, slot, err, n);
 }
@@ -98,6 +101,39 @@ type Backend struct {
 	// memory the callee keeps, and a fresh allocation per step would be waste).
 	cSlots, cTokens, cNext *C.int32_t
 	cProb                  *C.float
+	step                   *stepBuffers
+}
+
+// stepBuffers are Step's C-side arguments, sized for the largest call: MaxBatch slots of
+// StepMaxRows rows each.
+type stepBuffers struct {
+	slots                 *C.la_step_slot
+	tokens, watch, topIDs *C.int32_t
+	topP, watchP          *C.float
+}
+
+func newStepBuffers(maxBatch int) *stepBuffers {
+	rows := C.size_t(maxBatch * engine.StepMaxRows)
+	return &stepBuffers{
+		slots:  (*C.la_step_slot)(C.calloc(C.size_t(maxBatch), C.size_t(unsafe.Sizeof(C.la_step_slot{})))),
+		tokens: (*C.int32_t)(C.calloc(rows, 4)),
+		watch:  (*C.int32_t)(C.calloc(engine.StepMaxWatch, 4)),
+		topIDs: (*C.int32_t)(C.calloc(rows*engine.StepMaxK, 4)),
+		topP:   (*C.float)(C.calloc(rows*engine.StepMaxK, 4)),
+		watchP: (*C.float)(C.calloc(rows*engine.StepMaxWatch, 4)),
+	}
+}
+
+func (sb *stepBuffers) ok() bool {
+	return sb.slots != nil && sb.tokens != nil && sb.watch != nil && sb.topIDs != nil && sb.topP != nil && sb.watchP != nil
+}
+
+func (sb *stepBuffers) free() {
+	for _, p := range []unsafe.Pointer{unsafe.Pointer(sb.slots), unsafe.Pointer(sb.tokens), unsafe.Pointer(sb.watch),
+		unsafe.Pointer(sb.topIDs), unsafe.Pointer(sb.topP), unsafe.Pointer(sb.watchP)} {
+		C.free(p)
+	}
+	*sb = stepBuffers{}
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -154,8 +190,9 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 		cTokens:    (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
 		cNext:      (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
 		cProb:      (*C.float)(C.calloc(C.size_t(o.MaxBatch), 4)),
+		step:       newStepBuffers(o.MaxBatch),
 	}
-	if b.errBuf == nil || b.cSlots == nil || b.cTokens == nil || b.cNext == nil || b.cProb == nil {
+	if b.errBuf == nil || b.cSlots == nil || b.cTokens == nil || b.cNext == nil || b.cProb == nil || !b.step.ok() {
 		b.freeBuffers()
 		return nil, fmt.Errorf("native: open %s: out of memory", backend)
 	}
@@ -175,6 +212,9 @@ func (b *Backend) freeBuffers() {
 		C.free(p)
 	}
 	b.errBuf, b.cSlots, b.cTokens, b.cNext, b.cProb = nil, nil, nil, nil, nil
+	if b.step != nil {
+		b.step.free()
+	}
 }
 
 // makeConfig builds the la_config in C memory (cgo forbids passing Go memory that holds
@@ -315,15 +355,8 @@ func (b *Backend) Prefill(slot int, ids []int32, wantProb bool) (int32, float32,
 	if b.eng == nil {
 		return 0, 0, ErrClosed
 	}
-	if slot < 0 || slot >= b.maxBatch {
-		return 0, 0, fmt.Errorf("native %s: prefill: slot %d out of range 0..%d", b.name, slot, b.maxBatch-1)
-	}
-	if len(ids) == 0 {
-		return 0, 0, fmt.Errorf("native %s: prefill: empty prompt", b.name)
-	}
-	if len(ids) > b.maxSeqLen {
-		return 0, 0, fmt.Errorf("native %s: prefill: prompt of %d tokens is longer than max_seq_len %d",
-			b.name, len(ids), b.maxSeqLen)
+	if err := b.checkPrompt(slot, ids); err != nil {
+		return 0, 0, err
 	}
 	var first C.int32_t
 	var prob *C.float
@@ -338,6 +371,21 @@ func (b *Backend) Prefill(slot int, ids []int32, wantProb bool) (int32, float32,
 		return int32(first), float32(*b.cProb), nil
 	}
 	return int32(first), 0, nil
+}
+
+// checkPrompt refuses a prefill the C side would refuse, with the Go-side numbers.
+func (b *Backend) checkPrompt(slot int, ids []int32) error {
+	if slot < 0 || slot >= b.maxBatch {
+		return fmt.Errorf("native %s: prefill: slot %d out of range 0..%d", b.name, slot, b.maxBatch-1)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("native %s: prefill: empty prompt", b.name)
+	}
+	if len(ids) > b.maxSeqLen {
+		return fmt.Errorf("native %s: prefill: prompt of %d tokens is longer than max_seq_len %d",
+			b.name, len(ids), b.maxSeqLen)
+	}
+	return nil
 }
 
 // Decode runs one step for len(slots) distinct live slots: tokens[i] is appended to
@@ -374,6 +422,81 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 		for i, v := range unsafe.Slice(b.cProb, n) {
 			prob[i] = float32(v)
 		}
+	}
+	return nil
+}
+
+// PrefillCache runs the prompt into the free slot like Prefill without picking a first
+// token (the backend skips the LM head).
+func (b *Backend) PrefillCache(slot int, ids []int32) error {
+	if b.eng == nil {
+		return ErrClosed
+	}
+	if err := b.checkPrompt(slot, ids); err != nil {
+		return err
+	}
+	if C.la_prefill(b.ops, b.eng, C.int(slot), (*C.int32_t)(unsafe.SliceData(ids)), C.int(len(ids)), nil,
+		nil, b.errBuf, C.LA_ERR_LEN) != 0 {
+		return b.failure("prefill")
+	}
+	return nil
+}
+
+// Step runs one step of parallel box decoding (engine.Backend.Step).
+func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []engine.StepRow) error {
+	if b.eng == nil {
+		return ErrClosed
+	}
+	n := len(slots)
+	if n < 1 || n > b.maxBatch || k < 1 || k > engine.StepMaxK || len(watch) > engine.StepMaxWatch {
+		return fmt.Errorf("native %s: step: %d slots (1..%d), k %d (1..%d), %d watched ids (at most %d)",
+			b.name, n, b.maxBatch, k, engine.StepMaxK, len(watch), engine.StepMaxWatch)
+	}
+	if want := engine.StepRows(slots); len(rows) != want {
+		return fmt.Errorf("native %s: step: %d output rows given, the slots make %d", b.name, len(rows), want)
+	}
+	for i, r := range rows {
+		if len(r.TopIDs) != k || len(r.TopProbs) != k || len(r.Watch) != len(watch) {
+			return fmt.Errorf("native %s: step: output row %d has %d ids, %d probabilities and %d watched; want %d, %d, %d",
+				b.name, i, len(r.TopIDs), len(r.TopProbs), len(r.Watch), k, k, len(watch))
+		}
+	}
+	cs := unsafe.Slice(b.step.slots, n)
+	ct := unsafe.Slice(b.step.tokens, b.maxBatch*engine.StepMaxRows)
+	nt := 0
+	for i, s := range slots {
+		if s.Slot < 0 || s.Slot >= b.maxBatch {
+			return fmt.Errorf("native %s: step: slot %d out of range 0..%d", b.name, s.Slot, b.maxBatch-1)
+		}
+		if len(s.Pending)+len(s.Block) > engine.StepMaxRows || (s.Block == nil && len(s.Pending) == 0) {
+			return fmt.Errorf("native %s: step: slot %d: %d pending and %d block tokens (1..%d in all, a row without a block needs a pending token)",
+				b.name, s.Slot, len(s.Pending), len(s.Block), engine.StepMaxRows)
+		}
+		cs[i] = C.la_step_slot{slot: C.int32_t(s.Slot), n_pending: C.int32_t(len(s.Pending)), n_block: C.int32_t(len(s.Block))}
+		for _, t := range s.Pending {
+			ct[nt] = C.int32_t(t)
+			nt++
+		}
+		for _, t := range s.Block {
+			ct[nt] = C.int32_t(t)
+			nt++
+		}
+	}
+	cw := unsafe.Slice(b.step.watch, engine.StepMaxWatch)
+	for i, w := range watch {
+		cw[i] = C.int32_t(w)
+	}
+	if C.la_step(b.ops, b.eng, C.int(n), b.step.slots, b.step.tokens, C.int(k), C.int(len(watch)), b.step.watch,
+		b.step.topIDs, b.step.topP, b.step.watchP, b.errBuf, C.LA_ERR_LEN) != 0 {
+		return b.failure("step")
+	}
+	ids := unsafe.Slice((*int32)(unsafe.Pointer(b.step.topIDs)), len(rows)*k)
+	ps := unsafe.Slice((*float32)(unsafe.Pointer(b.step.topP)), len(rows)*k)
+	wp := unsafe.Slice((*float32)(unsafe.Pointer(b.step.watchP)), len(rows)*len(watch))
+	for i, r := range rows {
+		copy(r.TopIDs, ids[i*k:(i+1)*k])
+		copy(r.TopProbs, ps[i*k:(i+1)*k])
+		copy(r.Watch, wp[i*len(watch):(i+1)*len(watch)])
 	}
 	return nil
 }

@@ -365,8 +365,9 @@ static int prefill_result(la_engine *e, PyObject *r, int32_t *first, float *prob
     e->py->Py_DecRef(p);
     if (rc != 0)
         return rc;
-    *first = t;
-    if (prob)
+    if (first) /* NULL: the caller wants no first token (hybrid decoding) */
+        *first = t;
+    if (prob && first)
         *prob = pv;
     return 0;
 }
@@ -632,7 +633,7 @@ static int ttnn_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32
     const la_python *py = e->py;
     PyGILState_STATE gil = py->PyGILState_Ensure();
     PyObject *args[4] = {handle_ref(e), py->PyLong_FromLong(slot), int_list(py, ids, n),
-                         py->PyBool_FromLong(prob != NULL)};
+                         py->PyBool_FromLong(prob != NULL && first != NULL)};
     PyObject *r = call(py, e->fn.prefill, 4, args);
     int rc = r ? prefill_result(e, r, first, prob, err, errlen)
                : ttnn_python_error(py, "adapter prefill", err, errlen);
@@ -667,6 +668,14 @@ static int ttnn_decode(la_engine *e, int n, const int32_t *slots, const int32_t 
     for (int i = 0; i < n; i++)
         e->used[slots[i]]++;
     return 0;
+}
+
+static int ttnn_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
+                     int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p,
+                     float *watch_p, char *err, size_t errlen) {
+    (void)e, (void)n, (void)slots, (void)tokens, (void)k, (void)n_watch, (void)watch, (void)top_ids,
+        (void)top_p, (void)watch_p;
+    return la_errorf(err, errlen, "step: not implemented yet in the ttnn bridge");
 }
 
 static int ttnn_release(la_engine *e, int slot, char *err, size_t errlen) {
@@ -784,6 +793,7 @@ static const la_backend_ops ttnn_ops = {
     .vision = ttnn_vision,
     .prefill = ttnn_prefill,
     .decode = ttnn_decode,
+    .step = ttnn_step,
     .release = ttnn_release,
     .reset = ttnn_reset,
     .logits = ttnn_logits,

@@ -29,6 +29,12 @@ func (b *scriptBackend) PrefillLength(n int) int          { return n }
 func (b *scriptBackend) Close() error                     { return nil }
 func (b *scriptBackend) Reset() error                     { return b.Release(0) }
 func (b *scriptBackend) Release(int) error                { b.releases++; b.pos = 0; return nil }
+func (b *scriptBackend) PrefillCache(int, []int32) error {
+	return errors.New("script: no hybrid decoding")
+}
+func (b *scriptBackend) Step([]engine.StepSlot, int, []int32, []engine.StepRow) error {
+	return errors.New("script: no hybrid decoding")
+}
 func (b *scriptBackend) prob(i int) float32 {
 	if b.probs == nil {
 		return 0.5

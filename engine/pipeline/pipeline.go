@@ -21,12 +21,13 @@ import (
 
 // Config holds the host-side settings of a Pipeline.
 type Config struct {
-	Preprocess      imageproc.Options // from preprocessor_config.json and the LA_* knobs
-	MaxSeqLen       int               // prompt + generated tokens must fit
-	MaxNewTokens    int               // default budget (LA_MAX_NEW_TOKENS)
-	MaxNewTokensCap int               // hard cap (LA_MAX_NEW_TOKENS_CAP)
-	EOS             int32             // <|im_end|>
-	Info            engine.Info       // what Info() reports; limits are filled in by New
+	Preprocess      imageproc.Options     // from preprocessor_config.json and the LA_* knobs
+	MaxSeqLen       int                   // prompt + generated tokens must fit
+	MaxNewTokens    int                   // default budget (LA_MAX_NEW_TOKENS)
+	MaxNewTokensCap int                   // hard cap (LA_MAX_NEW_TOKENS_CAP)
+	EOS             int32                 // <|im_end|>
+	GenerationMode  engine.GenerationMode // default for requests that name none (LA_GENERATION_MODE); "" = ar
+	Info            engine.Info           // what Info() reports; limits are filled in by New
 }
 
 // Pipeline implements engine.Engine and engine.Batcher over one Backend.

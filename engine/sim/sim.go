@@ -282,3 +282,13 @@ func (b *Backend) Close() error {
 	b.slots, b.kept = nil, nil
 	return nil
 }
+
+// PrefillCache is not modelled yet (hybrid decoding).
+func (b *Backend) PrefillCache(slot int, ids []int32) error {
+	return errors.New("sim: parallel box decoding is not modelled yet")
+}
+
+// Step is not modelled yet (hybrid decoding).
+func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []engine.StepRow) error {
+	return errors.New("sim: parallel box decoding is not modelled yet")
+}
