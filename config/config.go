@@ -51,8 +51,14 @@ type Engine struct {
 	MaxBatch        int    `envconfig:"LA_MAX_BATCH" default:"8"`            // sequences decoded together per chip
 	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128"`     // default generation budget
 	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024"`
-	Chips           int    `envconfig:"LA_CHIPS" default:"1"` // one Runner and engine per chip
+	Chips           int    `envconfig:"LA_CHIPS" default:"1"`            // one Runner and engine per chip
+	WeightsQuant    string `envconfig:"LA_WEIGHTS_QUANT" default:"bf16"` // cpu: bf16 (the checkpoint's weights, exact) or q8 (int8 decoder weights)
 }
+
+// WeightsQuants are the values LA_WEIGHTS_QUANT takes: the CPU backend's decoder and LM
+// head weights as the checkpoint stores them, or converted at open to int8 blocks of 32
+// with one scale each (docs/cpu-backend.md).
+var WeightsQuants = []string{"bf16", "q8"}
 
 // Weights says where the checkpoint comes from (provision.Choose applies the rules).
 type Weights struct {
@@ -364,6 +370,11 @@ type adder func(format string, args ...any)
 func (e Engine) validate(add adder) {
 	if !slices.Contains([]string{"cpu", "ttnn", "sim"}, e.Backend) {
 		add("LA_ENGINE is %q, want cpu, ttnn or sim", e.Backend)
+	}
+	if !slices.Contains(WeightsQuants, e.WeightsQuant) {
+		add("LA_WEIGHTS_QUANT is %q, want bf16 or q8", e.WeightsQuant)
+	} else if e.WeightsQuant == "q8" && e.Backend != "cpu" {
+		add("LA_WEIGHTS_QUANT=q8 is a cpu backend setting (LA_ENGINE is %q)", e.Backend)
 	}
 	if e.MaxBatch < 1 || e.MaxBatch > MaxBatchLimit {
 		add("LA_MAX_BATCH is %d, want 1..%d", e.MaxBatch, MaxBatchLimit)
