@@ -147,12 +147,12 @@ AVX512 static ALWAYS_INLINE void tile_q8_avx512(const void *w, size_t ldw, int n
             x1[c] = _mm512_loadu_ps(x + (size_t)c * ldx + i + 16);
         }
         for (int r = 0; r < R; r++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(q[r] + i));
+            /* two 16-byte loads, each widened straight from memory (no lane extract) */
             const __m512 s = _mm512_set1_ps(d[r][b]);
             const __m512 w0 = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v))), s);
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q[r] + i)))), s);
             const __m512 w1 = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1))), s);
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q[r] + i + 16)))), s);
             for (int c = 0; c < C; c++) {
                 acc[r][c] = _mm512_fmadd_ps(w0, x0[c], acc[r][c]);
                 acc[r][c] = _mm512_fmadd_ps(w1, x1[c], acc[r][c]);
