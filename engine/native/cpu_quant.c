@@ -63,8 +63,15 @@ void cpu_q8_dequantize_row(const void *row, int cols, float *dst) {
     const int nb = cols / CPU_Q8_BLOCK;
     const float *scales = row;
     const int8_t *q = (const int8_t *)(scales + nb);
-    for (int i = 0; i < cols; i++)
-        dst[i] = (float)q[i] * scales[i / CPU_Q8_BLOCK];
+    /* block by block, so the compiler vectorises the inner loop (prefill dequantizes every
+     * weight once per call) */
+    for (int b = 0; b < nb; b++) {
+        const float d = scales[b];
+        const int8_t *qb = q + (size_t)b * CPU_Q8_BLOCK;
+        float *out = dst + (size_t)b * CPU_Q8_BLOCK;
+        for (int i = 0; i < CPU_Q8_BLOCK; i++)
+            out[i] = (float)qb[i] * d;
+    }
 }
 
 void cpu_rows_to_f32(const cpu_matrix *m, int row0, int rows, float *dst) {
