@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -52,6 +53,9 @@ type Engine struct {
 	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128"`     // default generation budget
 	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024"`
 	Chips           int    `envconfig:"LA_CHIPS" default:"1"` // one Runner and engine per chip
+	// GenerationMode is how requests that name none are decoded: ar (one token per step,
+	// the validated deployment's) or hybrid (parallel box decoding, docs/hybrid-decoding.md).
+	GenerationMode string `envconfig:"LA_GENERATION_MODE" default:"ar"`
 }
 
 // Weights says where the checkpoint comes from (provision.Choose applies the rules).
@@ -375,6 +379,21 @@ func (e Engine) validate(add adder) {
 	if e.MaxNewTokens < 1 || e.MaxNewTokens > e.MaxNewTokensCap {
 		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", e.MaxNewTokens, e.MaxNewTokensCap)
 	}
+	if !engine.GenerationMode(e.GenerationMode).Valid() {
+		add("LA_GENERATION_MODE is %q, want %s", e.GenerationMode, GenerationModeList())
+	}
+}
+
+// GenerationModeList names the generation modes for messages: "ar or hybrid".
+func GenerationModeList() string {
+	names := make([]string, len(engine.GenerationModes))
+	for i, m := range engine.GenerationModes {
+		names[i] = string(m)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 func (t TTNN) validate(add adder) {

@@ -91,3 +91,29 @@ func TestPrefetchFollowsTheBatch(t *testing.T) {
 		t.Errorf("LA_MAX_BATCH=%d accepted: %v", MaxBatchLimit+1, complaints)
 	}
 }
+
+// TestGenerationModeIsValidated: LA_GENERATION_MODE takes the engine's modes and nothing
+// else (the reference's "fast" mode is for tests, not served), and says which it wants.
+func TestGenerationModeIsValidated(t *testing.T) {
+	for mode, ok := range map[string]bool{"ar": true, "hybrid": true, "fast": false, "HYBRID": false, "": false} {
+		var complaints []string
+		e := Engine{Backend: "cpu", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 8, MaxNewTokensCap: 8, GenerationMode: mode}
+		e.validate(func(f string, a ...any) { complaints = append(complaints, fmt.Sprintf(f, a...)) })
+		switch {
+		case ok && len(complaints) > 0:
+			t.Errorf("LA_GENERATION_MODE=%q refused: %v", mode, complaints)
+		case !ok && (len(complaints) != 1 || !strings.Contains(complaints[0], "LA_GENERATION_MODE") ||
+			!strings.Contains(complaints[0], "want ar or hybrid")):
+			t.Errorf("LA_GENERATION_MODE=%q: complaints %v, want one naming the variable and the modes", mode, complaints)
+		}
+	}
+	for _, s := range Settings(Worker{}, nil) {
+		if s.Name == "LA_GENERATION_MODE" {
+			if s.Default != "ar" || s.Section != "Engine" {
+				t.Errorf("LA_GENERATION_MODE: default %q in %s, want ar in Engine", s.Default, s.Section)
+			}
+			return
+		}
+	}
+	t.Error("LA_GENERATION_MODE is not a setting of the worker")
+}
