@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,5 +53,16 @@ func TestDetectRefusesMissingArguments(t *testing.T) {
 	err := runDetect([]string{"--weights", "../../testdata/checkpoints/tiny-bf16", "--image", "../../testdata/images/absent.jpg", "--query", "x"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "absent.jpg") {
 		t.Errorf("got %v, want an error naming the missing image", err)
+	}
+}
+
+// TestDetectRefusesAnUnknownGenerationMode: --generation-mode takes ar or hybrid; anything
+// else is a usage error before a checkpoint is opened.
+func TestDetectRefusesAnUnknownGenerationMode(t *testing.T) {
+	err := runDetect([]string{"--weights", "../../testdata/checkpoints/absent", "--image", "x.png", "--query", "x",
+		"--generation-mode", "fast"}, &bytes.Buffer{})
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--generation-mode") || !strings.Contains(err.Error(), "ar or hybrid") {
+		t.Errorf("got %v, want a usage error naming --generation-mode and ar or hybrid", err)
 	}
 }
