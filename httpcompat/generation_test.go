@@ -2,13 +2,20 @@ package httpcompat
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/engine/pipeline"
 )
 
 // TestPredictRefusesAnUnknownGenerationMode: generation_mode takes the engine's modes; any
@@ -155,5 +162,91 @@ func TestInfoReportsTheGenerationModes(t *testing.T) {
 	}
 	if _, err := New(testConfig(Config{}), Options{GenerationMode: "fast"}); err == nil || !strings.Contains(err.Error(), "fast") {
 		t.Errorf("New with generation mode fast: %v, want an error naming it", err)
+	}
+}
+
+// blocksModel is a test checkpoint trained to write a box per block step
+// (tools/refmodel/testdata/hybrid/tiny-shapes-blocks): the bundled model answers hybrid
+// blocks with noise.
+const blocksModel = "../tools/refmodel/testdata/hybrid/tiny-shapes-blocks"
+
+// TestPredictHybridOnTheRealEngine: /predict on the C engine (the block-trained test model,
+// CPU backend) with generation_mode hybrid answers what the engine answers in hybrid mode,
+// says hybrid_greedy and how many steps it took, in fewer steps than its tokens; without the
+// field, or with ar, the answer is the AR one in the upstream keys, with no decode_steps.
+func TestPredictHybridOnTheRealEngine(t *testing.T) {
+	c, err := chip.Open(func() (engine.Engine, error) {
+		return pipeline.Open(pipeline.OpenOptions{
+			WeightsDir: blocksModel, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 2,
+			CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := newServer(t, Config{}, Options{})
+	if err := srv.SetReady(c); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	img, err := os.ReadFile("../tools/tinymodel/testdata/heldout/05.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := func(mode engine.GenerationMode) *engine.Prediction {
+		prep, err := c.Engine().Prepare(t.Context(), engine.Request{Image: img, Query: "triangle", GenerationMode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pred, err := c.Generate(t.Context(), chip.Interactive, prep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pred
+	}
+	post := func(fields map[string]any) ([]byte, map[string]any) {
+		body := map[string]any{"image": base64.StdEncoding.EncodeToString(img), "query": "triangle"}
+		maps.Copy(body, fields)
+		status, raw := postPredict(t, t.Context(), ts.URL, body)
+		if status != http.StatusOK {
+			t.Fatalf("%v: %d %s", fields, status, raw)
+		}
+		return raw, object(t, raw)
+	}
+
+	want := direct(engine.GenerationHybrid)
+	raw, hy := post(map[string]any{"generation_mode": "hybrid"})
+	keys := slices.Insert(slices.Clone(predictKeys), slices.Index(predictKeys, "num_generated_tokens")+1, "decode_steps")
+	if got := topKeys(t, raw); !slices.Equal(got, keys) {
+		t.Errorf("hybrid answer keys %v, want %v", got, keys)
+	}
+	steps, _ := hy["decode_steps"].(json.Number).Int64()
+	tokens, _ := hy["num_generated_tokens"].(json.Number).Int64()
+	if hy["decode_mode"] != "hybrid_greedy" || hy["raw_text"] != want.RawText || int(steps) != want.DecodeSteps || tokens != int64(want.NumGeneratedTokens) {
+		t.Errorf("hybrid answer: decode_mode %v, raw_text %v, decode_steps %d, tokens %d; the engine's hybrid answer: %q in %d steps, %d tokens",
+			hy["decode_mode"], hy["raw_text"], steps, tokens, want.RawText, want.DecodeSteps, want.NumGeneratedTokens)
+	}
+	if steps < 1 || steps >= tokens-1 {
+		t.Errorf("hybrid answer took %d steps for %d tokens; the block model writes boxes in one step, want fewer than AR's %d",
+			steps, tokens, tokens-1)
+	}
+
+	ar := direct(engine.GenerationAR)
+	plainRaw, plain := post(nil)
+	arRaw, named := post(map[string]any{"generation_mode": "ar"})
+	for what, b := range map[string][]byte{"no generation_mode": plainRaw, "generation_mode ar": arRaw} {
+		if got := topKeys(t, b); !slices.Equal(got, predictKeys) {
+			t.Errorf("%s: keys %v, want the upstream %v", what, got, predictKeys)
+		}
+	}
+	delete(plain, "timing_ms")
+	delete(named, "timing_ms")
+	if !reflect.DeepEqual(plain, named) || plain["decode_mode"] != "ar_greedy_trace" || plain["raw_text"] != ar.RawText {
+		t.Errorf("AR answers: without the field %v, with ar %v; want equal, ar_greedy_trace, raw_text %q", plain, named, ar.RawText)
+	}
+	if ar.RawText == want.RawText {
+		t.Logf("AR and hybrid answers agree here: %q", ar.RawText)
 	}
 }
