@@ -146,7 +146,8 @@ func firstDifference(run *golden.Run, got []int32) int {
 func TestHybridMatchesReferenceOnTheBlockModel(t *testing.T) {
 	f := loadGolden(t, "tiny-shapes-blocks.json")
 	p := openPipeline(t, OpenOptions{WeightsDir: blocksDir, InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64})
-	same, close := 0, 0
+	same, close, compared := 0, 0, 0
+	worst := 0.0
 	types := map[blockdecode.Type]int{}
 	for i := range f.Runs {
 		run := &f.Runs[i]
@@ -163,8 +164,19 @@ func TestHybridMatchesReferenceOnTheBlockModel(t *testing.T) {
 			if pred.DecodeSteps != len(run.Steps) {
 				t.Errorf("%s: %d steps, reference %d", run.Case, pred.DecodeSteps, len(run.Steps))
 			}
+			// Each token's probability, which the answer's scores are made of, is the
+			// reference's where the record holds it.
+			at := 0
 			for _, s := range run.Steps {
 				types[s.Type]++
+				want, ok := s.CommittedProbs()
+				for j := range want {
+					if ok[j] {
+						compared++
+						worst = max(worst, math.Abs(float64(pred.Probs[at+j]-want[j])))
+					}
+				}
+				at += len(s.Committed)
 			}
 			continue
 		}
@@ -179,6 +191,10 @@ func TestHybridMatchesReferenceOnTheBlockModel(t *testing.T) {
 	}
 	t.Logf("%d of %d scenes token for token as the reference, %d differ at a decision within tolerance; steps of the equal ones by type %v",
 		same, len(f.Runs), close, types)
+	t.Logf("%d token probabilities compared, the largest difference %.3g", compared, worst)
+	if compared < 1000 || worst > 1e-4 {
+		t.Errorf("%d token probabilities compared, the largest difference %.3g, want at most 1e-4", compared, worst)
+	}
 	for _, ty := range []blockdecode.Type{blockdecode.TypeCoordBox, blockdecode.TypeErrorBox, blockdecode.TypeCoordAR,
 		blockdecode.TypeBoxEndAR, blockdecode.TypeRefObject, blockdecode.TypeEmptyBox, blockdecode.TypeIMEnd} {
 		if types[ty] == 0 {

@@ -115,6 +115,9 @@ type Ranked struct {
 	TopIDs []int32   `json:"top_ids"`
 	TopP   []float32 `json:"top_p"`
 	NextP  float32   `json:"next_p"`
+	// A box row with a coordinate in its top 4: the first of them.
+	FirstID int32   `json:"first_id"`
+	FirstP  float32 `json:"first_p"`
 }
 
 // Load reads a goldens file.
@@ -131,6 +134,37 @@ func Load(path string) (*File, error) {
 		return nil, fmt.Errorf("%s: no runs", path)
 	}
 	return &f, nil
+}
+
+// CommittedProbs is the probability the reference's rows gave each token the step
+// committed, where the record holds it: a box's coordinates (their row's first valid), a
+// label's or argmax's tokens (their row's ranking), a one-token step's token. ok[i] is
+// false where the record does not say.
+func (s *Step) CommittedProbs() (p []float32, ok []bool) {
+	p, ok = make([]float32, len(s.Committed)), make([]bool, len(s.Committed))
+	if s.Kind == "ar" {
+		p[0], ok[0] = s.P, true
+		return p, ok
+	}
+	for i, id := range s.Committed {
+		if i < len(s.X0) && s.X0[i] == id {
+			p[i], ok[i] = s.X0P[i], true
+			continue
+		}
+		if s.Box != nil && i >= 1 && i-1 < len(s.Box.Rows) && s.Box.Rows[i-1].FirstID == id && s.Box.Rows[i-1].FirstP > 0 {
+			p[i], ok[i] = s.Box.Rows[i-1].FirstP, true
+			continue
+		}
+		if s.Ref != nil && i >= 1 && i-1 < len(s.Ref.Rows) {
+			r := s.Ref.Rows[i-1]
+			for j, t := range r.TopIDs {
+				if t == id {
+					p[i], ok[i] = r.TopP[j], true
+				}
+			}
+		}
+	}
+	return p, ok
 }
 
 // Rows rebuilds what a backend's Step returned for this step, with k top ids per row and
