@@ -146,3 +146,120 @@ func TestStepARRowMatchesDecode(t *testing.T) {
 		})
 	}
 }
+
+// greedyTrace decodes a sequence alone in slot 0 of b for n steps after its prefill and
+// returns the tokens (the prefill's first) and the logits of every decode step.
+func greedyTrace(t *testing.T, b *Backend, s batchSeq, n int) ([]int32, [][]float32) {
+	t.Helper()
+	tok, _, err := startBatchSeq(b, s, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, logits := []int32{tok}, [][]float32{nil}
+	for range n {
+		if tok, err = decode1(b, tok); err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, tok)
+		logits = append(logits, b.Logits(0))
+	}
+	return tokens, logits
+}
+
+// TestStepPendingTokensAreDecodes: pending tokens fed in one step are the same as feeding
+// them one decode at a time: the output row is the last decode's (token and logits, bit
+// for bit: each pending row runs decode's arithmetic against the rows written before it),
+// and the cache they leave is decode's (later decodes agree bit for bit).
+func TestStepPendingTokensAreDecodes(t *testing.T) {
+	lockThread(t)
+	for _, mc := range stepModels(t) {
+		t.Run(mc.name, func(t *testing.T) {
+			m := openModel(t, mc.dir)
+			o := Options{MaxBatch: 1, MaxSeqLen: 160, Threads: 2}
+			ref := openBackend(t, m, o)
+			tokens, logits := greedyTrace(t, ref, mc.seq, 30)
+
+			b := openBackend(t, m, o)
+			if _, _, err := startBatchSeq(b, mc.seq, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			// tokens[i] is decoded at step i+1, giving tokens[i+1] and logits[i+1].
+			at := 0
+			for _, n := range []int{6, 1, 16, 2, 3} {
+				rows, err := runStep(b, []engine.StepSlot{{Slot: 0, Pending: tokens[at : at+n]}}, 3, nil)
+				if err != nil {
+					t.Fatalf("%d pending after %d: %v", n, at, err)
+				}
+				at += n
+				if rows[0].TopIDs[0] != tokens[at] {
+					t.Errorf("%d pending: next token %d, one decode at a time %d", n, rows[0].TopIDs[0], tokens[at])
+				}
+				if ok, where := sameLogitBits(b.Logits(0), logits[at]); !ok {
+					t.Fatalf("%d pending: logits differ from decoding them one at a time: %s", n, where)
+				}
+			}
+			for ; at < len(tokens)-1; at++ {
+				next, err := decode1(b, tokens[at])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok, where := sameLogitBits(b.Logits(0), logits[at+1]); next != tokens[at+1] || !ok {
+					t.Fatalf("decode %d after the steps: token %d, want %d; logits: %s", at+1, next, tokens[at+1], where)
+				}
+			}
+		})
+	}
+}
+
+// TestStepBlockLeavesCacheAlone: a block step keeps its pending tokens and nothing of the
+// block: decoding after it gives the same bits as decoding without it, whether the block
+// came with pending tokens or none, and after several blocks in a row.
+func TestStepBlockLeavesCacheAlone(t *testing.T) {
+	lockThread(t)
+	for _, mc := range stepModels(t) {
+		t.Run(mc.name, func(t *testing.T) {
+			m := openModel(t, mc.dir)
+			o := Options{MaxBatch: 1, MaxSeqLen: 160, Threads: 2}
+			tokens, logits := greedyTrace(t, openBackend(t, m, o), mc.seq, 12)
+
+			b := openBackend(t, m, o)
+			if _, _, err := startBatchSeq(b, mc.seq, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			mask := int32(m.Config.Text.Vocab - 3)
+			block := func(last int32, n int) []int32 {
+				bl := []int32{last}
+				for len(bl) < n {
+					bl = append(bl, mask)
+				}
+				return bl
+			}
+			last := mc.seq.ids[len(mc.seq.ids)-1]
+			at := 0 // tokens[:at] are in the cache besides the prompt
+			for i, s := range []struct{ pending, block int }{{0, 6}, {0, 3}, {2, 6}, {1, 16 - 1}, {0, 1}, {3, 6}} {
+				slot := engine.StepSlot{Slot: 0, Pending: tokens[at : at+s.pending]}
+				at += s.pending
+				if at > 0 {
+					last = tokens[at-1]
+				}
+				slot.Block = block(last, s.block)
+				rows, err := runStep(b, []engine.StepSlot{slot}, 2, []int32{mask})
+				if err != nil {
+					t.Fatalf("block %d: %v", i, err)
+				}
+				if len(rows) != s.block || b.Logits(s.block-1) == nil || b.Logits(s.block) != nil {
+					t.Fatalf("block %d: %d rows and logits rows, want %d", i, len(rows), s.block)
+				}
+				// The decode right after sees only the committed tokens.
+				next, err := decode1(b, tokens[at])
+				if err != nil {
+					t.Fatal(err)
+				}
+				at++
+				if ok, where := sameLogitBits(b.Logits(0), logits[at]); next != tokens[at] || !ok {
+					t.Fatalf("decode after block %d: token %d, without blocks %d; logits: %s", i, next, tokens[at], where)
+				}
+			}
+		})
+	}
+}
