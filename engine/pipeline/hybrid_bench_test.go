@@ -26,6 +26,9 @@ type heldoutScene struct {
 // prefill, the generated tokens, the decode time and the device time (vision, prefill,
 // decode), and over the run the true boxes found at IoU >= 0.5 and the false positives
 // per query. ns/op is one pass over the 96 scenes (Generate only; Prepare runs before).
+// The batch4 runs put the same scenes through the Batcher methods four at a time
+// (continuous batching, as engine/chip does) and report the wall time and the device
+// calls (Step, after the prefills) per image.
 // The figures are in docs/hybrid-decoding.md, "Measured in the engine":
 //
 //	go test ./engine/pipeline -run '^$' -bench HybridVsAR -benchtime 1x -count 5
@@ -42,12 +45,19 @@ func BenchmarkHybridVsAR(b *testing.B) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	p, err := Open(OpenOptions{WeightsDir: blocksDir, Backend: "cpu", MaxSeqLen: 1024, MaxBatch: 1, InTokenLimit: 64,
-		CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48})
+	o := OpenOptions{WeightsDir: blocksDir, Backend: "cpu", MaxSeqLen: 1024, MaxBatch: 1, InTokenLimit: 64,
+		CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48}
+	p, err := Open(o)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer p.Close()
+	o.MaxBatch = 4
+	p4, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p4.Close()
 	for _, mode := range []engine.GenerationMode{engine.GenerationAR, engine.GenerationHybrid} {
 		preps := make([]*engine.Prepared, len(heldout.Scenes))
 		for i, s := range heldout.Scenes {
@@ -91,7 +101,55 @@ func BenchmarkHybridVsAR(b *testing.B) {
 			b.ReportMetric(found, "found@0.5")
 			b.ReportMetric(fp, "falsepos/query")
 		})
+		b.Run(string(mode)+"/batch4", func(b *testing.B) {
+			calls := 0
+			for range b.N {
+				calls += batched(b, p4, preps)
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N*len(preps)), "wall-ms/image")
+			b.ReportMetric(float64(calls)/float64(b.N*len(preps)), "calls/image")
+		})
 	}
+}
+
+// batched answers preps through p's Batcher methods, as many at once as p has slots, and
+// returns the number of Step calls.
+func batched(b *testing.B, p *Pipeline, preps []*engine.Prepared) int {
+	var seqs []*engine.Sequence
+	next, calls := 0, 0
+	finish := func(s *engine.Sequence) {
+		if _, err := p.Finish(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for next < len(preps) || len(seqs) > 0 {
+		for len(seqs) < p.MaxBatch() && next < len(preps) {
+			s, err := p.Start(preps[next])
+			if err != nil {
+				b.Fatal(err)
+			}
+			next++
+			if s.Done {
+				finish(s)
+				continue
+			}
+			seqs = append(seqs, s)
+		}
+		if err := p.Step(seqs); err != nil {
+			b.Fatal(err)
+		}
+		calls++
+		live := seqs[:0]
+		for _, s := range seqs {
+			if s.Done {
+				finish(s)
+				continue
+			}
+			live = append(live, s)
+		}
+		seqs = live
+	}
+	return calls
 }
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
