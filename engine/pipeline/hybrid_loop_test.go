@@ -2,10 +2,13 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/locateanything/detect/engine"
@@ -414,4 +417,50 @@ func testPNG(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// A real checkpoint whose config.json lacks the block fields opens and answers AR
+// requests; a hybrid request is refused as the request's fault, naming what is missing.
+func TestCheckpointWithoutBlockTokensRefusesHybrid(t *testing.T) {
+	dir := t.TempDir()
+	entries, err := os.ReadDir(checkpointDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		src, err := filepath.Abs(filepath.Join(checkpointDir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() != "config.json" {
+			if err := os.Symlink(src, filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		raw, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		delete(cfg["text_config"].(map[string]any), "block_size")
+		if raw, err = json.Marshal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := openPipeline(t, OpenOptions{WeightsDir: dir, InTokenLimit: 64})
+	img := testPNG(t)
+	if _, err := p.Prepare(context.Background(), engine.Request{Image: img, Query: "red circle"}); err != nil {
+		t.Errorf("AR: %v", err)
+	}
+	_, err = p.Prepare(context.Background(), engine.Request{Image: img, Query: "red circle", GenerationMode: engine.GenerationHybrid})
+	if ie := (*engine.InputError)(nil); !errors.As(err, &ie) || ie.Code != engine.CodeBadGeneration || !strings.Contains(err.Error(), "block_size") {
+		t.Errorf("hybrid: %v, want a %s input error naming block_size", err, engine.CodeBadGeneration)
+	}
 }
