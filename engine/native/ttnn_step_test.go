@@ -488,3 +488,121 @@ func TestTTNNStepChecksTheAdaptersAnswer(t *testing.T) {
 	wantError(t, nostep.Step([]engine.StepSlot{{Slot: 0, Pending: []int32{1}}}, 1, nil, engine.NewStepRows(1, 1, 0)),
 		"native ttnn: step: step: the adapter has no function step()")
 }
+
+// TestTTNNStepMatchesReferenceShapes replays scenes of the block-trained test model's
+// hybrid goldens through the ttnn backend (the replay of step_reference_test.go): boxes
+// read whole, abnormal coordinates, one-token steps among the blocks, pending runs of one
+// to six tokens: the first 24 scenes (8 with -short; the CPU backend's test replays all 96).
+func TestTTNNStepMatchesReferenceShapes(t *testing.T) {
+	lockThread(t)
+	g := readHybridGolden(t, "tiny-shapes-blocks")
+	m := openModel(t, filepath.Join(hybridGoldens, "tiny-shapes-blocks"))
+	b := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: 256, BackendOptions: standinOptions(t)})
+	runs := g.Runs[:24]
+	if testing.Short() {
+		runs = runs[:8]
+	}
+	var st refStats
+	for _, run := range runs {
+		t.Run(run.Case, func(t *testing.T) {
+			patches, gh, gw := shapesPatches(t, m.Config, run)
+			replayRun(t, b, g.TokenIDs, run, patches, gh, gw, &st)
+		})
+	}
+	t.Logf("%d scenes: %d block rows, %d AR steps; top-5 ranks %d exact, %d near ties; logits within %.2g, probabilities within %.2g relative",
+		len(runs), st.blockRows, st.arSteps, st.exactTop, st.nearTies, st.maxLogitDiff, st.maxProbDiff)
+	if st.blockRows < 20*len(runs) || st.arSteps == 0 || st.exactTop < 5*st.blockRows*9/10 {
+		t.Errorf("compared %d block rows and %d AR steps, %d top-5 ranks exactly", st.blockRows, st.arSteps, st.exactTop)
+	}
+}
+
+// TestTTNNStepMatchesCPUStep runs pairs of the block-trained model's scenes through the
+// ttnn backend and the CPU backend in lockstep, both sequences of a pair in one Step
+// (blocks and one-token rows mixed as the recorded steps fall), and wants the same rows
+// from both: the same ranking where the CPU's logits are not within ttnnLogitTie, the
+// same probabilities within 1e-4 relative.
+func TestTTNNStepMatchesCPUStep(t *testing.T) {
+	lockThread(t)
+	g := readHybridGolden(t, "tiny-shapes-blocks")
+	m := openModel(t, filepath.Join(hybridGoldens, "tiny-shapes-blocks"))
+	cpu := openBackend(t, m, Options{MaxBatch: 2, MaxSeqLen: 256, Threads: 2})
+	tt := openTTNN(t, m, Options{MaxBatch: 2, MaxSeqLen: 256, BackendOptions: standinOptions(t)})
+	ids := g.TokenIDs
+	watch := []int32{ids.BoxStart, ids.None, ids.BoxEnd, ids.Null, ids.ImEnd, ids.RefStart}
+	n := 8
+	if testing.Short() {
+		n = 4
+	}
+	rows, steps := 0, 0
+	for i := 0; i+1 < n; i += 2 {
+		pair := g.Runs[i : i+2]
+		type seq struct {
+			run       hybridRun
+			committed []int32
+			cached    int
+		}
+		var seqs []*seq
+		for slot, run := range pair {
+			patches, gh, gw := shapesPatches(t, m.Config, run)
+			for _, b := range []*Backend{cpu, tt} {
+				if err := b.Release(slot); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Vision(patches, gh, gw); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.PrefillCache(slot, run.PromptIDs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seqs = append(seqs, &seq{run: run, committed: append(slices.Clone(run.PromptIDs), run.Tokens...), cached: len(run.PromptIDs)})
+		}
+		for si := 0; ; si++ {
+			var slots []engine.StepSlot
+			for slot, s := range seqs {
+				if si >= len(s.run.Steps) {
+					continue
+				}
+				st := s.run.Steps[si]
+				ss := engine.StepSlot{Slot: slot}
+				if si > 0 {
+					ss.Pending = s.committed[s.cached : s.cached+st.Pending]
+					s.cached += st.Pending
+				}
+				if st.Kind == "block" {
+					ss.Block = append([]int32{s.committed[s.cached-1]}, slices.Repeat([]int32{ids.TextMask}, ids.BlockSize-1)...)
+				}
+				slots = append(slots, ss)
+			}
+			if len(slots) == 0 {
+				break
+			}
+			want := engine.NewStepRows(engine.StepRows(slots), 5, len(watch))
+			got := engine.NewStepRows(len(want), 5, len(watch))
+			if err := cpu.Step(slots, 5, watch, want); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.Step(slots, 5, watch, got); err != nil {
+				t.Fatal(err)
+			}
+			for r := range want {
+				what := fmt.Sprintf("scenes %s+%s step %d row %d", pair[0].Case, pair[1].Case, si, r)
+				logits := cpu.Logits(r)
+				for j, id := range got[r].TopIDs {
+					if w := want[r].TopIDs[j]; id != w && math.Abs(float64(logits[id]-logits[w])) >= ttnnLogitTie {
+						t.Fatalf("%s: rank %d is %d on ttnn, %d on cpu (logits %g, %g)", what, j, id, w, logits[id], logits[w])
+					}
+				}
+				for j, p := range append(slices.Clone(got[r].TopProbs), got[r].Watch...) {
+					w := append(slices.Clone(want[r].TopProbs), want[r].Watch...)[j]
+					if d := math.Abs(float64(p - w)); d > 1e-4*float64(w)+1e-7 {
+						t.Fatalf("%s: probability %d is %g on ttnn, %g on cpu", what, j, p, w)
+					}
+				}
+			}
+			rows += len(want)
+			steps++
+		}
+	}
+	t.Logf("%d scenes in pairs: %d steps, %d rows the same on both backends", n, steps, rows)
+}
