@@ -21,11 +21,11 @@ type heldoutScene struct {
 }
 
 // BenchmarkHybridVsAR answers the 96 held-out scenes with the block-trained test model
-// (tools/refmodel/testdata/hybrid/tiny-shapes-blocks), one request at a time, in AR and in
-// hybrid mode on the CPU backend, and reports per image the device steps after the
-// prefill, the generated tokens, the decode time and the device time (vision, prefill,
-// decode), and over the run the true boxes found at IoU >= 0.5 and the false positives
-// per query. ns/op is one pass over the 96 scenes (Generate only; Prepare runs before).
+// (tools/refmodel/testdata/hybrid/tiny-shapes-blocks) on the CPU backend, one request at a
+// time, each scene in AR and then in hybrid mode, and reports per image and mode the
+// device steps after the prefill, the generated tokens and the stage times, and over the
+// run the true boxes found at IoU >= 0.5 and the false positives per query. ns/op is one
+// pass over the 96 scenes in both modes (Generate only; Prepare runs before).
 // The batch4 runs put the same scenes through the Batcher methods four at a time
 // (continuous batching, as engine/chip does) and report the wall time and the device
 // calls (Step, after the prefills) per image.
@@ -58,56 +58,70 @@ func BenchmarkHybridVsAR(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p4.Close()
-	for _, mode := range []engine.GenerationMode{engine.GenerationAR, engine.GenerationHybrid} {
-		preps := make([]*engine.Prepared, len(heldout.Scenes))
-		for i, s := range heldout.Scenes {
+	modes := []engine.GenerationMode{engine.GenerationAR, engine.GenerationHybrid}
+	preps := map[engine.GenerationMode][]*engine.Prepared{}
+	for _, mode := range modes {
+		for _, s := range heldout.Scenes {
 			img, err := os.ReadFile("../../tools/tinymodel/testdata/" + s.File)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if preps[i], err = p.Prepare(context.Background(), engine.Request{Image: img, Query: s.Query,
-				Task: engine.Task(s.Task), GenerationMode: mode}); err != nil {
+			prep, err := p.Prepare(context.Background(), engine.Request{Image: img, Query: s.Query,
+				Task: engine.Task(s.Task), GenerationMode: mode})
+			if err != nil {
 				b.Fatal(err)
 			}
+			preps[mode] = append(preps[mode], prep)
 		}
-		b.Run(string(mode), func(b *testing.B) {
-			var steps, tokens int
-			var vision, prefill, decode, device time.Duration
-			var tally shapes.Tally
-			for range b.N {
-				tally = shapes.Tally{}
-				for i, prep := range preps {
-					pred, err := p.Generate(context.Background(), prep)
+	}
+	// Alone: each scene in AR and then in hybrid mode, so both modes see the same load on a
+	// shared machine.
+	b.Run("alone", func(b *testing.B) {
+		type totals struct {
+			steps, tokens                   int
+			vision, prefill, decode, device time.Duration
+			tally                           shapes.Tally
+		}
+		var t [2]totals
+		for range b.N {
+			for m := range t {
+				t[m].tally = shapes.Tally{}
+			}
+			for i := range heldout.Scenes {
+				for m, mode := range modes {
+					pred, err := p.Generate(context.Background(), preps[mode][i])
 					if err != nil {
 						b.Fatal(err)
 					}
-					steps += pred.DecodeSteps
-					tokens += pred.NumGeneratedTokens
-					vision += msDuration(pred.TimingMS.Vision)
-					prefill += msDuration(pred.TimingMS.Prefill)
-					decode += msDuration(pred.TimingMS.Decode)
-					device += msDuration(pred.TimingMS.Vision + pred.TimingMS.Prefill + pred.TimingMS.Decode)
-					score(&tally, heldout.Scenes[i], pred)
+					t[m].steps += pred.DecodeSteps
+					t[m].tokens += pred.NumGeneratedTokens
+					t[m].vision += msDuration(pred.TimingMS.Vision)
+					t[m].prefill += msDuration(pred.TimingMS.Prefill)
+					t[m].decode += msDuration(pred.TimingMS.Decode)
+					score(&t[m].tally, heldout.Scenes[i], pred)
 				}
 			}
-			n := float64(b.N * len(preps))
-			found, _, fp, _ := tally.Figures()
-			b.ReportMetric(float64(steps)/n, "steps/image")
-			b.ReportMetric(float64(tokens)/n, "tokens/image")
-			b.ReportMetric(float64(vision.Microseconds())/1e3/n, "vision-ms/image")
-			b.ReportMetric(float64(prefill.Microseconds())/1e3/n, "prefill-ms/image")
-			b.ReportMetric(float64(decode.Microseconds())/1e3/n, "decode-ms/image")
-			b.ReportMetric(float64(device.Microseconds())/1e3/n, "device-ms/image")
-			b.ReportMetric(found, "found@0.5")
-			b.ReportMetric(fp, "falsepos/query")
-		})
+		}
+		n := float64(b.N * len(heldout.Scenes))
+		for m, mode := range modes {
+			found, _, fp, _ := t[m].tally.Figures()
+			b.ReportMetric(float64(t[m].steps)/n, string(mode)+"-steps/image")
+			b.ReportMetric(float64(t[m].tokens)/n, string(mode)+"-tokens/image")
+			b.ReportMetric(float64(t[m].vision.Microseconds())/1e3/n, string(mode)+"-vision-ms/image")
+			b.ReportMetric(float64(t[m].prefill.Microseconds())/1e3/n, string(mode)+"-prefill-ms/image")
+			b.ReportMetric(float64(t[m].decode.Microseconds())/1e3/n, string(mode)+"-decode-ms/image")
+			b.ReportMetric(found, string(mode)+"-found@0.5")
+			b.ReportMetric(fp, string(mode)+"-falsepos/query")
+		}
+	})
+	for _, mode := range modes {
 		b.Run(string(mode)+"/batch4", func(b *testing.B) {
 			calls := 0
 			for range b.N {
-				calls += batched(b, p4, preps)
+				calls += batched(b, p4, preps[mode])
 			}
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N*len(preps)), "wall-ms/image")
-			b.ReportMetric(float64(calls)/float64(b.N*len(preps)), "calls/image")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N*len(preps[mode])), "wall-ms/image")
+			b.ReportMetric(float64(calls)/float64(b.N*len(preps[mode])), "calls/image")
 		})
 	}
 }
