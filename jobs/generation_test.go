@@ -2,8 +2,11 @@ package jobs
 
 import (
 	"cmp"
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,3 +118,70 @@ func TestJobGenerationModeThroughTheRunner(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// withoutBlocks copies the block-trained test model into a directory of the test's with
+// text_config.block_size left out of config.json: a checkpoint that cannot decode in
+// hybrid mode (its AR answers are unchanged).
+func withoutBlocks(t *testing.T) string {
+	t.Helper()
+	src := blocksOptions().WeightsDir
+	dir := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == "config.json" {
+			var cfg map[string]any
+			if err := json.Unmarshal(data, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			text, _ := cfg["text_config"].(map[string]any)
+			if _, ok := text["block_size"]; !ok {
+				t.Fatalf("%s/config.json has no text_config.block_size to leave out", src)
+			}
+			delete(text, "block_size")
+			if data, err = json.Marshal(cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestHybridJobOnAModelWithoutBlocksFails: a hybrid job on a checkpoint that cannot decode
+// in blocks fails for good with bad_generation_mode and a dead-letter record saying why,
+// on its first delivery; an AR job on the same worker still succeeds.
+func TestHybridJobOnAModelWithoutBlocksFails(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	img, err := os.ReadFile("../tools/tinymodel/testdata/heldout/05.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := e.putImage(t, "scene.png", img)
+	opts := blocksOptions()
+	opts.WeightsDir = withoutBlocks(t)
+	startRunnerWith(t, e.topo, e.store, func() (engine.Engine, error) { return pipeline.Open(opts) }, e.runnerConfig("w1"))
+	e.publishJob(t, Job{ID: "hy", Image: image, Query: "triangle", GenerationMode: engine.GenerationHybrid})
+	e.publishJob(t, Job{ID: "ar", Image: image, Query: "triangle"})
+
+	res := e.publishedResult(t, DefaultBatch, "hy")
+	if res.Status != StatusFailed || res.Error == nil || res.Error.Code != engine.CodeBadGeneration || res.Attempt != 1 ||
+		!strings.Contains(res.Error.Message, "block_size") {
+		t.Errorf("hybrid job on a model without blocks: %s %+v after %d deliveries; want failed with %s naming block_size, at once",
+			res.Status, res.Error, res.Attempt, engine.CodeBadGeneration)
+	}
+	if rec := e.dlqRecord(t, "hy"); rec == nil || rec.Code != engine.CodeBadGeneration {
+		t.Errorf("DLQ record %+v, want one with %s", rec, engine.CodeBadGeneration)
+	}
+	if res := e.publishedResult(t, DefaultBatch, "ar"); res.Status != StatusSucceeded || res.GenerationMode != engine.GenerationAR {
+		t.Errorf("AR job on the same worker: %s %s %+v", res.Status, res.GenerationMode, res.Error)
+	}
+}
