@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -51,8 +52,13 @@ type Engine struct {
 	MaxBatch        int    `envconfig:"LA_MAX_BATCH" default:"8"`            // sequences decoded together per chip
 	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128"`     // default generation budget
 	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024"`
-	Chips           int    `envconfig:"LA_CHIPS" default:"1"`            // one Runner and engine per chip
-	WeightsQuant    string `envconfig:"LA_WEIGHTS_QUANT" default:"bf16"` // cpu: bf16 (the checkpoint's weights, exact) or q8 (int8 decoder weights)
+	Chips           int    `envconfig:"LA_CHIPS" default:"1"` // one Runner and engine per chip
+	// GenerationMode is how requests that name none are decoded: ar (one token per step,
+	// the validated deployment's) or hybrid (parallel box decoding, docs/hybrid-decoding.md).
+	GenerationMode string `envconfig:"LA_GENERATION_MODE" default:"ar"`
+	// WeightsQuant is the cpu backend's decoder and LM head weights: bf16 (the
+	// checkpoint's, the exact path) or q8 (int8 blocks made at open, docs/cpu-backend.md).
+	WeightsQuant string `envconfig:"LA_WEIGHTS_QUANT" default:"bf16"`
 }
 
 // WeightsQuants are the values LA_WEIGHTS_QUANT takes: the CPU backend's decoder and LM
@@ -371,7 +377,7 @@ func (e Engine) validate(add adder) {
 	if !slices.Contains([]string{"cpu", "ttnn", "sim"}, e.Backend) {
 		add("LA_ENGINE is %q, want cpu, ttnn or sim", e.Backend)
 	}
-	if !slices.Contains(WeightsQuants, e.WeightsQuant) {
+	if e.WeightsQuant != "" && !slices.Contains(WeightsQuants, e.WeightsQuant) { // "" is bf16, as in native.Options
 		add("LA_WEIGHTS_QUANT is %q, want bf16 or q8", e.WeightsQuant)
 	} else if e.WeightsQuant == "q8" && e.Backend != "cpu" {
 		add("LA_WEIGHTS_QUANT=q8 is a cpu backend setting (LA_ENGINE is %q)", e.Backend)
@@ -386,6 +392,21 @@ func (e Engine) validate(add adder) {
 	if e.MaxNewTokens < 1 || e.MaxNewTokens > e.MaxNewTokensCap {
 		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", e.MaxNewTokens, e.MaxNewTokensCap)
 	}
+	if !engine.GenerationMode(e.GenerationMode).Valid() {
+		add("LA_GENERATION_MODE is %q, want %s", e.GenerationMode, GenerationModeList())
+	}
+}
+
+// GenerationModeList names the generation modes for messages: "ar or hybrid".
+func GenerationModeList() string {
+	names := make([]string, len(engine.GenerationModes))
+	for i, m := range engine.GenerationModes {
+		names[i] = string(m)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 func (t TTNN) validate(add adder) {

@@ -15,20 +15,32 @@ type Sequence struct {
 	Done         bool      // EOS generated or the budget spent: Finish it
 	StoppedOnEOS bool
 
+	// Parallel box decoding (Mode hybrid, docs/hybrid-decoding.md). Pending is how many of
+	// the last Tokens the slot's cache does not hold yet: the next step runs them first.
+	// OneToken says the sequence is finishing a box one token per step rather than reading
+	// blocks.
+	Pending  int
+	OneToken bool
+
 	Vision      time.Duration
-	Prefill     time.Duration // includes the first token
+	Prefill     time.Duration // includes the first token (AR; hybrid's prefill picks none)
 	Decode      time.Duration // the decode steps it took part in, whole steps
-	DecodeSteps int
-	MaxBatch    int // the largest number of sequences it was decoded with
+	DecodeSteps int           // device steps after the prefill
+	MaxBatch    int           // the largest number of sequences it was decoded with
 }
 
-// DecodeTokensPerSecond is the sequence's own decode rate over its steps after the first
-// token (in a batch, each step serves several sequences).
+// DecodeTokensPerSecond is the sequence's own decode rate: the tokens its decode steps
+// wrote over their time (in a batch, each step serves several sequences). In AR mode that
+// is every token after the first, which the prefill writes; in hybrid mode every token.
 func (s *Sequence) DecodeTokensPerSecond() float64 {
 	if s.DecodeSteps == 0 || s.Decode <= 0 {
 		return 0
 	}
-	return float64(s.DecodeSteps) / s.Decode.Seconds()
+	n := s.DecodeSteps
+	if s.Mode == GenerationHybrid {
+		n = len(s.Tokens)
+	}
+	return float64(n) / s.Decode.Seconds()
 }
 
 // Batcher is an Engine whose device runs several requests at once, one decode step at a

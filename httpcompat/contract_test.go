@@ -399,7 +399,7 @@ func TestInfoContract(t *testing.T) {
 	}
 	m := object(t, body)
 	assertKeys(t, "/info", m, "model", "model_id", "task", "tasks", "io", "hardware", "decode_mode",
-		"precision", "weights", "source", "limits", "license", "worker")
+		"generation_mode", "generation_modes", "precision", "weights", "source", "limits", "license", "worker")
 	for _, k := range []string{"model", "model_id", "task", "hardware", "decode_mode", "precision", "license"} {
 		if s, ok := m[k].(string); !ok || s == "" {
 			t.Errorf("%s = %v, want a non-empty string", k, m[k])

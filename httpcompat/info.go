@@ -45,12 +45,16 @@ type infoBody struct {
 	IO         ioSummary     `json:"io"`
 	Hardware   string        `json:"hardware"`
 	DecodeMode string        `json:"decode_mode"`
-	Precision  string        `json:"precision"`
-	Weights    weightsInfo   `json:"weights"`
-	Source     sourceInfo    `json:"source"`
-	Limits     limitsInfo    `json:"limits"`
-	License    string        `json:"license"`
-	Worker     workerInfo    `json:"worker"`
+	// GenerationMode is how a /predict that names none is decoded (LA_GENERATION_MODE) and
+	// GenerationModes what generation_mode may name: additions beside the upstream keys.
+	GenerationMode  engine.GenerationMode   `json:"generation_mode"`
+	GenerationModes []engine.GenerationMode `json:"generation_modes"`
+	Precision       string                  `json:"precision"`
+	Weights         weightsInfo             `json:"weights"`
+	Source          sourceInfo              `json:"source"`
+	Limits          limitsInfo              `json:"limits"`
+	License         string                  `json:"license"`
+	Worker          workerInfo              `json:"worker"`
 }
 
 type ioSummary struct {
@@ -103,14 +107,16 @@ func (s *Server) handleInfo(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) info(in engine.Info) infoBody {
 	lim := limitsFor(in)
 	body := infoBody{
-		Model:      in.Model,
-		ModelID:    modelID(in),
-		Task:       modelTask,
-		Tasks:      engine.Tasks,
-		IO:         ioSummary{Input: modelInput, Output: modelOutput},
-		Hardware:   in.Device,
-		DecodeMode: in.DecodeMode,
-		Precision:  in.Precision,
+		Model:           in.Model,
+		ModelID:         modelID(in),
+		Task:            modelTask,
+		Tasks:           engine.Tasks,
+		IO:              ioSummary{Input: modelInput, Output: modelOutput},
+		Hardware:        in.Device,
+		DecodeMode:      in.DecodeMode,
+		GenerationMode:  s.opts.GenerationMode,
+		GenerationModes: engine.GenerationModes,
+		Precision:       in.Precision,
 		Weights: weightsInfo{
 			Repo: in.WeightsRepo, Revision: in.WeightsRevision,
 			SnapshotDir: in.WeightsDir, ExtractedDir: in.WeightsDir,

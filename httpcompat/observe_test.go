@@ -156,7 +156,7 @@ func TestOpenAPIDescribesWhatIsServed(t *testing.T) {
 		fields = append(fields, name)
 	}
 	sort.Strings(fields)
-	if want := []string{"image", "max_new_tokens", "query", "return_overlay", "task"}; !slices.Equal(fields, want) {
+	if want := []string{"generation_mode", "image", "max_new_tokens", "query", "return_overlay", "task"}; !slices.Equal(fields, want) {
 		t.Errorf("PredictRequest describes %v; parsePredictRequest reads %v", fields, want)
 	}
 	var tasks []string
@@ -165,6 +165,9 @@ func TestOpenAPIDescribesWhatIsServed(t *testing.T) {
 	}
 	if got := fmt.Sprint(req.Properties["task"].Enum); got != fmt.Sprint(tasks) {
 		t.Errorf("task enum %s, the engine's tasks %v", got, tasks)
+	}
+	if got := fmt.Sprint(req.Properties["generation_mode"].Enum); got != fmt.Sprint(engine.GenerationModes) {
+		t.Errorf("generation_mode enum %s, the engine's modes %v", got, engine.GenerationModes)
 	}
 
 	check := func(path, schema string, body []byte) {
@@ -208,6 +211,9 @@ func TestOpenAPIDescribesWhatIsServed(t *testing.T) {
 		{map[string]any{"image": img, "query": "red circle, blue square"}, http.StatusOK, "PredictResponse"},
 		{map[string]any{"image": img}, http.StatusUnprocessableEntity, "ValidationError"},
 		{map[string]any{"image": img, "query": "dog", "task": "dance"}, http.StatusBadRequest, "Detail"},
+		{map[string]any{"image": img, "query": "dog", "generation_mode": "ar"}, http.StatusOK, "PredictResponse"},
+		{map[string]any{"image": img, "query": "dog", "generation_mode": "fast"}, http.StatusBadRequest, "Detail"},
+		{map[string]any{"image": img, "query": "dog", "generation_mode": 1}, http.StatusUnprocessableEntity, "ValidationError"},
 	} {
 		code, body := h.predict(t, c.body)
 		if code != c.code {

@@ -116,6 +116,9 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, st *readyState,
 	}
 	ereq, err = checkRequest(req, limitsFor(st.info))
 	if err != nil {
+		if ie, ok := engine.AsInputError(err); ok {
+			s.log.Info("predict", "status", http.StatusBadRequest, "code", ie.Code, "err", err)
+		}
 		s.writeDetail(w, http.StatusBadRequest, "%v", err)
 		return ereq, false, false
 	}
@@ -191,11 +194,25 @@ func checkRequest(req predictRequest, lim limits) (engine.Request, error) {
 		}
 		return engine.Request{}, fmt.Errorf("unknown task %q; use one of %s", task, strings.Join(names, ", "))
 	}
+	if req.GenerationMode != "" && !req.GenerationMode.Valid() {
+		return engine.Request{}, engine.InputErrorf(engine.CodeBadGeneration,
+			"unknown generation_mode %q; use one of %s (or leave it out for the server's default)",
+			req.GenerationMode, generationModeNames())
+	}
 	img, err := decodeImage(req.Image)
 	if err != nil {
 		return engine.Request{}, err
 	}
-	return engine.Request{Image: img, Query: req.Query, Task: task, MaxNewTokens: budget}, nil
+	return engine.Request{Image: img, Query: req.Query, Task: task, MaxNewTokens: budget, GenerationMode: req.GenerationMode}, nil
+}
+
+// generationModeNames lists the generation modes for messages: "ar, hybrid".
+func generationModeNames() string {
+	names := make([]string, len(engine.GenerationModes))
+	for i, m := range engine.GenerationModes {
+		names[i] = string(m)
+	}
+	return strings.Join(names, ", ")
 }
 
 // fail answers a request that the engine or the chip could not serve.

@@ -23,6 +23,8 @@ type predictRequest struct {
 	MaxNewTokens  *int64      // nil: the engine's default
 	ReturnOverlay bool        // default false
 	Task          engine.Task // extension; "" means detect
+	// GenerationMode is an extension: "" means the worker's LA_GENERATION_MODE.
+	GenerationMode engine.GenerationMode
 }
 
 // parsePredictRequest reads body the way FastAPI and pydantic (lax mode) do, and reports what
@@ -51,6 +53,8 @@ func parsePredictRequest(body []byte) (predictRequest, []fieldError) {
 	req.Query, _ = stringField(fields, "query", true, &errs)
 	task, _ := stringField(fields, "task", false, &errs)
 	req.Task = engine.Task(task)
+	mode, _ := stringField(fields, "generation_mode", false, &errs)
+	req.GenerationMode = engine.GenerationMode(mode)
 	if raw, present := fields["max_new_tokens"]; present && string(raw) != "null" {
 		if n, fe := laxInt(raw); fe != nil {
 			fe.Loc = []any{"body", "max_new_tokens"}

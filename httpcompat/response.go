@@ -1,12 +1,19 @@
 package httpcompat
 
-import "github.com/locateanything/detect/engine"
+import (
+	"bytes"
+	"errors"
+	"strconv"
+
+	"github.com/locateanything/detect/engine"
+)
 
 // PredictResponse is the /predict answer as the upstream Python server writes it: its keys
 // in its order, floats always written as floats, lists never null
-// (TestResponseKeysMatchPrediction holds it to the contract). Two additions, which clients
+// (TestResponseKeysMatchPrediction holds it to the contract). Three additions, which clients
 // of the upstream server ignore (docs/http.md, "Additions"): a score on every detection and
-// point, and warnings about the query when there are any.
+// point, warnings about the query when there are any, and, for an answer decoded in hybrid
+// mode, decode_steps (MarshalJSON writes it after num_generated_tokens).
 type PredictResponse struct {
 	Query              string      `json:"query"`
 	Width              int         `json:"width"`
@@ -25,6 +32,32 @@ type PredictResponse struct {
 	TimingMS           timing      `json:"timing_ms"`
 	OverlayPNGBase64   *string     `json:"overlay_png_b64"`
 	Warnings           []string    `json:"warnings,omitempty"` // an addition: absent when there are none
+
+	// DecodeSteps is the device steps after the prefill, written (as decode_steps, right
+	// after num_generated_tokens) only for a hybrid answer: an AR answer's bytes stay the
+	// upstream server's, and its steps are its tokens less one anyway.
+	DecodeSteps *int `json:"-"`
+}
+
+// MarshalJSON writes the struct's keys in its order and, when DecodeSteps is set,
+// "decode_steps" between num_generated_tokens and stopped_on_eos.
+func (r PredictResponse) MarshalJSON() ([]byte, error) {
+	type plain PredictResponse // the same fields without this method
+	b, err := encodeJSON(plain(r))
+	if err != nil || r.DecodeSteps == nil {
+		return b, err
+	}
+	// Inside a JSON string every quote is escaped, so `,"stopped_on_eos":` can only be the
+	// key itself, which no nested object has.
+	at := bytes.Index(b, []byte(`,"stopped_on_eos":`))
+	if at < 0 {
+		return nil, errors.New("predict response: no stopped_on_eos key to write decode_steps before")
+	}
+	out := make([]byte, 0, len(b)+32)
+	out = append(out, b[:at]...)
+	out = append(out, `,"decode_steps":`...)
+	out = strconv.AppendInt(out, int64(*r.DecodeSteps), 10)
+	return append(out, b[at:]...), nil
 }
 
 type detection struct {
@@ -75,6 +108,10 @@ func NewPredictResponse(p *engine.Prediction, overlay *string) PredictResponse {
 		},
 		OverlayPNGBase64: overlay,
 		Warnings:         p.Warnings,
+	}
+	if p.GenerationMode == engine.GenerationHybrid {
+		steps := p.DecodeSteps
+		r.DecodeSteps = &steps
 	}
 	for _, d := range p.Detections {
 		r.Detections = append(r.Detections, detection{

@@ -109,6 +109,10 @@ type Options struct {
 	Chips int    // chips this worker drives (/info worker.chips); 0 counts as 1
 	Queue string // the job queue it consumes, e.g. "nats://nats:4222 LA_JOBS/la-workers"; "" for none
 
+	// GenerationMode is the engine's default generation mode (LA_GENERATION_MODE), which
+	// /info reports; "" counts as ar. New refuses an unknown one.
+	GenerationMode engine.GenerationMode
+
 	// Ready, when set, is asked by /readyz once the engine is ready: an error (NATS down,
 	// say) makes /readyz answer 503 with it as the reason. /health does not ask it.
 	Ready   func() error
@@ -159,6 +163,12 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	if opts.Chips <= 0 {
 		opts.Chips = 1
+	}
+	if opts.GenerationMode == "" {
+		opts.GenerationMode = engine.GenerationAR
+	}
+	if !opts.GenerationMode.Valid() {
+		return nil, fmt.Errorf("httpcompat: generation mode %q is not one of %s", opts.GenerationMode, generationModeNames())
 	}
 	s := &Server{
 		cfg:     cfg,

@@ -81,6 +81,8 @@ func TestSchemaFilesMatchTheGoTypes(t *testing.T) {
 	}
 	checkEnum(t, "job task", prop(job, "task"), engine.Tasks)
 	checkEnum(t, "job overlay_format", prop(job, "overlay_format"), overlay.Formats)
+	checkEnum(t, "job generation_mode", prop(job, "generation_mode"), engine.GenerationModes)
+	checkEnum(t, "result generation_mode", prop(result, "generation_mode"), engine.GenerationModes)
 	checkEnum(t, "result overlay_format", prop(result, "overlay_format"), overlay.Formats)
 	checkEnum(t, "result status", prop(result, "status"), []Status{StatusSucceeded, StatusFailed, StatusCanceled, StatusExpired})
 	checkEnum(t, "job v", prop(job, "v"), []int{SchemaVersion})
@@ -271,7 +273,7 @@ func checkEnum[T any](t *testing.T, what string, node *jsonschema.Schema, want [
 func fullJob() map[string]any {
 	return map[string]any{
 		"v": 1, "id": "cam04-000123", "image": "s3://frames/cam04/000123.jpg", "query": "person</c>car",
-		"task": "ground", "max_new_tokens": 64, "overlay": true, "overlay_format": "jpeg",
+		"task": "ground", "max_new_tokens": 64, "generation_mode": "hybrid", "overlay": true, "overlay_format": "jpeg",
 		"output": "s3://results/cam04/", "batch": "cam04-2026-12-02", "deadline": "2026-12-02T10:00:00Z",
 		"metadata": map[string]any{"camera": "04"},
 	}
@@ -329,6 +331,8 @@ func TestJobSchemaAgreesWithDecodeJob(t *testing.T) {
 		{"task", "segment", false}, {"task", "point", true}, {"task", "detect", true},
 		{"max_new_tokens", -1, false}, {"max_new_tokens", 1.5, false}, {"max_new_tokens", "8", false},
 		{"max_new_tokens", 0, true},
+		{"generation_mode", "fast", false}, {"generation_mode", "AR", false}, {"generation_mode", 1, false},
+		{"generation_mode", "ar", true}, {"generation_mode", "hybrid", true},
 		{"overlay", "yes", false}, {"overlay", false, true},
 		{"overlay_format", "webp", false}, {"overlay_format", "JPEG", false}, {"overlay_format", "png", true},
 		{"output", 5, false},
@@ -354,7 +358,7 @@ func TestJobsGoWritesMatchTheSchema(t *testing.T) {
 	for _, j := range []Job{
 		{ID: "a", Image: "file:///x.png", Query: "q"},
 		{V: SchemaVersion, ID: "cam04-000123", Image: "s3://frames/x.jpg", Query: "person</c>car", Task: engine.TaskPoint,
-			MaxNewTokens: 32, Overlay: true, OverlayFormat: overlay.JPEG, Output: "s3://results/", Batch: "b",
+			MaxNewTokens: 32, GenerationMode: engine.GenerationHybrid, Overlay: true, OverlayFormat: overlay.JPEG, Output: "s3://results/", Batch: "b",
 			Deadline: &deadline, Metadata: json.RawMessage(`{"camera": "04"}`)},
 	} {
 		b, err := json.Marshal(j)

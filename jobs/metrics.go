@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/locateanything/detect/engine"
 )
 
 // Outcomes counted by Metrics.Jobs.
@@ -25,6 +27,12 @@ type Metrics struct {
 	Running      prometheus.Gauge         // la_jobs_running (on or queued for the device)
 	Retries      prometheus.Counter       // la_job_retries_total
 	DeadLettered prometheus.Counter       // la_jobs_dead_lettered_total
+
+	// DecodeSteps and TokensPerStep describe each answered job's decode, by generation
+	// mode: how many device steps it took after the prefill, and how many tokens each
+	// step committed on average (about 1 for ar; up to 6 for hybrid, a box per step).
+	DecodeSteps   *prometheus.HistogramVec // la_job_decode_steps{generation_mode}
+	TokensPerStep *prometheus.HistogramVec // la_job_tokens_per_step{generation_mode}
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -50,8 +58,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		DeadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "la_jobs_dead_lettered_total", Help: "Records written to LA_DLQ.",
 		}),
+		DecodeSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "la_job_decode_steps",
+			Help:    "Device steps after the prefill of each answered job, by generation mode (ar, hybrid).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11), // 1 .. 1024, the largest budget
+		}, []string{"generation_mode"}),
+		TokensPerStep: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "la_job_tokens_per_step",
+			Help:    "Generated tokens per device step after the prefill of each answered job, by generation mode.",
+			Buckets: []float64{1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6},
+		}, []string{"generation_mode"}),
 	}
-	reg.MustRegister(m.Jobs, m.Stage, m.Held, m.Running, m.Retries, m.DeadLettered)
+	for _, mode := range engine.GenerationModes { // every mode's series from the start, at zero
+		m.DecodeSteps.WithLabelValues(string(mode))
+		m.TokensPerStep.WithLabelValues(string(mode))
+	}
+	reg.MustRegister(m.Jobs, m.Stage, m.Held, m.Running, m.Retries, m.DeadLettered, m.DecodeSteps, m.TokensPerStep)
 	return m
 }
 
@@ -79,6 +101,19 @@ func (m *Metrics) held(delta float64) {
 func (m *Metrics) running(delta float64) {
 	if m != nil {
 		m.Running.Add(delta)
+	}
+}
+
+// decoded records an answered job's decode steps and tokens per step. An answer of one
+// token took no step after the prefill and has no rate.
+func (m *Metrics) decoded(a Answer) {
+	if m == nil {
+		return
+	}
+	mode := string(a.GenerationMode)
+	m.DecodeSteps.WithLabelValues(mode).Observe(float64(a.DecodeSteps))
+	if a.DecodeSteps > 0 {
+		m.TokensPerStep.WithLabelValues(mode).Observe(float64(a.NumGeneratedTokens) / float64(a.DecodeSteps))
 	}
 }
 

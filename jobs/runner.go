@@ -389,7 +389,11 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 		return settlement{kind: settleAck}
 	}
 	if decodeErr != nil {
-		return r.fail(ctx, log, job, a, CodeInvalidJob, decodeErr)
+		code := CodeInvalidJob
+		if ie, ok := engine.AsInputError(decodeErr); ok {
+			code = ie.Code // a well-formed job this worker cannot run as asked (bad_generation_mode)
+		}
+		return r.fail(ctx, log, job, a, code, decodeErr)
 	}
 	if job.Deadline != nil && r.now().After(*job.Deadline) {
 		return r.expired(ctx, log, job, a)
@@ -467,7 +471,9 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 	var prep *engine.Prepared
 	pctx, span := r.tracer.Start(ctx, SpanPreprocess)
 	err = r.noPanic("prepare", func() (err error) {
-		prep, err = eng.Prepare(pctx, engine.Request{Image: img, Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens})
+		prep, err = eng.Prepare(pctx, engine.Request{
+			Image: img, Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens, GenerationMode: job.GenerationMode,
+		})
 		return err
 	})
 	endSpan(span, err)
@@ -494,6 +500,7 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 	a.timing.DecodeTokS = pred.TimingMS.DecodeTokS
 	res := newResult(job, a.attempt)
 	res.Answer = answerOf(pred)
+	r.cfg.Metrics.decoded(res.Answer)
 	res.Model = eng.Info().Model
 	res.Status = StatusSucceeded
 	return res, prep, pred, nil

@@ -213,6 +213,7 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 		{"bad-json", CodeInvalidJob, []byte(`{"id": "bad-json", "image": `)},
 		{"unknown-field", CodeInvalidJob, []byte(`{"id":"unknown-field","image":"` + good + `","query":"dog","colour":"red"}`)},
 		{"bad-overlay-format", CodeInvalidJob, []byte(`{"id":"bad-overlay-format","image":"` + good + `","query":"dog","overlay":true,"overlay_format":"webp"}`)},
+		{"bad-generation-mode", engine.CodeBadGeneration, []byte(`{"id":"bad-generation-mode","image":"` + good + `","query":"dog","generation_mode":"fast"}`)},
 		{"unknown-scheme", CodeBadURL, job("unknown-scheme", "ftp://host/dog.jpg")},
 		{"missing-object", CodeNotFound, job("missing-object", "s3://images/no-such.jpg")},
 		{"empty-object", CodeEmptyImage, job("empty-object", empty)},
@@ -233,6 +234,9 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 			}
 			if c.id == "bad-overlay-format" && !strings.Contains(res.Error.Message, `field overlay_format: "webp" is not one of [png jpeg]`) {
 				t.Errorf("error message %q; want it to name the field and the formats", res.Error.Message)
+			}
+			if c.id == "bad-generation-mode" && !strings.Contains(res.Error.Message, `field generation_mode: "fast" is not one of [ar hybrid]`) {
+				t.Errorf("error message %q; want it to name the field and the modes", res.Error.Message)
 			}
 			if stored := e.storedResult(t, defaultOutput, c.id); stored.Status != StatusFailed {
 				t.Errorf("stored status %s", stored.Status)

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,7 +50,10 @@ type Job struct {
 	Query        string      `json:"query"`
 	Task         engine.Task `json:"task,omitempty"`
 	MaxNewTokens int         `json:"max_new_tokens,omitempty"`
-	Overlay      bool        `json:"overlay,omitempty"`
+	// GenerationMode is how the answer is decoded: "ar" or "hybrid"; empty means the
+	// worker's LA_GENERATION_MODE (and keeps the job readable by workers that predate it).
+	GenerationMode engine.GenerationMode `json:"generation_mode,omitempty"`
+	Overlay        bool                  `json:"overlay,omitempty"`
 	// OverlayFormat is how the overlay is encoded: "png" (also when empty) or "jpeg".
 	// Left empty rather than filled in, so that a job for a PNG overlay stays readable
 	// by workers that predate the field (they refuse unknown fields).
@@ -125,8 +129,13 @@ type Answer struct {
 	Detections         []engine.Detection `json:"detections"`
 	Points             []engine.Point     `json:"points"`
 	NumGeneratedTokens int                `json:"num_generated_tokens"`
-	StoppedOnEOS       bool               `json:"stopped_on_eos"`
-	DecodeMode         string             `json:"decode_mode"`
+	// GenerationMode is how the answer was decoded (ar or hybrid); absent when the job did
+	// not run. DecodeSteps is the device steps after the prefill: an AR answer takes one
+	// per token after the first, a hybrid one fewer when whole boxes came in one step.
+	GenerationMode engine.GenerationMode `json:"generation_mode,omitempty"`
+	DecodeSteps    int                   `json:"decode_steps"`
+	StoppedOnEOS   bool                  `json:"stopped_on_eos"`
+	DecodeMode     string                `json:"decode_mode"`
 	// Warnings say what looks wrong with the query though it ran as written (a list
 	// without </c>, an empty category); absent when nothing does.
 	Warnings []string `json:"warnings,omitempty"`
@@ -139,6 +148,8 @@ func answerOf(p *engine.Prediction) Answer {
 		NumImageTokens: p.NumImageTokens, PromptTokens: p.PromptTokens, PrefillTokens: p.PrefillTokens,
 		RawText: p.RawText, Detections: p.Detections, Points: p.Points,
 		NumGeneratedTokens: p.NumGeneratedTokens, StoppedOnEOS: p.StoppedOnEOS, DecodeMode: p.DecodeMode,
+		// An engine that names no mode decodes one token per step.
+		GenerationMode: cmp.Or(p.GenerationMode, engine.GenerationAR), DecodeSteps: p.DecodeSteps,
 		Warnings: p.Warnings,
 	}
 	if a.Detections == nil {
@@ -250,6 +261,12 @@ func (j *Job) Validate() error {
 	}
 	if j.OverlayFormat != "" && !j.OverlayFormat.Valid() {
 		return fmt.Errorf("field overlay_format: %q is not one of %v", j.OverlayFormat, overlay.Formats)
+	}
+	if j.GenerationMode != "" && !j.GenerationMode.Valid() {
+		// Its own code rather than invalid_job: the job is well formed, but asks for a
+		// mode this worker does not decode in.
+		return engine.InputErrorf(engine.CodeBadGeneration, "field generation_mode: %q is not one of %v",
+			j.GenerationMode, engine.GenerationModes)
 	}
 	if j.MaxNewTokens < 0 {
 		return fmt.Errorf("field max_new_tokens: %d is negative", j.MaxNewTokens)

@@ -214,6 +214,7 @@ func openStore(cfg Config) (storage.Store, func(), error) {
 type runOptions struct {
 	rc            RunConfig
 	task          string
+	mode          string
 	overlayFormat string
 	dryRun, json  bool
 }
@@ -226,6 +227,8 @@ func runFlags(o *runOptions) *flag.FlagSet {
 	fs.StringVar(&rc.Defaults.Query, "query", "", "query `Q` of every image without its own (detect: categories joined by </c>)")
 	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "task `T`: "+taskList())
 	fs.IntVar(&rc.Defaults.MaxNewTokens, "max-new-tokens", 0, "token budget `N` per job (0 = the worker's default)")
+	fs.StringVar(&o.mode, "generation-mode", "", "decode every job in mode `M`: "+generationModeList()+
+		" (ar: one token per step; hybrid: a whole box per step when the model is sure; empty: the worker's LA_GENERATION_MODE)")
 	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay pictures and download them into OUT/overlays/, below each image's path")
 	fs.StringVar(&o.overlayFormat, "overlay-format", "", "with --overlay, the overlays' format `F`: "+overlayFormatList()+" (empty: png; jpeg is about a fifth of the size)")
 	fs.BoolVar(&rc.COCO, "coco", false, "also write "+COCOFile+" (a COCO dataset) and "+COCOResultsFile+" (its results list)")
@@ -259,6 +262,8 @@ func checkRun(o *runOptions, fs *flag.FlagSet, inputs []string, cfg Config) erro
 		return usagef("--overlay-format %q is not one of %s", o.overlayFormat, overlayFormatList())
 	case o.overlayFormat != "" && !rc.Defaults.Overlay:
 		return usagef("--overlay-format %s needs --overlay", o.overlayFormat)
+	case o.mode != "" && !engine.GenerationMode(o.mode).Valid():
+		return usagef("--generation-mode %q is not one of %s", o.mode, generationModeList())
 	case rc.Defaults.MaxNewTokens < 0:
 		return usagef("--max-new-tokens %d is negative", rc.Defaults.MaxNewTokens)
 	case rc.Class != "" && !jobs.ValidToken(rc.Class):
@@ -271,6 +276,7 @@ func checkRun(o *runOptions, fs *flag.FlagSet, inputs []string, cfg Config) erro
 		return usagef("--json goes with --dry-run (a run's rows are JSON already: results.jsonl)")
 	}
 	rc.Defaults.OverlayFormat = overlay.Format(o.overlayFormat)
+	rc.Defaults.GenerationMode = engine.GenerationMode(o.mode)
 	if rc.UploadPrefix != "" && !strings.HasSuffix(rc.UploadPrefix, "/") {
 		rc.UploadPrefix += "/"
 	}
@@ -371,6 +377,14 @@ func taskList() string {
 	names := make([]string, len(engine.Tasks))
 	for i, t := range engine.Tasks {
 		names[i] = string(t)
+	}
+	return strings.Join(names, ", ")
+}
+
+func generationModeList() string {
+	names := make([]string, len(engine.GenerationModes))
+	for i, m := range engine.GenerationModes {
+		names[i] = string(m)
 	}
 	return strings.Join(names, ", ")
 }

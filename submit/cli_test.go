@@ -26,6 +26,7 @@ func TestMainUsageErrors(t *testing.T) {
 		{[]string{"frames/"}, "--out is required"},
 		{[]string{"--out", t.TempDir(), "--task", "segment", "frames/"}, `--task "segment" is not one of detect, ground`},
 		{[]string{"--out", t.TempDir(), "--max-new-tokens", "-1", "frames/"}, "--max-new-tokens -1 is negative"},
+		{[]string{"--out", t.TempDir(), "--generation-mode", "fast", "frames/"}, `--generation-mode "fast" is not one of ar, hybrid`},
 		{[]string{"--out", t.TempDir(), "--upload", "/tmp/x", "frames/"}, "must be an s3:// prefix"},
 		{[]string{"--out", t.TempDir(), "--class", "no spaces", "frames/"}, `--class "no spaces" must be`},
 		{[]string{"--out", t.TempDir(), "--batch", "a/b", "frames/"}, `--batch "a/b" must be`},

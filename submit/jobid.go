@@ -15,7 +15,10 @@ type JobParams struct {
 	Query        string      `json:"query"`
 	Task         engine.Task `json:"task"`
 	MaxNewTokens int         `json:"max_new_tokens"`
-	Overlay      bool        `json:"overlay"`
+	// GenerationMode is empty for the worker's default, so that the ids of such jobs stay
+	// those an earlier submit gave them.
+	GenerationMode engine.GenerationMode `json:"generation_mode,omitempty"`
+	Overlay        bool                  `json:"overlay"`
 	// OverlayFormat is empty for PNG, the default, so that the ids of PNG-overlay jobs
 	// stay those an earlier submit gave them.
 	OverlayFormat overlay.Format `json:"overlay_format,omitempty"`

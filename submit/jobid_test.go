@@ -3,6 +3,7 @@ package submit
 import (
 	"testing"
 
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/jobs"
 )
@@ -25,6 +26,10 @@ func TestJobIDIsDeterministicAndCoversEveryParameter(t *testing.T) {
 		"batch":   JobID("sha256:abc", JobParams{Query: "person</c>car", Task: "detect", MaxNewTokens: 128, Overlay: true, Batch: "b2"}),
 		"overlay format": JobID("sha256:abc", JobParams{Query: "person</c>car", Task: "detect", MaxNewTokens: 128, Overlay: true,
 			OverlayFormat: overlay.JPEG, Batch: "b1"}),
+		"hybrid": JobID("sha256:abc", JobParams{Query: "person</c>car", Task: "detect", MaxNewTokens: 128, Overlay: true,
+			GenerationMode: engine.GenerationHybrid, Batch: "b1"}),
+		"ar": JobID("sha256:abc", JobParams{Query: "person</c>car", Task: "detect", MaxNewTokens: 128, Overlay: true,
+			GenerationMode: engine.GenerationAR, Batch: "b1"}),
 	}
 	seen := map[string]string{id: "base"}
 	for what, v := range variants {
@@ -33,8 +38,9 @@ func TestJobIDIsDeterministicAndCoversEveryParameter(t *testing.T) {
 		}
 		seen[v] = what
 	}
-	// The id of a job with a PNG overlay (no overlay_format) is the one submit gave it
-	// before JPEG overlays existed, so a rerun of an older batch finds its jobs.
+	// The id of a job with a PNG overlay (no overlay_format) and the worker's generation
+	// mode (no generation_mode) is the one submit gave it before either field existed, so a
+	// rerun of an older batch finds its jobs.
 	if id != "e3934f722e3822d3fa53149d7d810d002db46e5915d029bba2e10e137b62c1c7" {
 		t.Errorf("the id scheme changed: %s", id)
 	}

@@ -22,7 +22,10 @@ type JobDefaults struct {
 	Query        string
 	Task         engine.Task
 	MaxNewTokens int
-	Overlay      bool
+	// GenerationMode is how every job is decoded; "" leaves it to the worker
+	// (LA_GENERATION_MODE) and sends no field.
+	GenerationMode engine.GenerationMode
+	Overlay        bool
 	// OverlayFormat is the overlays' encoding; "" and "png" ask for the default (PNG).
 	OverlayFormat overlay.Format
 	Batch         string
@@ -51,14 +54,15 @@ type planner struct {
 // plan makes the job for one item.
 func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 	job := &jobs.Job{
-		V:            jobs.SchemaVersion,
-		Query:        it.Query,
-		Task:         it.Task,
-		MaxNewTokens: p.defaults.MaxNewTokens,
-		Overlay:      p.defaults.Overlay,
-		Output:       p.defaults.Output,
-		Batch:        p.defaults.Batch,
-		Metadata:     it.Metadata,
+		V:              jobs.SchemaVersion,
+		Query:          it.Query,
+		Task:           it.Task,
+		MaxNewTokens:   p.defaults.MaxNewTokens,
+		GenerationMode: p.defaults.GenerationMode,
+		Overlay:        p.defaults.Overlay,
+		Output:         p.defaults.Output,
+		Batch:          p.defaults.Batch,
+		Metadata:       it.Metadata,
 	}
 	if job.Query == "" {
 		job.Query = p.defaults.Query
@@ -85,7 +89,7 @@ func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 		job.Image = url
 	}
 	job.ID = JobID(identity, JobParams{
-		Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens,
+		Query: job.Query, Task: job.Task, MaxNewTokens: job.MaxNewTokens, GenerationMode: job.GenerationMode,
 		Overlay: job.Overlay, OverlayFormat: job.OverlayFormat, Batch: job.Batch,
 	})
 	if err := job.Validate(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/overlay"
 )
 
@@ -88,5 +89,39 @@ func TestPlannerOverlayFormat(t *testing.T) {
 	}
 	if _, raw := plan(JobDefaults{OverlayFormat: overlay.JPEG}); strings.Contains(string(raw), "overlay_format") {
 		t.Errorf("no overlay, yet the format is sent: %s", raw)
+	}
+}
+
+// --generation-mode reaches the job: none sends no field (the worker's LA_GENERATION_MODE
+// decides, and the job and its id are those of a submit that predates the flag); ar and
+// hybrid are sent, and each is a job of its own.
+func TestPlannerGenerationMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.jpg")
+	must(t, os.WriteFile(path, []byte("content"), 0o644))
+	plan := func(mode engine.GenerationMode) (id string, raw []byte) {
+		t.Helper()
+		job, err := (&planner{defaults: JobDefaults{Query: "q", Batch: "b", GenerationMode: mode}}).plan(context.Background(), Item{Image: path, Origin: "a.jpg"})
+		must(t, err)
+		if job.GenerationMode != mode {
+			t.Errorf("job mode %q, want %q", job.GenerationMode, mode)
+		}
+		raw, err = json.Marshal(job)
+		must(t, err)
+		return job.ID, raw
+	}
+	defaultID, defaultRaw := plan("")
+	if strings.Contains(string(defaultRaw), "generation_mode") {
+		t.Errorf("no --generation-mode, yet the job names one: %s", defaultRaw)
+	}
+	ids := map[string]engine.GenerationMode{defaultID: ""}
+	for _, mode := range engine.GenerationModes {
+		id, raw := plan(mode)
+		if !strings.Contains(string(raw), `"generation_mode":"`+string(mode)+`"`) {
+			t.Errorf("%s: job %s, want the field", mode, raw)
+		}
+		if prev, dup := ids[id]; dup {
+			t.Errorf("%s: the id of the job in mode %q", mode, prev)
+		}
+		ids[id] = mode
 	}
 }

@@ -67,6 +67,7 @@ func EngineOptions(e config.Engine, choice provision.Choice) pipeline.OpenOption
 		CanonAspect:     e.CanonAspect,
 		MaxNewTokens:    e.MaxNewTokens,
 		MaxNewTokensCap: e.MaxNewTokensCap,
+		GenerationMode:  engine.GenerationMode(e.GenerationMode),
 	}
 }
 

@@ -217,6 +217,8 @@ func TestObservabilityAfterAPredictAndAJob(t *testing.T) {
 		{"la_predict_request_seconds", map[string]string{"status": "200"}, 1},
 		{"la_jobs_total", map[string]string{"outcome": "succeeded"}, 1},
 		{"la_job_stage_seconds", map[string]string{"stage": "total"}, 1},
+		{"la_job_decode_steps", map[string]string{"generation_mode": "ar"}, 1}, // LA_GENERATION_MODE's default
+		{"la_job_decode_steps", map[string]string{"generation_mode": "hybrid"}, 0},
 		{"la_tokens_generated_total", chip0, float64(res.NumGeneratedTokens + pred.NumGeneratedTokens)},
 		{"la_queue_pending", map[string]string{"stream": jobs.JobsStream, "consumer": jobs.ConsumerName}, 0},
 		{"la_dlq_messages", nil, 0},

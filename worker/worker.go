@@ -219,11 +219,13 @@ func (s *service) servePredict(context.Context) error {
 		return nil
 	}
 	predict, err := httpcompat.New(s.cfg.HTTP.Server(), httpcompat.Options{
-		Logger:  s.log.With("component", "http"),
-		Chips:   s.cfg.Engine.Chips,
-		Queue:   queueDescription(s.cfg),
-		Ready:   s.readiness,
-		Metrics: s.predictMetrics,
+		Logger: s.log.With("component", "http"),
+		Chips:  s.cfg.Engine.Chips,
+		Queue:  queueDescription(s.cfg),
+		// What /info reports as the default; the engine applies it (EngineOptions).
+		GenerationMode: engine.GenerationMode(s.cfg.Engine.GenerationMode),
+		Ready:          s.readiness,
+		Metrics:        s.predictMetrics,
 	})
 	if err != nil {
 		return err

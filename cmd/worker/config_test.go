@@ -47,6 +47,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LA_RETRY_DELAY", "0s", "LA_RETRY_DELAY"},
 		{"LA_HTTP_MAX_PENDING", "0", "LA_HTTP_MAX_PENDING"},
 		{"LA_PREC", "fast", "LA_PREC"},
+		{"LA_GENERATION_MODE", "fast", "LA_GENERATION_MODE"}, // the reference's fast mode is not served
+		{"LA_GENERATION_MODE", "Hybrid", "LA_GENERATION_MODE"},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			t.Setenv("LA_DATA_DIR", t.TempDir())

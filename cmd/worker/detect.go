@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,22 +10,52 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/internal/cli"
 )
 
-// detectOutput is the /predict-shaped answer of `worker detect`, with the generated ids.
+// detectOutput is the /predict-shaped answer of `worker detect`, with the generated ids
+// after its keys.
 type detectOutput struct {
-	httpcompat.PredictResponse
-	Tokens []int32 `json:"tokens"`
+	Answer httpcompat.PredictResponse
+	Tokens []int32
+}
+
+// MarshalJSON writes the answer as /predict does (its own MarshalJSON places the hybrid
+// addition) and "tokens" after its keys.
+func (o detectOutput) MarshalJSON() ([]byte, error) {
+	answer, err := marshalRaw(o.Answer)
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := json.Marshal(o.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	out := append(bytes.TrimSuffix(answer, []byte("}")), `,"tokens":`...)
+	out = append(out, tokens...)
+	return append(out, '}'), nil
+}
+
+// marshalRaw is json.Marshal without HTML escaping: raw_text is full of <ref> and <box>,
+// printed as the model wrote them.
+func marshalRaw(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // detectOptions are `worker detect`'s flags.
 type detectOptions struct {
-	weights, image, query, task, grid, overlay string
-	maxNew, inTokenLimit, threads              int
+	weights, image, query, task, grid, overlay, mode string
+	maxNew, inTokenLimit, threads                    int
 }
 
 // detectFlags defines `worker detect`'s flags on o.
@@ -36,6 +67,8 @@ func detectFlags(o *detectOptions) *flag.FlagSet {
 	fs.StringVar(&o.query, "query", "", "what to find; several categories joined with </c> (required but for --task text)")
 	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "detect, ground, ground_one, point, text or region")
 	fs.IntVar(&o.maxNew, "max-new-tokens", 128, "token budget")
+	fs.StringVar(&o.mode, "generation-mode", string(engine.GenerationAR),
+		"`MODE`: ar (one token per step) or hybrid (parallel box decoding: a whole box per step when the model is sure)")
 	fs.IntVar(&o.inTokenLimit, "in-token-limit", 0, "most image patches before the image is shrunk (0 = the checkpoint's)")
 	fs.StringVar(&o.grid, "grid", "native", "vision grid: native, or `HxW` in 14-px patches (even sides)")
 	fs.StringVar(&o.overlay, "overlay", "", "write the overlay PNG to `FILE`")
@@ -56,6 +89,8 @@ func runDetect(args []string, stdout io.Writer) error {
 		return usageError{fmt.Errorf("unexpected argument %q (worker detect --help)", rest[0])}
 	case o.image == "" || o.query == "" && o.task != string(engine.TaskText):
 		return usageError{fmt.Errorf("detect needs --image and --query (worker detect --help)")}
+	case !engine.GenerationMode(o.mode).Valid():
+		return usageError{fmt.Errorf("--generation-mode %q is not one of %s", o.mode, config.GenerationModeList())}
 	}
 	choice, err := chooseWeights(context.Background(), o.weights)
 	if err != nil {
@@ -87,7 +122,9 @@ func runDetect(args []string, stdout io.Writer) error {
 	defer p.Close()
 
 	ctx := context.Background()
-	prep, err := p.Prepare(ctx, engine.Request{Image: data, Query: o.query, Task: engine.Task(o.task), MaxNewTokens: o.maxNew})
+	prep, err := p.Prepare(ctx, engine.Request{
+		Image: data, Query: o.query, Task: engine.Task(o.task), MaxNewTokens: o.maxNew, GenerationMode: engine.GenerationMode(o.mode),
+	})
 	if err != nil {
 		return err
 	}
@@ -107,5 +144,5 @@ func runDetect(args []string, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // raw_text is full of <ref> and <box>: print them as the model wrote them
-	return enc.Encode(detectOutput{PredictResponse: httpcompat.NewPredictResponse(pred, nil), Tokens: pred.Tokens})
+	return enc.Encode(detectOutput{Answer: httpcompat.NewPredictResponse(pred, nil), Tokens: pred.Tokens})
 }

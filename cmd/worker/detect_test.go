@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,5 +53,44 @@ func TestDetectRefusesMissingArguments(t *testing.T) {
 	err := runDetect([]string{"--weights", "../../testdata/checkpoints/tiny-bf16", "--image", "../../testdata/images/absent.jpg", "--query", "x"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "absent.jpg") {
 		t.Errorf("got %v, want an error naming the missing image", err)
+	}
+}
+
+// TestDetectRefusesAnUnknownGenerationMode: --generation-mode takes ar or hybrid; anything
+// else is a usage error before a checkpoint is opened.
+func TestDetectRefusesAnUnknownGenerationMode(t *testing.T) {
+	err := runDetect([]string{"--weights", "../../testdata/checkpoints/absent", "--image", "x.png", "--query", "x",
+		"--generation-mode", "fast"}, &bytes.Buffer{})
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--generation-mode") || !strings.Contains(err.Error(), "ar or hybrid") {
+		t.Errorf("got %v, want a usage error naming --generation-mode and ar or hybrid", err)
+	}
+}
+
+// TestDetectInHybridMode: --generation-mode hybrid decodes in blocks (the block-trained
+// test model writes a box per step): the answer says hybrid_greedy and its decode_steps,
+// fewer than its tokens, with the generated ids still after the answer's keys.
+func TestDetectInHybridMode(t *testing.T) {
+	var out bytes.Buffer
+	err := runDetect([]string{
+		"--weights", "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", "--image", "../../tools/tinymodel/testdata/heldout/05.png",
+		"--query", "triangle", "--max-new-tokens", "48", "--threads", "1", "--generation-mode", "hybrid",
+	}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		DecodeMode         string  `json:"decode_mode"`
+		DecodeSteps        *int    `json:"decode_steps"`
+		NumGeneratedTokens int     `json:"num_generated_tokens"`
+		Tokens             []int32 `json:"tokens"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+	}
+	if got.DecodeMode != "hybrid_greedy" || got.DecodeSteps == nil || *got.DecodeSteps < 1 || *got.DecodeSteps >= got.NumGeneratedTokens-1 ||
+		len(got.Tokens) != got.NumGeneratedTokens {
+		t.Errorf("hybrid detect: %s in %v steps, %d tokens (%d ids); want hybrid_greedy in fewer steps than tokens\n%s",
+			got.DecodeMode, got.DecodeSteps, got.NumGeneratedTokens, len(got.Tokens), out.String())
 	}
 }

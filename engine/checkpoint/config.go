@@ -75,6 +75,34 @@ type Config struct {
 	CoordStartTokenID int // coord_start_token_id (<0>)
 	CoordEndTokenID   int // coord_end_token_id (<1000>)
 	NoneTokenID       int // none_token_id
+
+	// Parallel box decoding (docs/hybrid-decoding.md) reads three more values from
+	// text_config; a checkpoint without them runs AR decoding only (HybridError says why).
+	TextMaskTokenID int // text_config.text_mask_token_id (absent: -1)
+	NullTokenID     int // text_config.null_token_id (absent: -1)
+	BlockSize       int // text_config.block_size (absent: 0)
+}
+
+// HybridBlockSize is the only block size parallel box decoding is defined for: the
+// acceptance rules read a box as six rows.
+const HybridBlockSize = 6
+
+// HybridError says why the checkpoint cannot run parallel box decoding, or is nil when it
+// can: every token id the rules read is in the vocabulary and the block size is 6.
+func (c *Config) HybridError() error {
+	var errs []error
+	for _, id := range []struct {
+		name string
+		id   int
+	}{{"text_config.text_mask_token_id", c.TextMaskTokenID}, {"text_config.null_token_id", c.NullTokenID}} {
+		if id.id < 0 || id.id >= c.Text.Vocab {
+			errs = append(errs, fmt.Errorf("%s: %s = %d, want an id in [0, %d)", ConfigFile, id.name, id.id, c.Text.Vocab))
+		}
+	}
+	if c.BlockSize != HybridBlockSize {
+		errs = append(errs, fmt.Errorf("%s: text_config.block_size = %d, want %d", ConfigFile, c.BlockSize, HybridBlockSize))
+	}
+	return errors.Join(errs...)
 }
 
 // LoadConfig reads config.json and preprocessor_config.json from dir and checks that the
@@ -131,6 +159,9 @@ func ParseConfig(configJSON, preprocessorJSON []byte) (*Config, error) {
 		EOSTokenID:            t.requiredInt("eos_token_id"),
 		BOSTokenID:            t.optionalInt("bos_token_id", -1),
 	}
+	c.TextMaskTokenID = t.optionalInt("text_mask_token_id", -1)
+	c.NullTokenID = t.optionalInt("null_token_id", -1)
+	c.BlockSize = t.optionalInt("block_size", 0)
 	// Hugging Face's Qwen2 defaults: no num_key_value_heads means plain multi-head
 	// attention, no head_dim means hidden split evenly over the heads.
 	c.Text.KVHeads = t.optionalInt("num_key_value_heads", c.Text.Heads)

@@ -152,8 +152,9 @@ func (c *Chip) BusySeconds() float64 {
 }
 
 // GeneratedTokens is the number of tokens the chip has generated since it opened, counted
-// as each step produces them: a batched step of n sequences adds n, and the tokens of a
-// sequence whose caller went away count too.
+// as each step produces them (a batched AR step of n sequences adds n; a hybrid step adds
+// what each sequence committed), and the tokens of a sequence whose caller went away count
+// too.
 func (c *Chip) GeneratedTokens() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -363,6 +364,10 @@ func (c *Chip) step(b engine.Batcher, running []*work) []*work {
 	for i, w := range live {
 		seqs[i] = w.seq
 	}
+	before := 0 // a hybrid step writes up to six tokens of a sequence, an AR step one
+	for _, s := range seqs {
+		before += len(s.Tokens)
+	}
 	var err error
 	c.device(func() { err = b.Step(seqs) })
 	if err != nil { // the step failed for all of them
@@ -376,7 +381,11 @@ func (c *Chip) step(b engine.Batcher, running []*work) []*work {
 		clear(live)
 		return live[:0]
 	}
-	c.generated(len(seqs)) // one token each
+	after := 0
+	for _, s := range seqs {
+		after += len(s.Tokens)
+	}
+	c.generated(after - before)
 	var done []*work
 	next := live[:0]
 	for _, w := range live {

@@ -312,7 +312,9 @@ static int alloc_state(la_engine *e, char *err, size_t errlen) {
     s->key_cache = alloc_floats(B * (size_t)c->layers * S * kvd);
     s->value_cache = alloc_floats(B * (size_t)c->layers * S * kvd);
     s->slots = calloc(B, sizeof *s->slots);
-    s->logits = alloc_floats(B * (size_t)c->vocab);
+    /* A step writes up to LA_STEP_MAX_ROWS output rows per slot; calloc maps the rows no
+     * call has written yet as untouched zero pages, so decode alone never commits them. */
+    s->logits = alloc_floats(B * LA_STEP_MAX_ROWS * (size_t)c->vocab);
     s->wscratch_len = gemm_scratch_elems(e);
     s->wscratch = s->wscratch_len ? alloc_floats(s->wscratch_len) : NULL;
 
@@ -637,7 +639,7 @@ static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
         load_text(e, cfg, err, errlen) != 0 ||
         alloc_state(e, err, errlen) != 0 || cpu_pool_init(&e->pool, threads, err, errlen) != 0 ||
         ((e->resident_weights || e->weights_q8) && make_resident(e, err, errlen) != 0) ||
-        cpu_plan_decode(e, err, errlen) != 0) {
+        cpu_plan_decode(e, err, errlen) != 0 || cpu_plan_step(e, err, errlen) != 0) {
         cpu_close(e);
         return NULL;
     }
@@ -674,11 +676,9 @@ static int cpu_decode_op(la_engine *e, int n, const int32_t *slots, const int32_
 static int cpu_step_op(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
                        int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p,
                        float *watch_p, char *err, size_t errlen) {
-    (void)n, (void)slots, (void)tokens, (void)k, (void)n_watch, (void)watch, (void)top_ids,
-        (void)top_p, (void)watch_p;
     if (!e)
         return la_errorf(err, errlen, "step: engine is closed");
-    return la_errorf(err, errlen, "step: not implemented yet in the cpu backend");
+    return cpu_step(e, n, slots, tokens, k, n_watch, watch, top_ids, top_p, watch_p, err, errlen);
 }
 
 static int cpu_release(la_engine *e, int slot, char *err, size_t errlen) {
@@ -735,6 +735,7 @@ static void cpu_close(la_engine *e) {
     cpu_pool_destroy(&e->pool);
     free_state(&e->s);
     cpu_free_plan(&e->plan);
+    cpu_free_step_plan(&e->step);
     free(e->w.blocks);
     free(e->w.layers);
     free(e->resident);

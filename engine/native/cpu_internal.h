@@ -253,7 +253,8 @@ typedef struct {
     float *key_cache, *value_cache;
     cpu_slot *slots; /* [max_batch] */
 
-    float *logits;   /* [max_batch][vocab]: row i of the last prefill or decode call */
+    float *logits;   /* [max_batch * LA_STEP_MAX_ROWS][vocab]: row i of the last prefill,
+                        decode or step call (decode uses the first max_batch rows) */
     int logit_rows;  /* rows of it that call wrote (0 after release, reset or a failure) */
 
     /* bf16/f16 GEMM weights are widened here, one block of rows at a time, for cblas_sgemm */
@@ -283,6 +284,40 @@ typedef struct {
     double *part_sum;
 } cpu_decode_plan;
 
+/* One row of a step (cpu_step.c): a pending token, kept in its slot's cache, or a block
+ * row, whose key and value live only in the step's buffers. */
+typedef struct {
+    int slot;
+    int pos;     /* position: RoPE angle, and the cache row a pending token's K/V go to */
+    int n_cache; /* cache rows it attends to: 0..pos for a pending row, 0..L'-2 for a block row */
+    int block0;  /* a block row: the step row of its block's row 0; -1 for a pending row */
+    int n_block; /* a block row: rows in its block, all of which it attends to */
+} cpu_step_row;
+
+/* One candidate of a row's top-k: what the picker orders by (probability, then id). */
+typedef struct {
+    float p;
+    float logit;
+    int32_t id;
+} cpu_step_top;
+
+/* The step's plan, made at open beside the decode plan: the same batched products over
+ * buffers of max_batch * LA_STEP_MAX_ROWS rows, and the picker's per-thread results. */
+typedef struct {
+    int max_rows;
+    cpu_decode_layer *layers; /* the decode plan's products, on these buffers */
+    cpu_matmat lm_head;       /* from out into the logits rows */
+    cpu_step_row *rows;       /* [max_rows] this call's rows, slot after slot */
+    int *out_rows;            /* [max_rows] the step row of each output row */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *xpack;
+    float *out;     /* [max_rows, hidden] the output rows after the final norm */
+    float *scores;  /* [max_rows, heads, max_seq_len + LA_STEP_MAX_ROWS] */
+    float *part_max;        /* [threads][max_rows] */
+    double *part_sum;       /* [threads][max_rows] */
+    cpu_step_top *part_top; /* [threads][max_rows][LA_STEP_MAX_K] */
+    int *part_n;            /* [threads][max_rows] candidates found in the slice */
+} cpu_step_plan;
+
 struct la_engine {
     la_config cfg; /* copied; tensors pointer is the caller's and stays mapped */
     int vision_head_dim;
@@ -295,6 +330,7 @@ struct la_engine {
     cpu_weights w;
     cpu_state s;
     cpu_decode_plan plan;
+    cpu_step_plan step;
     cpu_kernels kern;
     cpu_pool pool;
     /* float32 copies made at open (1-D tensors, pos-emb), freed at close */
@@ -312,6 +348,18 @@ int cpu_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
                float *prob, char *err, size_t errlen);
 int cpu_plan_decode(la_engine *e, char *err, size_t errlen);
 void cpu_free_plan(cpu_decode_plan *p);
+/* Pieces of the decoder shared with the step (cpu_text.c). */
+void cpu_embed_row(const la_engine *e, int32_t id, float *out);
+void cpu_rope_half(float *v, int heads, int hd, const float *cs, const float *sn);
+float *cpu_key_cache(la_engine *e, int slot, int layer);
+float *cpu_value_cache(la_engine *e, int slot, int layer);
+void cpu_swiglu_rows(la_engine *e, float *gate, const float *up, size_t n);
+/* Parallel box decoding (cpu_step.c): la_backend_ops.step, and its plan. */
+int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
+             int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p,
+             char *err, size_t errlen);
+int cpu_plan_step(la_engine *e, char *err, size_t errlen);
+void cpu_free_step_plan(cpu_step_plan *p);
 
 /* cpu_gemm_wt computes y[n, w.rows] = x[n, w.cols] W^T (+ bias per column), widening a
  * bf16/f16 W into the engine's scratch first (cblas_sgemm wants float32). */

@@ -424,3 +424,23 @@ int cpu_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
         s->slots[slots[r]].pos++;
     return 0;
 }
+
+/* ---- shared with the step (cpu_step.c) ---------------------------------------------- */
+
+/* The step runs the same per-row arithmetic as prefill and decode; these give it the very
+ * same functions, so a step row and a decode row can not drift apart. */
+void cpu_embed_row(const la_engine *e, int32_t id, float *out) { embed_row(e, id, out); }
+
+void cpu_rope_half(float *v, int heads, int hd, const float *cs, const float *sn) {
+    rope_half(v, heads, hd, cs, sn);
+}
+
+float *cpu_key_cache(la_engine *e, int slot, int layer) { return key_cache(e, slot, layer); }
+
+float *cpu_value_cache(la_engine *e, int slot, int layer) { return value_cache(e, slot, layer); }
+
+/* cpu_swiglu_rows computes gate = silu(gate) * up over n elements on the pool. */
+void cpu_swiglu_rows(la_engine *e, float *gate, const float *up, size_t n) {
+    swiglu_task sw = {e->kern.swiglu, gate, up};
+    cpu_pool_for(&e->pool, n, swiglu_range, &sw);
+}

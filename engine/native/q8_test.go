@@ -223,3 +223,21 @@ func TestQ8TokensAgreeWithBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestQ8StepBatchedMatchesAlone runs parallel box decoding's step on int8 weights: every
+// slot's rows are the same bit for bit alone or batched with others (the step's products
+// go through the same q8 kernels as decode), on every kernel set.
+func TestQ8StepBatchedMatchesAlone(t *testing.T) {
+	lockThread(t)
+	for _, kernels := range []string{"auto", "avx2", "plain"} {
+		t.Run(kernels, func(t *testing.T) {
+			m := openModel(t, filepath.Join(checkpointsDir, "tiny-bf16"))
+			openKernels(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, Threads: 1}, kernels) // skips without the ISA
+			checkStepBatched(t, m.Config.Text.Vocab, batchSpecs(t, "tiny-bf16"), func(o Options) *Backend {
+				o.WeightsQuant = "q8"
+				o.BackendOptions = map[string]string{"kernels": kernels}
+				return openBackend(t, m, o)
+			})
+		})
+	}
+}

@@ -12,13 +12,13 @@ import (
 )
 
 // TestTTNNAdapterUnitTests runs the TT-NN adapter's Python unit tests (settings, knobs,
-// protocol surface): everything of it that needs no chip.
+// protocol surface): everything of it that needs no chip; and the stand-in's (its step).
 func TestTTNNAdapterUnitTests(t *testing.T) {
 	python := "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {
 		python = "python3"
 	}
-	cmd := exec.Command(python, "-m", "unittest", "-v", "test_la_ttnn_adapter")
+	cmd := exec.Command(python, "-m", "unittest", "-v", "test_la_ttnn_adapter", "test_la_ttnn_standin")
 	cmd.Dir = "../ttnn"
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()

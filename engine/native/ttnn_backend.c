@@ -18,19 +18,30 @@
  *   decode(handle, slots: list[int], tokens: list[int], want_prob: bool) -> (next, probs)
  *        one step for distinct live slots: tokens[i] is appended to slots[i] and next[i] is
  *        its greedy next token; probs: a list like next, or None when want_prob is False
+ *   step(handle, slots: list[int], pending: list[list[int]], blocks: list[list[int]],
+ *        k: int, watch: list[int]) -> list[(top_ids, top_probs, watch_probs)]
+ *        optional (ABI 3, parallel box decoding): for distinct live slots, pending[i] is
+ *        appended to slots[i]'s cache causally and kept; then its output rows are the last
+ *        pending row (blocks[i] empty) or blocks[i]'s rows at positions L'-1.., which see
+ *        every cached position but L'-1 and their whole block, and are never kept. One
+ *        triple per output row, slot after slot: the k most probable ids (float32 softmax,
+ *        most probable first, equal probabilities in ascending id order), their
+ *        probabilities, and the probabilities of the watch ids
  *   release(handle, slot: int) -> None        frees the slot (a free one too)
  *   reset(handle) -> None                     frees every slot, forgets the image
  *   close(handle) -> None
- *   logits(handle, row: int) -> bytes | None  optional: row of the last prefill (0) or
- *                                             decode (i = slots[i]), vocab float32
+ *   logits(handle, row: int) -> bytes | None  optional: row of the last prefill (0),
+ *                                             decode (i = slots[i]) or step (output row
+ *                                             i), vocab float32
  *   image_embeddings(handle) -> (bytes, n, dim) | None   optional: the kept embeddings
  *
  * The bridge keeps the slot rules of la_backend.h itself (which slots are live and how
  * many positions each holds), so an adapter only ever sees calls that keep them: a prefill
- * into a free slot, a decode of distinct live slots with room left in their caches. It
- * checks every result before writing anything (a token inside the vocabulary, one per
- * row, probabilities finite and in [0, 1]), so a failed call leaves the caller's outputs
- * untouched. A Python exception becomes the call's error string, never an abort.
+ * into a free slot, a decode or step of distinct live slots with room left in their
+ * caches. It checks every result before writing anything (a token inside the vocabulary,
+ * one per row, probabilities finite and in [0, 1]; for a step, also each row's ranking),
+ * so a failed call leaves the caller's outputs untouched. A Python exception becomes the
+ * call's error string, never an abort.
  *
  * Every call takes the GIL (PyGILState_Ensure) and gives it back before returning, so the
  * Go side may call from its one locked OS thread and two engines may live in one process.
@@ -61,6 +72,7 @@
 /* The adapter's functions, looked up once at open. */
 typedef struct {
     PyObject *vision, *prefill, *decode, *release, *reset, *close;
+    PyObject *step;             /* NULL when the adapter has none: step() then fails */
     PyObject *logits;           /* NULL when the adapter has none */
     PyObject *image_embeddings; /* NULL when the adapter has none */
 } adapter_fns;
@@ -84,6 +96,10 @@ struct la_engine {
     /* A decode's results, checked here before any is copied to the caller. */
     int32_t *next;
     float *prob;
+
+    /* A step's results, likewise: room for max_batch slots of LA_STEP_MAX_ROWS rows. */
+    int32_t *top_ids;
+    float *top_p, *watch_p;
 
     /* Copies of the adapter's inspection results, valid until the next call. */
     float *logits;
@@ -359,7 +375,7 @@ static int prefill_result(la_engine *e, PyObject *r, int32_t *first, float *prob
     int32_t t = 0;
     float pv = 0;
     int rc = token_of(e, tok, op, 0, &t, err, errlen);
-    if (rc == 0 && prob)
+    if (rc == 0 && prob && first) /* without a first token, prob is ignored (la_backend.h) */
         rc = prob_of(e->py, p, op, 0, &pv, err, errlen);
     e->py->Py_DecRef(tok);
     e->py->Py_DecRef(p);
@@ -417,6 +433,129 @@ static int decode_result(la_engine *e, PyObject *r, int n, int want_prob, char *
     return rc;
 }
 
+/* ---- a step's results ---------------------------------------------------------------- */
+
+/* The shape of one step: the caller's arguments, and where each output row's results go
+ * in the engine's buffers. */
+typedef struct {
+    int n_rows; /* output rows, slot after slot */
+    int k;
+    int n_watch;
+    const int32_t *watch;
+} step_shape;
+
+/* item_list fetches item i of o, which must be a sequence of n (row and what: whose and
+ * what it is, for the message); a new reference, or NULL with err set. */
+static PyObject *item_list(la_engine *e, PyObject *o, int i, int row, int n, const char *what,
+                           char *err, size_t errlen) {
+    const la_python *py = e->py;
+    PyObject *item = py->PySequence_GetItem(o, i);
+    if (!item) {
+        ttnn_python_error(py, "adapter step", err, errlen);
+        return NULL;
+    }
+    Py_ssize_t size = py->PySequence_Size(item);
+    if (size == n)
+        return item;
+    char got[64];
+    type_name(py, item, got, sizeof got);
+    py->Py_DecRef(item);
+    if (size < 0)
+        la_errorf(err, errlen, "adapter step: %s of row %d is a %s, want a list of %d", what,
+                  row, got, n);
+    else
+        la_errorf(err, errlen, "adapter step: %s of row %d has %zd items, want %d", what, row,
+                  (ssize_t)size, n);
+    return NULL;
+}
+
+/* numbers converts the n items of the sequence o: token ids (ids != NULL, each inside the
+ * vocabulary) or probabilities (each finite and in [0, 1]). */
+static int numbers(la_engine *e, PyObject *o, int row, int n, int32_t *ids, float *p, char *err,
+                   size_t errlen) {
+    const la_python *py = e->py;
+    const char *op = "adapter step";
+    int rc = 0;
+    for (int j = 0; rc == 0 && j < n; j++) {
+        PyObject *v = py->PySequence_GetItem(o, j);
+        if (!v)
+            return ttnn_python_error(py, op, err, errlen);
+        rc = ids ? token_of(e, v, op, row, &ids[j], err, errlen)
+                 : prob_of(py, v, op, row, &p[j], err, errlen);
+        py->Py_DecRef(v);
+    }
+    return rc;
+}
+
+/* check_ranking holds one output row to the step's ranking rule: k distinct ids, most
+ * probable first, equal probabilities in ascending id order; and a watched id agrees with
+ * the ranking (the same probability where it is among the top k, and no more than the k-th
+ * where it is not, or it would belong there). Both lists come from one probability vector
+ * on the adapter's side, so the comparisons are exact. */
+static int check_ranking(const step_shape *sh, int row, const int32_t *ids, const float *p,
+                         const float *w, char *err, size_t errlen) {
+    for (int j = 0; j < sh->k; j++) {
+        for (int i = 0; i < j; i++)
+            if (ids[i] == ids[j])
+                return la_errorf(err, errlen, "adapter step: row %d names id %d twice in its "
+                                 "top %d", row, ids[j], sh->k);
+        if (j > 0 && (p[j] > p[j - 1] || (p[j] == p[j - 1] && ids[j] < ids[j - 1])))
+            return la_errorf(err, errlen, "adapter step: row %d ranks id %d (%g) after id %d "
+                             "(%g): want the most probable first, equal ones in ascending id "
+                             "order", row, ids[j], p[j], ids[j - 1], p[j - 1]);
+    }
+    int32_t last_id = ids[sh->k - 1];
+    float last_p = p[sh->k - 1];
+    for (int j = 0; j < sh->n_watch; j++) {
+        int32_t id = sh->watch[j];
+        int at = -1;
+        for (int i = 0; i < sh->k; i++)
+            if (ids[i] == id)
+                at = i;
+        if (at >= 0 ? w[j] != p[at] : (w[j] > last_p || (w[j] == last_p && id < last_id)))
+            return la_errorf(err, errlen, "adapter step: row %d gives watched id %d probability "
+                             "%g, which disagrees with its top %d", row, id, w[j], sh->k);
+    }
+    return 0;
+}
+
+/* step_result checks step's rows into e->top_ids, e->top_p and e->watch_p and consumes
+ * r: a sequence of n_rows (top_ids, top_probs, watch_probs) triples. */
+static int step_result(la_engine *e, PyObject *r, const step_shape *sh, char *err,
+                       size_t errlen) {
+    const la_python *py = e->py;
+    int rc = row_list(py, r, sh->n_rows, "adapter step", "rows", err, errlen);
+    for (int i = 0; rc == 0 && i < sh->n_rows; i++) {
+        int32_t *ids = e->top_ids + (size_t)i * sh->k;
+        float *p = e->top_p + (size_t)i * sh->k;
+        float *w = e->watch_p + (size_t)i * sh->n_watch;
+        PyObject *triple = item_list(e, r, i, i, 3, "(top_ids, top_probs, watch_probs)", err, errlen);
+        if (!triple) {
+            rc = -1;
+            break;
+        }
+        const struct {
+            int n;
+            const char *what;
+            int32_t *ids;
+            float *p;
+        } parts[3] = {{sh->k, "top ids", ids, NULL},
+                      {sh->k, "top probabilities", NULL, p},
+                      {sh->n_watch, "watched probabilities", NULL, w}};
+        for (int j = 0; rc == 0 && j < 3; j++) {
+            PyObject *o = item_list(e, triple, j, i, parts[j].n, parts[j].what, err, errlen);
+            rc = o ? numbers(e, o, i, parts[j].n, parts[j].ids, parts[j].p, err, errlen) : -1;
+            if (o)
+                py->Py_DecRef(o);
+        }
+        py->Py_DecRef(triple);
+        if (rc == 0)
+            rc = check_ranking(sh, i, ids, p, w, err, errlen);
+    }
+    py->Py_DecRef(r);
+    return rc;
+}
+
 /* copy_floats copies a bytes object holding exactly n float32s into dst (owned, grown). */
 static int copy_floats(const la_python *py, PyObject *b, size_t n, float **dst) {
     char *buf;
@@ -467,12 +606,59 @@ static int check_decode(const la_engine *e, int n, const int32_t *slots, const i
     return 0;
 }
 
+/* check_step refuses a step the ABI does not allow, before the adapter sees it (la_backend.h
+ * lists the limits), and counts its output rows. */
+static int check_step(const la_engine *e, int n, const la_step_slot *slots,
+                      const int32_t *tokens, int k, int n_watch, const int32_t *watch,
+                      int *n_rows, char *err, size_t errlen) {
+    if (n < 1 || n > e->max_batch)
+        return la_errorf(err, errlen, "step: %d slots, want 1..%d (max_batch)", n, e->max_batch);
+    if (k < 1 || k > LA_STEP_MAX_K || n_watch < 0 || n_watch > LA_STEP_MAX_WATCH ||
+        (n_watch > 0 && !watch))
+        return la_errorf(err, errlen, "step: k %d (1..%d) and %d watched ids (0..%d)", k,
+                         LA_STEP_MAX_K, n_watch, LA_STEP_MAX_WATCH);
+    for (int j = 0; j < n_watch; j++)
+        if (watch[j] < 0 || watch[j] >= e->vocab)
+            return la_errorf(err, errlen, "step: watched id %d outside the vocabulary of %d",
+                             watch[j], e->vocab);
+    int rows = 0, at = 0;
+    for (int i = 0; i < n; i++) {
+        const la_step_slot *sl = &slots[i];
+        int s = sl->slot;
+        if (check_slot(e, "step", s, err, errlen) != 0)
+            return -1;
+        if (!e->live[s])
+            return la_errorf(err, errlen, "step: slot %d is free (prefill it first)", s);
+        for (int j = 0; j < i; j++)
+            if (slots[j].slot == s)
+                return la_errorf(err, errlen, "step: slot %d appears twice", s);
+        int np = sl->n_pending, nb = sl->n_block;
+        if (np < 0 || nb < 0 || np + nb < 1 || np + nb > LA_STEP_MAX_ROWS || (nb == 0 && np == 0))
+            return la_errorf(err, errlen, "step: slot %d: %d pending and %d block tokens, want "
+                             "1..%d in all", s, np, nb, LA_STEP_MAX_ROWS);
+        /* L' = what the slot holds once its pending tokens are in; the block's last row
+         * runs at position L' - 2 + n_block. */
+        int held = e->used[s] + np;
+        if (held > e->max_seq_len || held - 1 + nb > e->max_seq_len)
+            return la_errorf(err, errlen, "step: slot %d is full (%d positions, %d pending, a "
+                             "block of %d, max_seq_len %d)", s, e->used[s], np, nb,
+                             e->max_seq_len);
+        for (int j = 0; j < np + nb; j++, at++)
+            if (tokens[at] < 0 || tokens[at] >= e->vocab)
+                return la_errorf(err, errlen, "step: token %d of slot %d outside the vocabulary "
+                                 "of %d", tokens[at], s, e->vocab);
+        rows += nb == 0 ? 1 : nb;
+    }
+    *n_rows = rows;
+    return 0;
+}
+
 /* ---- the ops ------------------------------------------------------------------------ */
 
 static void release_engine(la_engine *e) {
     const la_python *py = e->py;
     PyObject *owned[] = {e->fn.vision, e->fn.prefill, e->fn.decode,
-                         e->fn.release, e->fn.reset, e->fn.close,
+                         e->fn.release, e->fn.reset, e->fn.close, e->fn.step,
                          e->fn.logits, e->fn.image_embeddings, e->handle,
                          e->module};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
@@ -482,6 +668,9 @@ static void release_engine(la_engine *e) {
     free(e->used);
     free(e->next);
     free(e->prob);
+    free(e->top_ids);
+    free(e->top_p);
+    free(e->watch_p);
     free(e->logits);
     free(e->emb);
     free(e);
@@ -505,7 +694,8 @@ static int import_adapter(la_engine *e, const char *adapter, char *err, size_t e
         {"vision", 1, &e->fn.vision},   {"prefill", 1, &e->fn.prefill},
         {"decode", 1, &e->fn.decode},   {"release", 1, &e->fn.release},
         {"reset", 1, &e->fn.reset},     {"close", 1, &e->fn.close},
-        {"logits", 0, &e->fn.logits},   {"image_embeddings", 0, &e->fn.image_embeddings},
+        {"step", 0, &e->fn.step},       {"logits", 0, &e->fn.logits},
+        {"image_embeddings", 0, &e->fn.image_embeddings},
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         if (lookup(py, e->module, adapter, fns[i].name, fns[i].required, fns[i].out, err,
@@ -529,11 +719,18 @@ static la_engine *new_engine(const la_python *py, const la_config *c) {
     e->used = calloc(n, sizeof *e->used);
     e->next = calloc(n, sizeof *e->next);
     e->prob = calloc(n, sizeof *e->prob);
-    if (!e->live || !e->used || !e->next || !e->prob) {
+    size_t rows = n * LA_STEP_MAX_ROWS;
+    e->top_ids = calloc(rows * LA_STEP_MAX_K, sizeof *e->top_ids);
+    e->top_p = calloc(rows * LA_STEP_MAX_K, sizeof *e->top_p);
+    e->watch_p = calloc(rows * LA_STEP_MAX_WATCH, sizeof *e->watch_p);
+    if (!e->live || !e->used || !e->next || !e->prob || !e->top_ids || !e->top_p || !e->watch_p) {
         free(e->live);
         free(e->used);
         free(e->next);
         free(e->prob);
+        free(e->top_ids);
+        free(e->top_p);
+        free(e->watch_p);
         free(e);
         return NULL;
     }
@@ -670,12 +867,69 @@ static int ttnn_decode(la_engine *e, int n, const int32_t *slots, const int32_t 
     return 0;
 }
 
+/* step_args builds the adapter's view of a step: the slots, and each slot's pending and
+ * block ids as lists of their own. On failure the three are NULL, with an exception
+ * pending. */
+static void step_args(const la_python *py, int n, const la_step_slot *slots,
+                      const int32_t *tokens, PyObject **slot_list, PyObject **pending,
+                      PyObject **blocks) {
+    *slot_list = py->PyList_New(n);
+    *pending = py->PyList_New(n);
+    *blocks = py->PyList_New(n);
+    int ok = *slot_list && *pending && *blocks;
+    for (int i = 0, at = 0; ok && i < n; i++) {
+        int np = slots[i].n_pending, nb = slots[i].n_block;
+        PyObject *items[3] = {py->PyLong_FromLong(slots[i].slot), int_list(py, tokens + at, np),
+                              int_list(py, tokens + at + np, nb)};
+        PyObject *lists[3] = {*slot_list, *pending, *blocks};
+        for (int j = 0; j < 3; j++) {
+            if (items[j])
+                py->PyList_SetItem(lists[j], i, items[j]); /* steals */
+            ok = ok && items[j];
+        }
+        at += np + nb;
+    }
+    if (ok)
+        return;
+    PyObject **made[3] = {slot_list, pending, blocks};
+    for (int j = 0; j < 3; j++) {
+        if (*made[j])
+            py->Py_DecRef(*made[j]);
+        *made[j] = NULL;
+    }
+}
+
 static int ttnn_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
                      int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p,
                      float *watch_p, char *err, size_t errlen) {
-    (void)e, (void)n, (void)slots, (void)tokens, (void)k, (void)n_watch, (void)watch, (void)top_ids,
-        (void)top_p, (void)watch_p;
-    return la_errorf(err, errlen, "step: not implemented yet in the ttnn bridge");
+    step_shape sh = {.k = k, .n_watch = n_watch, .watch = watch};
+    if (check_step(e, n, slots, tokens, k, n_watch, watch, &sh.n_rows, err, errlen) != 0)
+        return -1;
+    if (!e->fn.step)
+        return la_errorf(err, errlen, "step: the adapter has no function step() (parallel box "
+                         "decoding needs one; see engine/ttnn/README.md)");
+    const la_python *py = e->py;
+    PyGILState_STATE gil = py->PyGILState_Ensure();
+    PyObject *slot_list, *pending, *blocks;
+    step_args(py, n, slots, tokens, &slot_list, &pending, &blocks);
+    PyObject *args[6] = {handle_ref(e), slot_list, pending, blocks, py->PyLong_FromLong(k),
+                         int_list(py, watch, n_watch)};
+    PyObject *r = call(py, e->fn.step, 6, args);
+    int rc = r ? step_result(e, r, &sh, err, errlen)
+               : ttnn_python_error(py, "adapter step", err, errlen);
+    py->PyGILState_Release(gil);
+    e->rows = rc == 0 ? sh.n_rows : 0;
+    if (rc != 0)
+        return rc;
+    /* Every row checked: only now does the caller see any of them. */
+    memcpy(top_ids, e->top_ids, (size_t)sh.n_rows * k * sizeof *top_ids);
+    memcpy(top_p, e->top_p, (size_t)sh.n_rows * k * sizeof *top_p);
+    if (n_watch > 0)
+        memcpy(watch_p, e->watch_p, (size_t)sh.n_rows * n_watch * sizeof *watch_p);
+    /* The pending tokens are in the caches now; the block rows never are. */
+    for (int i = 0; i < n; i++)
+        e->used[slots[i].slot] += slots[i].n_pending;
+    return 0;
 }
 
 static int ttnn_release(la_engine *e, int slot, char *err, size_t errlen) {

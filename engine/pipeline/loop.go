@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -11,14 +12,9 @@ import (
 // start runs vision and prefill for p in the free slot and returns the sequence with its
 // first token.
 func start(b engine.Backend, p *engine.Prepared, slot int, eos int32) (*engine.Sequence, error) {
-	if p.MaxNewTokens < 1 {
-		return nil, fmt.Errorf("token budget %d: need at least 1", p.MaxNewTokens)
-	}
-	s := &engine.Sequence{Prepared: p, Slot: slot, MaxBatch: 1,
-		Tokens: make([]int32, 0, p.MaxNewTokens), Probs: make([]float32, 0, p.MaxNewTokens)}
-	t0 := time.Now()
-	if err := b.Vision(p.Patches, p.GridH, p.GridW); err != nil {
-		return nil, fmt.Errorf("vision on a %dx%d grid: %w", p.GridH, p.GridW, err)
+	s, err := visionFor(b, p, slot)
+	if err != nil {
+		return nil, err
 	}
 	t1 := time.Now()
 	// Always ask for the token's probability: the answer's scores are made of them, and
@@ -27,8 +23,23 @@ func start(b engine.Backend, p *engine.Prepared, slot int, eos int32) (*engine.S
 	if err != nil {
 		return nil, fmt.Errorf("prefill of %d tokens: %w", len(p.PromptIDs), err)
 	}
-	s.Vision, s.Prefill = t1.Sub(t0), time.Since(t1)
+	s.Prefill = time.Since(t1)
 	accept(s, tok, prob, eos)
+	return s, nil
+}
+
+// visionFor makes the sequence for p in slot and runs its vision tower.
+func visionFor(b engine.Backend, p *engine.Prepared, slot int) (*engine.Sequence, error) {
+	if p.MaxNewTokens < 1 {
+		return nil, fmt.Errorf("token budget %d: need at least 1", p.MaxNewTokens)
+	}
+	s := &engine.Sequence{Prepared: p, Slot: slot, Mode: cmp.Or(p.GenerationMode, engine.GenerationAR), MaxBatch: 1,
+		Tokens: make([]int32, 0, p.MaxNewTokens), Probs: make([]float32, 0, p.MaxNewTokens)}
+	t0 := time.Now()
+	if err := b.Vision(p.Patches, p.GridH, p.GridW); err != nil {
+		return nil, fmt.Errorf("vision on a %dx%d grid: %w", p.GridH, p.GridW, err)
+	}
+	s.Vision = time.Since(t0)
 	return s, nil
 }
 
@@ -84,7 +95,15 @@ func (st *stepper) step(b engine.Backend, seqs []*engine.Sequence) error {
 // eos, when the budget is spent, or when ctx is cancelled (checked before vision and
 // between decode steps; the returned error then wraps ctx.Err()). The slot is released
 // afterwards whatever happened, so the next request starts clean.
-func Greedy(ctx context.Context, b engine.Backend, p *engine.Prepared, slot int, eos int32) (s *engine.Sequence, err error) {
+func Greedy(ctx context.Context, b engine.Backend, p *engine.Prepared, slot int, eos int32) (*engine.Sequence, error) {
+	st := &stepper{eos: eos}
+	return alone(ctx, b, p, slot, func() (*engine.Sequence, error) { return start(b, p, slot, eos) }, st.step)
+}
+
+// alone runs one sequence from start to done, one step at a time, and releases its slot
+// afterwards whatever happened; Greedy's rules.
+func alone(ctx context.Context, b engine.Backend, p *engine.Prepared, slot int, begin func() (*engine.Sequence, error),
+	step func(engine.Backend, []*engine.Sequence) error) (s *engine.Sequence, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("before vision: %w", err)
 	}
@@ -93,16 +112,15 @@ func Greedy(ctx context.Context, b engine.Backend, p *engine.Prepared, slot int,
 			s, err = nil, fmt.Errorf("releasing the %s backend's slot: %w", b.Name(), rerr)
 		}
 	}()
-	if s, err = start(b, p, slot, eos); err != nil {
+	if s, err = begin(); err != nil {
 		return nil, err
 	}
-	st := &stepper{eos: eos}
 	one := []*engine.Sequence{s}
 	for !s.Done {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("after %d generated tokens: %w", len(s.Tokens), err)
 		}
-		if err := st.step(b, one); err != nil {
+		if err := step(b, one); err != nil {
 			return nil, err
 		}
 	}

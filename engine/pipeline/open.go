@@ -7,6 +7,7 @@ import (
 	"runtime"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/blockdecode"
 	"github.com/locateanything/detect/engine/checkpoint"
 	"github.com/locateanything/detect/engine/imageproc"
 	"github.com/locateanything/detect/engine/native"
@@ -35,7 +36,9 @@ type OpenOptions struct {
 	CanonAspect     string // LA_CANON_ASPECT: "WxH" the canonical grid is derived from
 	MaxNewTokens    int    // LA_MAX_NEW_TOKENS
 	MaxNewTokensCap int    // LA_MAX_NEW_TOKENS_CAP
-	MaxPixels       int64  // decode budget for one image
+	// GenerationMode is the default for requests that name none (LA_GENERATION_MODE); "" = ar.
+	GenerationMode engine.GenerationMode
+	MaxPixels      int64 // decode budget for one image
 
 	// Precision and DecodeMode describe the run for /info and /predict when the backend's
 	// own settings decide them (the ttnn adapter's LA_PREC and LA_TRACE); empty means the
@@ -145,7 +148,11 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the %s backend: %w", o.Backend, err)
 	}
+	hybrid, noHybrid := hybridTokens(cfg)
 	p, err := New(backend, tok, Config{
+		GenerationMode:  o.GenerationMode,
+		Hybrid:          hybrid,
+		NoHybrid:        noHybrid,
 		Preprocess:      pre,
 		MaxSeqLen:       backend.MaxSeqLen(),
 		MaxNewTokens:    o.MaxNewTokens,
@@ -166,6 +173,25 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// hybridTokens are the ids parallel box decoding reads from the checkpoint, or why it
+// cannot run.
+func hybridTokens(cfg *checkpoint.Config) (*blockdecode.Tokens, error) {
+	if err := cfg.HybridError(); err != nil {
+		return nil, err
+	}
+	t := &blockdecode.Tokens{
+		BoxStart: int32(cfg.BoxStartTokenID), BoxEnd: int32(cfg.BoxEndTokenID),
+		RefStart: int32(cfg.RefStartTokenID), RefEnd: int32(cfg.RefEndTokenID),
+		CoordStart: int32(cfg.CoordStartTokenID), CoordEnd: int32(cfg.CoordEndTokenID),
+		None: int32(cfg.NoneTokenID), Null: int32(cfg.NullTokenID), IMEnd: int32(cfg.Text.EOSTokenID),
+		TextMask: int32(cfg.TextMaskTokenID),
+	}
+	if err := t.Validate(cfg.Text.Vocab); err != nil {
+		return nil, fmt.Errorf("%s: %w", checkpoint.ConfigFile, err)
+	}
+	return t, nil
 }
 
 // formatGrid writes a canonical grid as LA_CANON_GRID reads it.

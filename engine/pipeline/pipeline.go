@@ -4,6 +4,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/answer"
+	"github.com/locateanything/detect/engine/blockdecode"
 	"github.com/locateanything/detect/engine/imageproc"
 	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/engine/prompt"
@@ -28,6 +30,12 @@ type Config struct {
 	EOS             int32                 // <|im_end|>
 	GenerationMode  engine.GenerationMode // default for requests that name none (LA_GENERATION_MODE); "" = ar
 	Info            engine.Info           // what Info() reports; limits are filled in by New
+
+	// Hybrid holds the token ids parallel box decoding reads (from the checkpoint's
+	// config.json); nil when the checkpoint cannot run it, and NoHybrid then says why.
+	// Hybrid requests are refused without them.
+	Hybrid   *blockdecode.Tokens
+	NoHybrid error
 }
 
 // Pipeline implements engine.Engine and engine.Batcher over one Backend.
@@ -43,6 +51,9 @@ type Pipeline struct {
 	mu   sync.Mutex
 	used []bool // by slot
 	st   stepper
+	hy   *blockStepper // nil without Config.Hybrid
+
+	arSeqs, hySeqs []*engine.Sequence // Step's split of its batch, reused
 }
 
 var _ engine.Batcher = (*Pipeline)(nil)
@@ -74,8 +85,21 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 	if b.MaxBatch() < 1 {
 		return nil, fmt.Errorf("backend %s has %d sequence slots", b.Name(), b.MaxBatch())
 	}
-	return &Pipeline{backend: b, tok: tok, cfg: cfg, closers: closers, png: overlay.NewEncoder(),
-		used: make([]bool, b.MaxBatch()), st: stepper{eos: cfg.EOS}}, nil
+	if cfg.GenerationMode != "" && !cfg.GenerationMode.Valid() {
+		return nil, fmt.Errorf("generation mode %q is not one of %v", cfg.GenerationMode, engine.GenerationModes)
+	}
+	p := &Pipeline{backend: b, tok: tok, cfg: cfg, closers: closers, png: overlay.NewEncoder(),
+		used: make([]bool, b.MaxBatch()), st: stepper{eos: cfg.EOS}}
+	if cfg.Hybrid != nil {
+		if cfg.Hybrid.IMEnd != cfg.EOS {
+			return nil, fmt.Errorf("hybrid decoding's <|im_end|> is %d, the EOS %d", cfg.Hybrid.IMEnd, cfg.EOS)
+		}
+		p.hy = newBlockStepper(cfg.Hybrid)
+	} else if cfg.GenerationMode == engine.GenerationHybrid {
+		return nil, fmt.Errorf("generation mode hybrid by default, but the model cannot decode in hybrid mode: %w",
+			cmp.Or(cfg.NoHybrid, errors.New("no token ids for it")))
+	}
+	return p, nil
 }
 
 // Info describes the loaded model.
@@ -102,6 +126,10 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 	if budget < 1 || budget > p.cfg.MaxNewTokensCap {
 		return nil, engine.InputErrorf(engine.CodeBadBudget, "max_new_tokens %d is outside 1..%d", req.MaxNewTokens, p.cfg.MaxNewTokensCap)
 	}
+	mode, err := p.generationMode(req.GenerationMode)
+	if err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -123,6 +151,13 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 	if err := prompt.CheckBudget(len(ids), budget, p.cfg.MaxSeqLen); err != nil {
 		return nil, err
 	}
+	// A block step reads five positions past the last committed token, and the last block
+	// step may start with one token of the budget left.
+	if extra := blockdecode.Size - 2; mode == engine.GenerationHybrid && len(ids)+budget+extra > p.cfg.MaxSeqLen {
+		return nil, engine.InputErrorf(engine.CodePromptTooLong,
+			"prompt of %d tokens plus max_new_tokens %d and the %d positions a hybrid block reads past them need %d, over the context limit of %d",
+			len(ids), budget, extra, len(ids)+budget+extra, p.cfg.MaxSeqLen)
+	}
 	b := img.Bounds()
 	return &engine.Prepared{
 		Request:        req,
@@ -137,9 +172,28 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 		PromptIDs:      ids,
 		NumImageTokens: nImage,
 		MaxNewTokens:   budget,
+		GenerationMode: mode,
 		Warnings:       prompt.QueryWarnings(req.Task, req.Query),
 		PreprocessMS:   ms(time.Since(start)),
 	}, nil
+}
+
+// generationMode resolves a request's generation mode: its own, else the engine's
+// default, else AR.
+func (p *Pipeline) generationMode(asked engine.GenerationMode) (engine.GenerationMode, error) {
+	mode := cmp.Or(asked, p.cfg.GenerationMode, engine.GenerationAR)
+	if !mode.Valid() {
+		return "", engine.InputErrorf(engine.CodeBadGeneration, "generation_mode %q is not one of %v", asked, engine.GenerationModes)
+	}
+	if mode == engine.GenerationHybrid && p.hy == nil {
+		why := "its config.json lacks the ids parallel box decoding reads"
+		if p.cfg.NoHybrid != nil {
+			why = p.cfg.NoHybrid.Error()
+		}
+		return "", engine.InputErrorf(engine.CodeBadGeneration, "generation_mode hybrid: model %s cannot decode in hybrid mode: %s",
+			p.cfg.Info.Model, why)
+	}
+	return mode, nil
 }
 
 // MaxBatch is the number of sequences the backend decodes together.
@@ -171,7 +225,17 @@ func (p *Pipeline) Generate(ctx context.Context, prep *engine.Prepared) (*engine
 		return nil, err
 	}
 	defer p.freeSlot(slot)
-	s, err := Greedy(ctx, p.backend, prep, slot, p.cfg.EOS)
+	var s *engine.Sequence
+	if prep.GenerationMode == engine.GenerationHybrid {
+		if p.hy == nil {
+			return nil, fmt.Errorf("hybrid decoding: the model has no token ids for it")
+		}
+		s, err = alone(ctx, p.backend, prep, slot, func() (*engine.Sequence, error) {
+			return startHybrid(p.backend, prep, slot)
+		}, p.hy.step)
+	} else {
+		s, err = Greedy(ctx, p.backend, prep, slot, p.cfg.EOS)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +248,15 @@ func (p *Pipeline) Start(prep *engine.Prepared) (*engine.Sequence, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := start(p.backend, prep, slot, p.cfg.EOS)
+	var s *engine.Sequence
+	switch {
+	case prep.GenerationMode != engine.GenerationHybrid:
+		s, err = start(p.backend, prep, slot, p.cfg.EOS)
+	case p.hy == nil:
+		err = fmt.Errorf("hybrid decoding: the model has no token ids for it")
+	default:
+		s, err = startHybrid(p.backend, prep, slot)
+	}
 	if err != nil {
 		// A failed prefill may have written part of the slot's cache.
 		if rerr := p.backend.Release(slot); rerr != nil {
@@ -196,8 +268,32 @@ func (p *Pipeline) Start(prep *engine.Prepared) (*engine.Sequence, error) {
 	return s, nil
 }
 
-// Step advances every sequence in seqs by one token in one backend call.
-func (p *Pipeline) Step(seqs []*engine.Sequence) error { return p.st.step(p.backend, seqs) }
+// Step advances every sequence in seqs by one step: the AR ones by one token in one decode
+// call, exactly as alone, and the hybrid ones together in one block step call.
+func (p *Pipeline) Step(seqs []*engine.Sequence) error {
+	ar, hy := p.arSeqs[:0], p.hySeqs[:0]
+	defer func() { clear(ar); clear(hy) }()
+	for _, s := range seqs {
+		if s.Mode == engine.GenerationHybrid {
+			hy = append(hy, s)
+		} else {
+			ar = append(ar, s)
+		}
+	}
+	p.arSeqs, p.hySeqs = ar, hy
+	if len(ar) > 0 {
+		if err := p.st.step(p.backend, ar); err != nil {
+			return err
+		}
+	}
+	if len(hy) > 0 {
+		if p.hy == nil {
+			return fmt.Errorf("hybrid decoding: the model has no token ids for it")
+		}
+		return p.hy.step(p.backend, hy)
+	}
+	return nil
+}
 
 // Finish frees the sequence's slot and parses its answer.
 func (p *Pipeline) Finish(s *engine.Sequence) (*engine.Prediction, error) {
@@ -222,6 +318,10 @@ func (p *Pipeline) predict(s *engine.Sequence) *engine.Prediction {
 	raw, ends := p.tok.DecodeEnds(s.Tokens)
 	dets, pts := answer.ParseScored(raw, ends, s.Probs, prep.Width, prep.Height)
 	vision, prefill, decode := ms(s.Vision), ms(s.Prefill), ms(s.Decode)
+	decodeMode := p.cfg.Info.DecodeMode
+	if s.Mode == engine.GenerationHybrid {
+		decodeMode = DecodeModeHybrid
+	}
 	return &engine.Prediction{
 		Query:              prep.Request.Query,
 		Width:              prep.Width,
@@ -236,7 +336,9 @@ func (p *Pipeline) predict(s *engine.Sequence) *engine.Prediction {
 		Points:             pts,
 		NumGeneratedTokens: len(s.Tokens),
 		StoppedOnEOS:       s.StoppedOnEOS,
-		DecodeMode:         p.cfg.Info.DecodeMode,
+		DecodeMode:         decodeMode,
+		GenerationMode:     s.Mode,
+		DecodeSteps:        s.DecodeSteps,
 		TimingMS: engine.Timing{
 			Vision:     vision,
 			Prefill:    prefill,

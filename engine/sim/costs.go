@@ -62,6 +62,14 @@ func (c Costs) StepCost(rows int) time.Duration {
 	return c.scale(c.Decode, 1+c.BatchAlpha*float64(max(rows, 1)-1))
 }
 
+// HybridStepCost is the device time of one Step of parallel box decoding that runs rows
+// rows in all (every slot's pending and block rows) on a chip of maxBatch slots: one
+// forward like a decode step, whose rows are at least the chip's batch, as its decode
+// step's are (docs/sim.md, "Hybrid mode").
+func (c Costs) HybridStepCost(rows, maxBatch int) time.Duration {
+	return c.StepCost(max(rows, maxBatch))
+}
+
 func (c Costs) scale(d time.Duration, f float64) time.Duration {
 	return time.Duration(math.Round(float64(d) * f / c.Speed))
 }

@@ -7,14 +7,17 @@ import (
 
 // Meter adds up what simulated devices did: their busy time (the modelled cost of every
 // step, the time the chip would have spent computing), the wake-up lateness their threads
-// were forgiven (timeline), and their prefills and decode steps. One Meter may serve one chip or several; its methods are
-// safe for concurrent use, so a load test reads it while the chips run.
+// were forgiven (timeline), and their prefills and decode steps, parallel box decoding's
+// included. One Meter may serve one chip or several; its methods are safe for concurrent
+// use, so a load test reads it while the chips run.
 type Meter struct {
-	busy  atomic.Int64 // nanoseconds
-	late  atomic.Int64 // nanoseconds
-	steps atomic.Int64 // decode calls
-	rows  atomic.Int64 // sequences advanced by them
-	seqs  atomic.Int64 // prefills
+	busy       atomic.Int64 // nanoseconds
+	late       atomic.Int64 // nanoseconds
+	steps      atomic.Int64 // decode and Step calls
+	rows       atomic.Int64 // sequences advanced by them
+	seqs       atomic.Int64 // prefills
+	blockSteps atomic.Int64 // Step calls
+	stepRows   atomic.Int64 // rows they ran
 }
 
 // MeterReading is a Meter at one moment.
@@ -22,15 +25,19 @@ type MeterReading struct {
 	Busy      time.Duration // device time
 	Late      time.Duration // wake-up lateness forgiven: the sleeping thread's, not the device's
 	Sequences int64         // prefills run
-	Steps     int64         // decode steps run
+	Steps     int64         // decode steps run (Decode and Step calls)
 	Rows      int64         // sequences those steps advanced, summed
+	// Parallel box decoding: Step calls (counted in Steps too) and the rows they ran,
+	// every slot's pending and block rows before the padding to the batch.
+	BlockSteps int64
+	StepRows   int64
 }
 
 // Read returns the totals so far.
 func (m *Meter) Read() MeterReading {
 	return MeterReading{
 		Busy: time.Duration(m.busy.Load()), Late: time.Duration(m.late.Load()), Sequences: m.seqs.Load(),
-		Steps: m.steps.Load(), Rows: m.rows.Load(),
+		Steps: m.steps.Load(), Rows: m.rows.Load(), BlockSteps: m.blockSteps.Load(), StepRows: m.stepRows.Load(),
 	}
 }
 
@@ -39,6 +46,7 @@ func (r MeterReading) Sub(earlier MeterReading) MeterReading {
 	return MeterReading{
 		Busy: r.Busy - earlier.Busy, Late: r.Late - earlier.Late, Sequences: r.Sequences - earlier.Sequences,
 		Steps: r.Steps - earlier.Steps, Rows: r.Rows - earlier.Rows,
+		BlockSteps: r.BlockSteps - earlier.BlockSteps, StepRows: r.StepRows - earlier.StepRows,
 	}
 }
 
@@ -47,6 +55,7 @@ func (r MeterReading) Add(o MeterReading) MeterReading {
 	return MeterReading{
 		Busy: r.Busy + o.Busy, Late: r.Late + o.Late, Sequences: r.Sequences + o.Sequences,
 		Steps: r.Steps + o.Steps, Rows: r.Rows + o.Rows,
+		BlockSteps: r.BlockSteps + o.BlockSteps, StepRows: r.StepRows + o.StepRows,
 	}
 }
 
@@ -71,4 +80,15 @@ func (m *Meter) record(busy, late time.Duration, seqs, rows int) {
 		m.steps.Add(1)
 		m.rows.Add(int64(rows))
 	}
+}
+
+// recordStep adds one Step call: its cost, the lateness forgiven after it, the sequences
+// it advanced and the rows it ran.
+func (m *Meter) recordStep(busy, late time.Duration, seqs, rows int) {
+	if m == nil {
+		return
+	}
+	m.record(busy, late, 0, seqs)
+	m.blockSteps.Add(1)
+	m.stepRows.Add(int64(rows))
 }

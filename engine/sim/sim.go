@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/blockdecode"
 	"github.com/locateanything/detect/engine/prompt"
 	"github.com/locateanything/detect/engine/tokenizer"
 )
@@ -56,6 +57,9 @@ type Backend struct {
 	kept   *image // vision's output, waiting for the next prefill
 	slots  []slot
 	closed bool
+
+	block   *blockdecode.Tokens // the ids hybrid answers are read with (hybrid.go); nil without
+	noBlock error               // why block is nil
 }
 
 // image is what vision keeps for the next prefill.
@@ -72,6 +76,12 @@ type slot struct {
 	next  int     // index in plan of the next token to generate
 	last  int32   // the token generated last, which the next decode step must be fed
 	pos   int     // positions in the cache
+
+	// Hybrid mode (PrefillCache, Step): next is then the answer index of the position
+	// after the cache (pos - prompt), the token the next step's first row predicts.
+	hybrid     bool
+	prompt     int   // prompt length
+	lastPrompt int32 // the prompt's last token, which the first block repeats
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -102,6 +112,7 @@ func New(o Options) (*Backend, error) {
 		}
 		*t.id = id
 	}
+	b.block, b.noBlock = blockTokens(o.Tokenizer, o.EOS)
 	return b, nil
 }
 
@@ -140,22 +151,37 @@ func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
 // Prefill reads the query from the prompt, plans the answer from it and the kept image,
 // and returns the answer's first token, taking the prefill cost of the padded prompt.
 func (b *Backend) Prefill(slotID int, ids []int32, wantProb bool) (int32, float32, error) {
+	if err := b.prefill(slotID, ids); err != nil {
+		return 0, 0, err
+	}
+	s := &b.slots[slotID]
+	s.next, s.last = 1, s.plan[0]
+	var prob float32
+	if wantProb {
+		prob = tokenProb(s.image, 0, s.plan[0])
+	}
+	return s.plan[0], prob, nil
+}
+
+// prefill checks a prefill, plans the answer into the slot and takes the prefill's cost;
+// the caller sets where generation stands.
+func (b *Backend) prefill(slotID int, ids []int32) error {
 	if b.closed {
-		return 0, 0, ErrClosed
+		return ErrClosed
 	}
 	if slotID < 0 || slotID >= len(b.slots) {
-		return 0, 0, fmt.Errorf("sim: prefill: slot %d out of range 0..%d", slotID, len(b.slots)-1)
+		return fmt.Errorf("sim: prefill: slot %d out of range 0..%d", slotID, len(b.slots)-1)
 	}
 	s := &b.slots[slotID]
 	switch {
 	case s.live:
-		return 0, 0, fmt.Errorf("sim: prefill: slot %d is live; release it first", slotID)
+		return fmt.Errorf("sim: prefill: slot %d is live; release it first", slotID)
 	case len(ids) == 0:
-		return 0, 0, errors.New("sim: prefill: empty prompt")
+		return errors.New("sim: prefill: empty prompt")
 	case len(ids) > b.o.MaxSeqLen:
-		return 0, 0, fmt.Errorf("sim: prefill: prompt of %d tokens is longer than max_seq_len %d", len(ids), b.o.MaxSeqLen)
+		return fmt.Errorf("sim: prefill: prompt of %d tokens is longer than max_seq_len %d", len(ids), b.o.MaxSeqLen)
 	case b.kept == nil:
-		return 0, 0, errors.New("sim: prefill: no image embeddings: run vision first")
+		return errors.New("sim: prefill: no image embeddings: run vision first")
 	}
 	imageTokens := 0
 	for _, id := range ids {
@@ -164,21 +190,17 @@ func (b *Backend) Prefill(slotID int, ids []int32, wantProb bool) (int32, float3
 		}
 	}
 	if imageTokens != b.kept.tokens {
-		return 0, 0, fmt.Errorf("sim: prefill: the prompt has %d image tokens, vision kept %d embeddings", imageTokens, b.kept.tokens)
+		return fmt.Errorf("sim: prefill: the prompt has %d image tokens, vision kept %d embeddings", imageTokens, b.kept.tokens)
 	}
 
 	cost := b.o.Costs.PrefillCost(PrefillLength(len(ids)))
 	step := b.clock.begin(cost)
 	q := readInstruction(b.instruction(ids))
 	plan := append(b.o.Tokenizer.Encode(answerText(b.kept.hash, q)), b.o.EOS)
-	*s = slot{live: true, plan: plan, image: b.kept.hash, next: 1, last: plan[0], pos: len(ids)}
+	*s = slot{live: true, plan: plan, image: b.kept.hash, pos: len(ids)}
 	b.kept = nil // consumed, as on the chip
 	b.o.Meter.record(cost, b.clock.end(step, cost), 1, 0)
-	var prob float32
-	if wantProb {
-		prob = tokenProb(s.image, 0, plan[0])
-	}
-	return plan[0], prob, nil
+	return nil
 }
 
 // instruction is the text between </img> and the <|im_end|> after it: the user's
@@ -224,6 +246,8 @@ func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) erro
 		switch {
 		case !s.live:
 			return fmt.Errorf("sim: decode: slot %d is not live", id)
+		case s.hybrid:
+			return fmt.Errorf("sim: decode: slot %d decodes in hybrid mode (Step)", id)
 		case s.pos >= b.o.MaxSeqLen:
 			return fmt.Errorf("sim: decode: slot %d is full (%d positions)", id, s.pos)
 		case tokens[i] != s.last:
@@ -281,14 +305,4 @@ func (b *Backend) Close() error {
 	b.closed = true
 	b.slots, b.kept = nil, nil
 	return nil
-}
-
-// PrefillCache is not modelled yet (hybrid decoding).
-func (b *Backend) PrefillCache(slot int, ids []int32) error {
-	return errors.New("sim: parallel box decoding is not modelled yet")
-}
-
-// Step is not modelled yet (hybrid decoding).
-func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []engine.StepRow) error {
-	return errors.New("sim: parallel box decoding is not modelled yet")
 }

@@ -12,13 +12,18 @@ Protocol (see engine/native/ttnn_backend.c):
     vision(handle, patches: bytes, grid_h, grid_w)     float32 LE [gh*gw, 3, p, p]
     prefill(handle, slot, ids, want_prob) -> (token, prob | None)
     decode(handle, slots, tokens, want_prob) -> (next, probs | None)
+    step(handle, slots, pending, blocks, k, watch) -> [(top_ids, top_probs, watch_probs)]
     release(handle, slot); reset(handle); close(handle)
-    logits(handle, row) -> bytes | None                row of the last step, float32 [vocab]
+    logits(handle, row) -> bytes | None                row of the last call, float32 [vocab]
     image_embeddings(handle) -> (bytes, n, dim) | None
 
 Each slot has its own KV cache and position. A decode call advances every row it is given,
 and each row runs through exactly the operations it would run alone (the same shapes, so
-the same float32 rounding): batching cannot change a slot's tokens. The stand-in gains no
+the same float32 rounding): batching cannot change a slot's tokens. A step (parallel box
+decoding, docs/hybrid-decoding.md) runs each slot's pending tokens into its cache and then
+its output rows: the last pending row (through exactly a decode's or a prefill's
+operations) or a block whose rows are computed beside the cache, in scratch, and never
+stored; each output row is ranked by float32 softmax, ties in ascending id order. The stand-in gains no
 speed from batching; the chip does, and the protocol is what this module proves.
 A probability is the chosen token's softmax over the vocabulary, summed in float64.
 
@@ -29,7 +34,7 @@ work but take minutes per request.
 
 Settings: like the real adapter it reads no environment variable; everything comes in
 config. Of config["options"] it reads one test hook, fail_in=<step>, which raises
-RuntimeError in that step (vision, prefill, decode, release, reset, open) so the bridge's
+RuntimeError in that step (vision, prefill, decode, step, release, reset, open) so the bridge's
 error path can be tested. The real adapter's knobs, which the worker passes to every
 adapter (canon_grid, precision, trace, trace_region_size, warmup_runs,
 warmup_decode_steps, mesh_shape, device_id, python_site) and llm_dir, are accepted and
@@ -49,6 +54,10 @@ INDEX_FILE = "model.safetensors.index.json"
 LM_HEAD = "language_model.lm_head.weight"
 VISION_ROPE_THETA = 10000.0  # MoonViT constant, not in config.json
 PROJECTOR_LN_EPS = 1e-5
+# Limits of one step call (la_backend.h's LA_STEP_MAX_*).
+STEP_MAX_ROWS = 16
+STEP_MAX_K = 8
+STEP_MAX_WATCH = 16
 
 REQUIRED_KEYS = (
     "vision_hidden", "vision_layers", "vision_heads", "vision_intermediate", "patch_size",
@@ -311,15 +320,33 @@ class Engine:
         """Runs embeddings x [S, hidden] at positions start.. of slot through the decoder,
         writing the slot's KV cache there; returns the last position's logits. The slot's
         position is the caller's to advance, once every row of its call has run."""
+        s = x.shape[0]
+        positions = np.arange(start, start + s)
+        # causal: row i reads columns 0 .. start + i
+        allowed = np.arange(start + s)[None, :] <= positions[:, None]
+        x = self._decoder(slot, x, positions, s, allowed)
+        return self._head(x[-1:])[0]
+
+    def _head(self, x):
+        """The final norm and the LM head of hidden rows x [S, hidden]: logits [S, vocab]."""
+        last = rms_norm(x, self.w["language_model.model.norm.weight"], self.c["rms_norm_eps"])
+        return linear(last, self.head).astype(np.float32)
+
+    def _decoder(self, slot, x, positions, n_keep, allowed):
+        """The decoder layers over rows x [S, hidden] at the given positions. The first
+        n_keep rows are the slot's next positions (positions[0] = what the slot holds) and
+        their keys and values are written to its cache; the other rows' keys and values
+        live only in this call (the block of a step). allowed [S, C] says what each row
+        reads: columns 0 .. C-(S-n_keep)-1 are the cache (after this call's writes), the
+        last S-n_keep columns the unkept rows. Returns the hidden rows after the last layer."""
         c, w = self.c, self.w
         s = x.shape[0]
         heads, kvh, hd = c["heads"], c["kv_heads"], c["head_dim"]
-        positions = np.arange(start, start + s)
         cos, sin = text_rope(positions, hd, c["rope_theta"])
         cos, sin = cos[:, None, :], sin[:, None, :]
-        end = start + s
-        # causal mask over [start, end) x [0, end)
-        mask = np.arange(end)[None, :] > positions[:, None]
+        start = int(positions[0])  # where the kept rows go (unused when none is kept)
+        end = allowed.shape[1] - (s - n_keep)  # the cache's columns, this call's writes included
+        hidden = ~allowed
         eps = c["rms_norm_eps"]
         k_cache, v_cache = self.k_cache[slot], self.v_cache[slot]
         for i in range(c["layers"]):
@@ -330,21 +357,24 @@ class Engine:
             v = linear(h, w[p + "self_attn.v_proj.weight"], w[p + "self_attn.v_proj.bias"]).reshape(s, kvh, hd)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
-            k_cache[i, start:end] = k
-            v_cache[i, start:end] = v
+            k_cache[i, start:start + n_keep] = k[:n_keep]
+            v_cache[i, start:start + n_keep] = v[:n_keep]
+            keys, vals = k_cache[i, :end], v_cache[i, :end]
+            if n_keep < s:  # the unkept rows: scratch beside the cache, never stored
+                keys = np.concatenate((keys, k[n_keep:]))
+                vals = np.concatenate((vals, v[n_keep:]))
             rep = heads // kvh
-            keys = np.repeat(k_cache[i, :end], rep, axis=1)  # [end, heads, hd]
-            vals = np.repeat(v_cache[i, :end], rep, axis=1)
+            keys = np.repeat(keys, rep, axis=1)  # [C, heads, hd]
+            vals = np.repeat(vals, rep, axis=1)
             scores = np.einsum("qhd,khd->hqk", q, keys) / np.float32(math.sqrt(hd))
-            scores = np.where(mask[None], np.float32(-np.inf), scores)
+            scores = np.where(hidden[None], np.float32(-np.inf), scores)
             attn = np.einsum("hqk,khd->qhd", softmax(scores), vals).reshape(s, -1)
             x = x + linear(attn, w[p + "self_attn.o_proj.weight"])
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
             h = linear(silu(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"]),
                        w[p + "mlp.down_proj.weight"])
             x = x + h
-        last = rms_norm(x[-1:], w["language_model.model.norm.weight"], eps)
-        return linear(last, self.head)[0].astype(np.float32)
+        return x
 
     def _embed(self, ids):
         return self.w["language_model.model.embed_tokens.weight"][ids].astype(np.float32)
@@ -401,6 +431,93 @@ class Engine:
         return nxt, ([token_prob(r, t) for r, t in zip(rows, nxt)] if want_prob else None)
 
 
+    # --- step: parallel box decoding (docs/hybrid-decoding.md) ------------------------
+
+    def step(self, slots, pending, blocks, k, watch):
+        """One step for distinct live slots. Slot i's pending[i] tokens are appended to its
+        cache causally (kept); then its output rows are the last pending row's (blocks[i]
+        empty) or the rows of blocks[i] at positions L'-1.., which read every cached
+        position but L'-1 and their whole block both ways, and whose keys and values are
+        never kept. Returns one (top_ids, top_probs, watch_probs) per output row, slot
+        after slot: the k most probable ids by float32 softmax (ties: lower id first),
+        their probabilities, and the probabilities of the watch ids."""
+        self._maybe_fail("step")
+        c = self.c
+        slots = [int(v) for v in slots]
+        pending = [[int(t) for t in p] for p in pending]
+        blocks = [[int(t) for t in b] for b in blocks]
+        watch = [int(t) for t in watch]
+        k = int(k)
+        if not 1 <= len(slots) <= self.max_batch or len(pending) != len(slots) or len(blocks) != len(slots):
+            raise ValueError(f"{len(slots)} slots, {len(pending)} pending lists and {len(blocks)} blocks: "
+                             f"want 1..{self.max_batch} of each, as many")
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"slots {slots} repeat a slot")
+        if not 1 <= k <= STEP_MAX_K or len(watch) > STEP_MAX_WATCH:
+            raise ValueError(f"k {k} (1..{STEP_MAX_K}) and {len(watch)} watched ids (at most {STEP_MAX_WATCH})")
+        # Every slot is checked before any runs, so a refused call changes nothing.
+        for slot, p, b in zip(slots, pending, blocks):
+            self._check_slot(slot)
+            if not self.live[slot]:
+                raise ValueError(f"slot {slot} is free: step before prefill")
+            if len(p) + len(b) > STEP_MAX_ROWS or not (p or b):
+                raise ValueError(f"slot {slot}: {len(p)} pending and {len(b)} block tokens, want 1..{STEP_MAX_ROWS} "
+                                 "in all (a row without a block needs a pending token)")
+            held = self.pos[slot] + len(p)  # L'
+            if held > c["max_seq_len"] or held - 1 + len(b) > c["max_seq_len"]:
+                raise ValueError(f"slot {slot} is full: {self.pos[slot]} positions, {len(p)} pending and a block of "
+                                 f"{len(b)}, max_seq_len {c['max_seq_len']}")
+        for t in [t for p in pending for t in p] + [t for b in blocks for t in b] + watch:
+            if not 0 <= t < c["vocab"]:
+                raise ValueError(f"token {t} outside the vocabulary of {c['vocab']}")
+        rows = []
+        for slot, p, b in zip(slots, pending, blocks):
+            rows.extend(self._step_slot(slot, p, b))
+        self.last_logits = rows
+        return [ranked(r, k, watch) for r in rows]
+
+    def _step_slot(self, slot, pending, block):
+        """One slot's part of a step: its output rows' logits."""
+        if not block:
+            logits = self._forward(slot, self._embed(pending), self.pos[slot])  # exactly a decode's rows
+            self.pos[slot] += len(pending)
+            return [logits]
+        start, n_p, n_b = self.pos[slot], len(pending), len(block)
+        held = start + n_p  # L'
+        positions = np.concatenate((np.arange(start, held), np.arange(held - 1, held - 1 + n_b)))
+        allowed = step_mask(start, n_p, n_b)
+        x = self._decoder(slot, self._embed(pending + block), positions, n_p, allowed)
+        self.pos[slot] = held
+        return list(self._head(x[n_p:]))
+
+
+def step_mask(n_cached, n_pending, n_block):
+    """What each row of a step reads: bool [n_pending + n_block, n_cached + n_pending +
+    n_block], the columns being the cache (with the pending rows appended) and then the
+    block. Pending rows are causal; block rows read every cached column but the last one
+    (the last committed token, which block row 0 repeats at the same position) and the
+    whole block in both directions."""
+    rows = n_pending + n_block
+    held = n_cached + n_pending
+    allowed = np.arange(held + n_block)[None, :] <= (np.arange(rows) + n_cached)[:, None]
+    if n_block:
+        allowed[n_pending:, :held - 1] = True
+        allowed[n_pending:, held - 1] = False
+        allowed[n_pending:, held:] = True
+    return allowed
+
+
+def ranked(logits, k, watch):
+    """(top_ids, top_probs, watch_probs) of one logits row: the float32 softmax over the
+    vocabulary, its k largest probabilities, largest first with equal ones in ascending id
+    order, and the probabilities of the watched ids."""
+    z = logits.astype(np.float32)
+    e = np.exp(z - z.max())
+    probs = e / e.sum(dtype=np.float32)
+    top = np.argsort(-probs, kind="stable")[:k]  # stable: among equals, the lower id first
+    return ([int(i) for i in top], [float(probs[i]) for i in top], [float(probs[i]) for i in watch])
+
+
 def token_prob(logits, token):
     """The softmax probability of token under logits, accumulated in float64."""
     z = logits.astype(np.float64)
@@ -449,6 +566,10 @@ def reset(handle):
 def close(handle):
     handle.w = None
     handle.k_cache = handle.v_cache = None
+
+
+def step(handle, slots, pending, blocks, k, watch):
+    return handle.step(slots, pending, blocks, k, watch)
 
 
 def logits(handle, row):

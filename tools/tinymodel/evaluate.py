@@ -4,6 +4,10 @@ uses), greedy decoding through tools/refmodel exactly as the checkpoint ships (b
 read back as float32).
 
     evaluate.py --checkpoint models/tiny-shapes [--n-detect 150] [--json out.json] [--mode hybrid]
+    evaluate.py --checkpoint A --checkpoint B --mode slow,hybrid   # side by side, one table
+
+With several checkpoints or modes every one runs on the same queries and a comparison
+table follows (the single-category figures and, for parallel modes, the decoding figures).
 
 Figures, per task family:
   found      ground-truth objects matched by a predicted box at IoU >= 0.5 (one-to-one)
@@ -218,16 +222,37 @@ def evaluate(ckpt, counts, log=print, none_bias=0.0, mode="slow"):
     return results
 
 
+def comparison(all_results):
+    """Lines of a table: per (checkpoint, mode), single-category found, false positives per
+    query (single-category and over every query), None accuracy, and for parallel modes the
+    boxes written in one step and forwards per query."""
+    head = ("checkpoint", "mode", "detect1 found", "detect1 fp/q", "all fp/q", "detect1 None acc",
+            "boxes in one step", "forwards/q")
+    lines = [" | ".join(head)]
+    for (ckpt, mode), res in all_results.items():
+        d1 = res["detect1"]
+        kinds = [k for k in res if k != "decoding"]
+        fp = sum(res[k]["false_positives"] for k in kinds) / max(1, sum(res[k]["queries"] for k in kinds))
+        dec = res.get("decoding")
+        one = f"{dec['boxes_in_one_step']}/{dec['boxes']}" if dec else "-"
+        fwd = f"{dec['forwards_per_query']:.2f}" if dec else "-"
+        found = f"{d1['found_iou50'] * 100:.1f} % ({round(d1['found_iou50'] * d1['objects'])}/{d1['objects']})"
+        lines.append(" | ".join((ckpt, mode, found, f"{d1['false_positives_per_query']:.3f}", f"{fp:.3f}",
+                                 f"{d1['none_accuracy']}", one, fwd)))
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--checkpoint", required=True, action="append", help="repeat to compare several")
     ap.add_argument("--n-detect", type=int, default=150, help="single-category detection queries")
     ap.add_argument("--n-other", type=int, default=50, help="queries of each other kind")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default="", help="also write the figures here")
-    ap.add_argument("--mode", choices=("slow", "hybrid", "fast"), default="slow",
+    ap.add_argument("--mode", default="slow",
                     help="slow: one token a step (what the engine does); hybrid, fast: parallel box decoding "
-                         "(docs/hybrid-decoding.md), also reporting forwards and boxes written in one step")
+                         "(docs/hybrid-decoding.md), also reporting forwards and boxes written in one step; "
+                         "several joined by commas (slow,hybrid) run one after the other")
     ap.add_argument("--none-bias", type=float, default=0.0,
                     help="add this to the None logit while decoding: shows how the figures would move if "
                          "training made None more or less likely (a calibration study; the engine has no "
@@ -236,7 +261,20 @@ def main():
     torch.set_num_threads(args.threads)
     counts = {"detect1": args.n_detect, "detect2": args.n_other, "ground": args.n_other, "ground_one": args.n_other,
               "point": args.n_other}
-    results = evaluate(args.checkpoint, counts, none_bias=args.none_bias, mode=args.mode)
+    modes = args.mode.split(",")
+    for m in modes:
+        if m not in ("slow", "hybrid", "fast"):
+            ap.error(f"--mode: {m!r} is not slow, hybrid or fast")
+    runs = {}
+    for ckpt in args.checkpoint:
+        for m in modes:
+            print(f"== {ckpt}, {m}", flush=True)
+            runs[(ckpt, m)] = evaluate(ckpt, counts, none_bias=args.none_bias, mode=m)
+    if len(runs) == 1:
+        results = next(iter(runs.values()))
+    else:
+        results = {f"{c} {m}": r for (c, m), r in runs.items()}
+        print("\n".join(comparison(runs)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -35,6 +35,7 @@ SOFT_WEIGHT = 0.5
 # Block rows whose target is not a coordinate spread this much of their target over the
 # non-coordinate vocabulary (see block_loss).
 TEXT_SMOOTHING = 0.05
+BOX_TOP_K = 4  # hybrid.BOX_TOP_K: a box row's coordinate is looked for among its top 4
 
 
 def batch_rng(seed, step):
@@ -296,6 +297,32 @@ def block_loss(logits, targets, c0, c1, sigma, soft_weight, coord_step):
     return loss, hard
 
 
+def coordinate_margin(logits, targets, c0, c1, margin, k=BOX_TOP_K):
+    """Hinge on the block rows whose target is not a coordinate: the row's best coordinate
+    logit should sit at least `margin` below its k-th best non-coordinate logit, so that no
+    coordinate is among the row's top k. That is the condition hybrid decoding's box reading
+    tests (hybrid.decode_bbox_avg: rows 1-4 each need a coordinate in their top 4, or the
+    block is not a box), so an end or label block that meets it can never be read as a box.
+    Returns (mean hinge, share of those rows that still hold a coordinate in their top k)."""
+    text = (targets < c0) | (targets > c1)
+    if not text.any():
+        return logits.sum() * 0, 0.0
+    rows = logits[text]
+    best_coord = rows[:, c0:c1 + 1].max(-1).values
+    non_coord = torch.cat((rows[:, :c0], rows[:, c1 + 1:]), -1)
+    kth_text = non_coord.topk(k, -1).values[:, -1]
+    gap = best_coord - kth_text
+    return F.relu(gap + margin).mean(), float((gap > 0).float().mean())
+
+
+def distill_loss(student, teacher):
+    """KL(teacher || student) per row, averaged: keeps the one-token rows' whole distribution
+    where the starting checkpoint had it (the None-against-coordinate balance that greedy
+    decoding reads is a property of the distribution, not of the argmax alone)."""
+    logq = F.log_softmax(teacher, -1)
+    return (logq.exp() * (logq - F.log_softmax(student, -1))).sum(-1).mean()
+
+
 def lr_at(step, steps, peak, warmup):
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -336,6 +363,14 @@ def main():
                     help="start from this checkpoint's weights (a fine-tune) instead of a fresh initialisation")
     ap.add_argument("--block-weight", type=float, default=0.0,
                     help="weight of the parallel box decoding objective (block_loss); 0 leaves it out")
+    ap.add_argument("--margin-weight", type=float, default=0.0,
+                    help="weight of coordinate_margin on block rows whose target is not a coordinate; 0 leaves it out")
+    ap.add_argument("--margin", type=float, default=1.0,
+                    help="logits by which a non-coordinate block row's best coordinate must trail its 4th best other")
+    ap.add_argument("--ar-weight", type=float, default=1.0, help="weight of the next-token (one-token) loss")
+    ap.add_argument("--distill-weight", type=float, default=0.0,
+                    help="weight of distill_loss: KL from the --init checkpoint's next-token distribution on the "
+                         "one-token rows (needs --init); 0 leaves it out")
     ap.add_argument("--freeze-vision", action="store_true",
                     help="train the decoder only (the vision tower and projector keep their weights)")
     args = ap.parse_args()
@@ -348,6 +383,14 @@ def main():
     tinyla.init_weights(model, tok, args.seed)
     if args.init:
         model.load_state_dict(refmodel.load_checkpoint(args.init).state_dict())
+    teacher = None
+    if args.distill_weight > 0:
+        if not args.init:
+            ap.error("--distill-weight needs --init")
+        teacher = refmodel.load_checkpoint(args.init)
+        teacher.eval()
+        for p in teacher.parameters():
+            p.requires_grad_(False)
     if args.freeze_vision:
         for p in list(model.vision_model.parameters()) + list(model.mlp1.parameters()):
             p.requires_grad_(False)
@@ -386,14 +429,15 @@ def main():
                            daemon=True)
     producer.start()
     try:
-        train_loop(args, model, aux, opt, queue, start_step, save, c0, c1)
+        train_loop(args, model, aux, opt, queue, start_step, save, c0, c1, teacher)
     finally:
         producer.terminate()
         producer.join()
 
 
-def train_loop(args, model, aux, opt, queue, start_step, save, c0, c1):
+def train_loop(args, model, aux, opt, queue, start_step, save, c0, c1, teacher=None):
     t0, avg, avg_hard, avg_block = time.time(), None, None, None
+    avg_margin = avg_open = avg_kl = None
     for step in range(start_step, args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
@@ -410,11 +454,22 @@ def train_loop(args, model, aux, opt, queue, start_step, save, c0, c1):
         in_block = torch.zeros(int(where.sum()), dtype=torch.bool) if block_rows is None else block_rows[where]
         loss, hard = loss_fn(logits[~in_block], targets[where][~in_block], c0, c1, args.coord_sigma,
                              args.soft_weight, args.coord_step)
-        block_hard = None
+        loss = args.ar_weight * loss
+        block_hard = margin = still_open = kl = None
         if in_block.any():
             b_loss, block_hard = block_loss(logits[in_block], targets[where][in_block], c0, c1, args.coord_sigma,
                                             args.soft_weight, args.coord_step)
             loss = loss + args.block_weight * b_loss
+            if args.margin_weight > 0:
+                margin, still_open = coordinate_margin(logits[in_block], targets[where][in_block], c0, c1,
+                                                       args.margin)
+                loss = loss + args.margin_weight * margin
+        if teacher is not None:
+            with torch.no_grad():
+                t_logits = tinyla.forward_batch(teacher, patches, gh, gw, ids, where, positions=positions,
+                                                allowed=mask)
+            kl = distill_loss(logits[~in_block], t_logits[~in_block])
+            loss = loss + args.distill_weight * kl
         # Without this the projector learns one huge constant vector for every image token
         # (seen: std 42, varying by 0.2 between images), the decoder's RMSNorm then sees the
         # same direction for every image, and the vision tower's gradient vanishes.
@@ -435,10 +490,19 @@ def train_loop(args, model, aux, opt, queue, start_step, save, c0, c1):
         avg_hard = float(hard) if avg_hard is None else 0.98 * avg_hard + 0.02 * float(hard)
         if block_hard is not None:
             avg_block = float(block_hard) if avg_block is None else 0.98 * avg_block + 0.02 * float(block_hard)
+        if margin is not None:
+            avg_margin = float(margin) if avg_margin is None else 0.98 * avg_margin + 0.02 * float(margin)
+            avg_open = still_open if avg_open is None else 0.98 * avg_open + 0.02 * still_open
+        if kl is not None:
+            avg_kl = float(kl) if avg_kl is None else 0.98 * avg_kl + 0.02 * float(kl)
         done = step + 1
         if done % 25 == 0:
             el = time.time() - t0
             blk = "" if avg_block is None else f" block ce {avg_block:.3f}"
+            if avg_margin is not None:
+                blk += f" margin {avg_margin:.3f} coord-in-top4 {avg_open:.3f}"
+            if avg_kl is not None:
+                blk += f" kl {avg_kl:.4f}"
             print(f"step {done} loss {avg:.3f} ce {avg_hard:.3f}{blk} lr {opt.param_groups[0]['lr']:.2e} image spread {spread:.3f} "
                   f"grid {gh}x{gw} {el / (done - start_step):.2f}s/step elapsed {el / 60:.1f}min", flush=True)
         if done % args.save_every == 0 or done == args.steps:

@@ -1,0 +1,456 @@
+/*
+ * cpu_step.c - one step of parallel box decoding (docs/hybrid-decoding.md) for several
+ * slots in one forward pass.
+ *
+ * Each slot brings its pending tokens (committed, not yet in its cache) and either nothing
+ * more (an AR step: the last pending token's next-token row is the output) or a block of
+ * rows (a block step: every block row is an output). All the rows of all the slots go
+ * through the decoder together:
+ *
+ *   - a pending row at position L + j attends causally to its slot's cache rows 0..L+j;
+ *     its key and value are written to the cache at L + j first, so it sees itself and
+ *     the pending rows before it, exactly as if the tokens were decoded one by one;
+ *   - block row i sits at position L' - 1 + i (L' = L + n_pending: row 0 repeats the last
+ *     committed token at that token's position) and attends to the cache rows 0..L'-2 and
+ *     to every row of its own block, both ways; the block's keys and values stay in the
+ *     step's buffers and are never written to the cache, so the slot ends the step holding
+ *     exactly its committed tokens.
+ *
+ * Every matrix product runs once over all the rows (the decode kernels: the weights stream
+ * from memory once per step, however many rows), and everything else runs row by row with
+ * the very arithmetic of a decode step: a pending row is a decode row, bit for bit, and no
+ * row's numbers depend on the other rows, so a slot gets the same bits alone or in any
+ * batch, in any order. The final norm and the LM head run only on the output rows; each
+ * output row then gets a float32 softmax, its top-k ids and the probabilities of the
+ * watched ids, which is all the acceptance rules read.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+/* ---- the plan ----------------------------------------------------------------------- */
+
+int cpu_plan_step(la_engine *e, char *err, size_t errlen) {
+    const la_config *c = &e->cfg;
+    cpu_step_plan *p = &e->step;
+    const size_t R = (size_t)c->max_batch * LA_STEP_MAX_ROWS;
+    const size_t D = (size_t)c->hidden, I = (size_t)c->intermediate;
+    const size_t qd = (size_t)c->heads * c->head_dim, kvd = (size_t)c->kv_heads * c->head_dim;
+    const size_t T = (size_t)e->pool.nthreads;
+    size_t widest = D > I ? D : I;
+    widest = widest > qd ? widest : qd;
+
+    p->max_rows = (int)R;
+    p->layers = calloc((size_t)c->layers, sizeof *p->layers);
+    p->rows = calloc(R, sizeof *p->rows);
+    p->out_rows = calloc(R, sizeof *p->out_rows);
+    p->x = calloc(R * D, sizeof(float));
+    p->xb = calloc(R * D, sizeof(float));
+    p->q = calloc(R * qd, sizeof(float));
+    p->k = calloc(R * kvd, sizeof(float));
+    p->v = calloc(R * kvd, sizeof(float));
+    p->att = calloc(R * qd, sizeof(float));
+    p->hb = calloc(R * I, sizeof(float));
+    p->hb2 = calloc(R * I, sizeof(float));
+    p->xpack = calloc(R * widest, sizeof(float));
+    p->out = calloc(R * D, sizeof(float));
+    p->scores = calloc(R * (size_t)c->heads * ((size_t)c->max_seq_len + LA_STEP_MAX_ROWS), sizeof(float));
+    p->part_max = calloc(T * R, sizeof *p->part_max);
+    p->part_sum = calloc(T * R, sizeof *p->part_sum);
+    p->part_top = calloc(T * R * LA_STEP_MAX_K, sizeof *p->part_top);
+    p->part_n = calloc(T * R, sizeof *p->part_n);
+    if (!p->layers || !p->rows || !p->out_rows || !p->x || !p->xb || !p->q || !p->k || !p->v ||
+        !p->att || !p->hb || !p->hb2 || !p->xpack || !p->out || !p->scores || !p->part_max ||
+        !p->part_sum || !p->part_top || !p->part_n)
+        return la_errorf(err, errlen, "step plan: out of memory for %zu rows (max_batch %d x %d)", R,
+                          c->max_batch, LA_STEP_MAX_ROWS);
+
+    for (int i = 0; i < c->layers; i++) {
+        const cpu_text_layer *l = &e->w.layers[i];
+        cpu_decode_layer *d = &p->layers[i];
+        d->qkv[0] = (cpu_matmat){&l->q, l->q_b, p->xb, D, p->q, qd};
+        d->qkv[1] = (cpu_matmat){&l->k, l->k_b, p->xb, D, p->k, kvd};
+        d->qkv[2] = (cpu_matmat){&l->v, l->v_b, p->xb, D, p->v, kvd};
+        d->o[0] = (cpu_matmat){&l->o, NULL, p->att, qd, p->xb, D};
+        d->gate_up[0] = (cpu_matmat){&l->gate, NULL, p->xb, D, p->hb, I};
+        d->gate_up[1] = (cpu_matmat){&l->up, NULL, p->xb, D, p->hb2, I};
+        d->down[0] = (cpu_matmat){&l->down, NULL, p->hb, I, p->xb, D};
+    }
+    p->lm_head = (cpu_matmat){&e->w.lm_head, NULL, p->out, D, e->s.logits, (size_t)c->vocab};
+    return 0;
+}
+
+void cpu_free_step_plan(cpu_step_plan *p) {
+    float *bufs[] = {p->x, p->xb, p->q, p->k, p->v, p->att, p->hb, p->hb2, p->xpack, p->out,
+                     p->scores, p->part_max};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(p->layers);
+    free(p->rows);
+    free(p->out_rows);
+    free(p->part_sum);
+    free(p->part_top);
+    free(p->part_n);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- checking a call ---------------------------------------------------------------- */
+
+/* check_call refuses a call that breaks a limit before anything is written: the caches,
+ * the positions and the logits stay as they were. */
+static int check_call(const la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens,
+                      int k, int n_watch, const int32_t *watch, const int32_t *top_ids,
+                      const float *top_p, const float *watch_p, char *err, size_t errlen) {
+    const la_config *c = &e->cfg;
+    if (n < 1 || n > c->max_batch)
+        return la_errorf(err, errlen, "step: %d slots, want 1..%d (max_batch)", n, c->max_batch);
+    if (k < 1 || k > LA_STEP_MAX_K)
+        return la_errorf(err, errlen, "step: k %d, want 1..%d", k, LA_STEP_MAX_K);
+    if (n_watch < 0 || n_watch > LA_STEP_MAX_WATCH)
+        return la_errorf(err, errlen, "step: %d watched ids, want 0..%d", n_watch, LA_STEP_MAX_WATCH);
+    if (!slots || !tokens || !top_ids || !top_p || (n_watch > 0 && (!watch || !watch_p)))
+        return la_errorf(err, errlen, "step: no slots, tokens, watched ids or output array");
+    for (int j = 0; j < n_watch; j++)
+        if (watch[j] < 0 || watch[j] >= c->vocab)
+            return la_errorf(err, errlen, "step: watched id %d (entry %d) is outside the vocabulary 0..%d",
+                              (int)watch[j], j, c->vocab - 1);
+    int t = 0; /* tokens consumed so far */
+    for (int i = 0; i < n; i++) {
+        const la_step_slot *s = &slots[i];
+        const int slot = s->slot;
+        if (slot < 0 || slot >= c->max_batch)
+            return la_errorf(err, errlen, "step: entry %d: slot %d out of range 0..%d", i, slot,
+                              c->max_batch - 1);
+        for (int j = 0; j < i; j++)
+            if (slots[j].slot == slot)
+                return la_errorf(err, errlen, "step: slot %d appears in entries %d and %d; each slot "
+                                  "takes part at most once per step", slot, j, i);
+        if (!e->s.slots[slot].live)
+            return la_errorf(err, errlen, "step: entry %d: slot %d has no prefill since open, reset "
+                              "or its release", i, slot);
+        if (s->n_pending < 0 || s->n_block < 0 || s->n_pending + s->n_block > LA_STEP_MAX_ROWS ||
+            (s->n_block == 0 && s->n_pending == 0))
+            return la_errorf(err, errlen, "step: entry %d: slot %d: %d pending and %d block tokens; "
+                              "want 1..%d in all, and a pending token when there is no block",
+                              i, slot, (int)s->n_pending, (int)s->n_block, LA_STEP_MAX_ROWS);
+        /* L' = L + n_pending tokens kept; the block reaches position L' - 2 + n_block. */
+        const int kept = e->s.slots[slot].pos + s->n_pending;
+        if (kept > c->max_seq_len)
+            return la_errorf(err, errlen, "step: entry %d: slot %d holds %d tokens; %d pending would "
+                              "make %d, over max_seq_len %d", i, slot, e->s.slots[slot].pos,
+                              (int)s->n_pending, kept, c->max_seq_len);
+        if (s->n_block > 0 && kept - 1 + s->n_block > c->max_seq_len)
+            return la_errorf(err, errlen, "step: entry %d: slot %d: a block of %d rows at positions "
+                              "%d..%d runs past max_seq_len %d", i, slot, (int)s->n_block, kept - 1,
+                              kept - 2 + s->n_block, c->max_seq_len);
+        for (int j = 0; j < s->n_pending + s->n_block; j++, t++)
+            if (tokens[t] < 0 || tokens[t] >= c->vocab)
+                return la_errorf(err, errlen, "step: entry %d: slot %d: %s token %d is id %d, outside "
+                                  "the vocabulary 0..%d", i, slot, j < s->n_pending ? "pending" : "block",
+                                  j < s->n_pending ? j : j - s->n_pending, (int)tokens[t], c->vocab - 1);
+    }
+    return 0;
+}
+
+/* lay_out_rows fills the plan's rows, slot after slot (pending rows, then block rows), and
+ * the output rows; it returns the number of rows and sets *n_out. */
+static int lay_out_rows(la_engine *e, int n, const la_step_slot *slots, int *n_out) {
+    cpu_step_plan *p = &e->step;
+    int r = 0, o = 0;
+    for (int i = 0; i < n; i++) {
+        const la_step_slot *s = &slots[i];
+        const int L = e->s.slots[s->slot].pos, kept = L + s->n_pending;
+        for (int j = 0; j < s->n_pending; j++, r++)
+            p->rows[r] = (cpu_step_row){s->slot, L + j, L + j + 1, -1, 0};
+        if (s->n_block == 0) {
+            p->out_rows[o++] = r - 1; /* the last pending token's next-token row */
+            continue;
+        }
+        const int block0 = r;
+        for (int j = 0; j < s->n_block; j++, r++) {
+            /* Row 0 stands in for the last committed token (position L' - 1), so the block
+             * sees the cache without that position. */
+            p->rows[r] = (cpu_step_row){s->slot, kept - 1 + j, kept - 1, block0, s->n_block};
+            p->out_rows[o++] = r;
+        }
+    }
+    *n_out = o;
+    return r;
+}
+
+/* ---- attention ---------------------------------------------------------------------- */
+
+/* The unit of attention work is one row and one key/value head with its group of query
+ * heads, as in decode. Scores go cache columns first, then the row's block columns; the
+ * softmax runs over both, and the output sums the cache values and then the block values.
+ * For a pending row this is decode's recipe step for step (same kernels, same order), so
+ * its numbers are decode's bits. */
+typedef struct {
+    la_engine *e;
+    int layer, n_rows;
+} attn_task;
+
+static void attend_row_group(la_engine *e, int li, int r, int g) {
+    const la_config *c = &e->cfg;
+    cpu_step_plan *p = &e->step;
+    const cpu_step_row *row = &p->rows[r];
+    const int hd = c->head_dim, group = c->heads / c->kv_heads;
+    const size_t kvd = (size_t)c->kv_heads * hd, qd = (size_t)c->heads * hd;
+    const size_t ld = (size_t)c->max_seq_len + LA_STEP_MAX_ROWS;
+    const int n_cache = row->n_cache, n_block = row->block0 >= 0 ? row->n_block : 0;
+    const int n_keys = n_cache + n_block;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *kc = cpu_key_cache(e, row->slot, li) + (size_t)g * hd;
+    const float *vc = cpu_value_cache(e, row->slot, li) + (size_t)g * hd;
+    const float *q = p->q + (size_t)r * qd + (size_t)g * group * hd;
+    float *sc = p->scores + ((size_t)r * c->heads + (size_t)g * group) * ld;
+
+    /* scores[h][t] = q_h . k_t: the cache rows, then the block's rows from the step buffer */
+    e->kern.rows[LA_DTYPE_F32](kc, kvd, n_cache, hd, q, (size_t)hd, group, sc, ld);
+    const float *kb = NULL, *vb = NULL;
+    if (n_block > 0) {
+        kb = p->k + (size_t)row->block0 * kvd + (size_t)g * hd;
+        vb = p->v + (size_t)row->block0 * kvd + (size_t)g * hd;
+        e->kern.rows[LA_DTYPE_F32](kb, kvd, n_block, hd, q, (size_t)hd, group, sc + n_cache, ld);
+    }
+    for (int h = 0; h < group; h++) {
+        float *s = sc + (size_t)h * ld;
+        for (int t = 0; t < n_keys; t++)
+            s[t] *= scale;
+        cpu_softmax(s, n_keys);
+        float *out = p->att + (size_t)r * qd + (size_t)(g * group + h) * hd;
+        memset(out, 0, (size_t)hd * sizeof *out);
+        for (int t = 0; t < n_cache; t++)
+            e->kern.axpy(out, s[t], vc + (size_t)t * kvd, hd);
+        for (int t = 0; t < n_block; t++)
+            e->kern.axpy(out, s[n_cache + t], vb + (size_t)t * kvd, hd);
+    }
+}
+
+static void attention_slice(void *arg, int thread, int nthreads) {
+    const attn_task *a = arg;
+    const int kvh = a->e->cfg.kv_heads, units = a->n_rows * kvh;
+    for (int u = units * thread / nthreads; u < units * (thread + 1) / nthreads; u++)
+        attend_row_group(a->e, a->layer, u / kvh, u % kvh);
+}
+
+/* ---- one layer ---------------------------------------------------------------------- */
+
+static void step_layer(la_engine *e, int li, int n_rows) {
+    const la_config *c = &e->cfg;
+    const cpu_text_layer *l = &e->w.layers[li];
+    cpu_step_plan *p = &e->step;
+    cpu_decode_layer *d = &p->layers[li];
+    const int D = c->hidden, hd = c->head_dim, half = hd / 2;
+    const size_t kvd = (size_t)c->kv_heads * hd, qd = (size_t)c->heads * hd;
+
+    for (int r = 0; r < n_rows; r++)
+        cpu_rmsnorm(p->xb + (size_t)r * D, p->x + (size_t)r * D, l->attn_norm, D, c->rms_norm_eps);
+    cpu_matmat_run(&e->pool, &e->kern, d->qkv, 3, n_rows, p->xpack);
+    for (int r = 0; r < n_rows; r++) {
+        const cpu_step_row *row = &p->rows[r];
+        const float *cs = e->s.rope_cos + (size_t)row->pos * half;
+        const float *sn = e->s.rope_sin + (size_t)row->pos * half;
+        float *k = p->k + (size_t)r * kvd, *v = p->v + (size_t)r * kvd;
+        cpu_rope_half(p->q + (size_t)r * qd, c->heads, hd, cs, sn);
+        cpu_rope_half(k, c->kv_heads, hd, cs, sn);
+        if (row->block0 < 0) { /* pending: kept in the cache before anyone attends */
+            memcpy(cpu_key_cache(e, row->slot, li) + (size_t)row->pos * kvd, k, kvd * sizeof(float));
+            memcpy(cpu_value_cache(e, row->slot, li) + (size_t)row->pos * kvd, v, kvd * sizeof(float));
+        }
+    }
+    attn_task a = {e, li, n_rows};
+    cpu_pool_run(&e->pool, attention_slice, &a);
+    cpu_matmat_run(&e->pool, &e->kern, d->o, 1, n_rows, p->xpack);
+    for (size_t i = 0; i < (size_t)n_rows * D; i++)
+        p->x[i] += p->xb[i];
+
+    for (int r = 0; r < n_rows; r++)
+        cpu_rmsnorm(p->xb + (size_t)r * D, p->x + (size_t)r * D, l->mlp_norm, D, c->rms_norm_eps);
+    cpu_matmat_run(&e->pool, &e->kern, d->gate_up, 2, n_rows, p->xpack);
+    cpu_swiglu_rows(e, p->hb, p->hb2, (size_t)n_rows * c->intermediate);
+    cpu_matmat_run(&e->pool, &e->kern, d->down, 1, n_rows, p->xpack);
+    for (size_t i = 0; i < (size_t)n_rows * D; i++)
+        p->x[i] += p->xb[i];
+}
+
+/* ---- reading the output rows -------------------------------------------------------- */
+
+/* Each output row's probabilities are p(id) = e^(l_id - m) / sum, m the row's largest
+ * logit and sum = sum_i e^(l_i - m), computed like decode's token probability: each thread
+ * sums its slice of the vocabulary (the same slices as decode) with the vectorised e^x in
+ * double, and the slices are added in thread order. The most probable id's p is then
+ * 1 / sum, decode's probability bit for bit. The other ids' e^x is the C library's, in
+ * double: only a few ids per row need it. */
+typedef struct {
+    la_engine *e;
+    int n_out, k;
+} pick_task;
+
+static void slice_bounds(const la_engine *e, int thread, int nthreads, int *lo, int *hi) {
+    const int64_t V = e->cfg.vocab;
+    *lo = (int)(V * thread / nthreads);
+    *hi = (int)(V * (thread + 1) / nthreads);
+}
+
+static const float *logit_row(const la_engine *e, int o) {
+    return e->s.logits + (size_t)o * e->cfg.vocab;
+}
+
+static void max_slice(void *arg, int thread, int nthreads) {
+    const pick_task *t = arg;
+    la_engine *e = t->e;
+    const int R = e->step.max_rows;
+    int lo, hi;
+    slice_bounds(e, thread, nthreads, &lo, &hi);
+    for (int o = 0; o < t->n_out; o++) {
+        const float *row = logit_row(e, o);
+        float m = lo < hi ? row[lo] : -INFINITY;
+        for (int i = lo + 1; i < hi; i++)
+            if (row[i] > m)
+                m = row[i];
+        e->step.part_max[thread * R + o] = m;
+    }
+}
+
+static void sum_slice(void *arg, int thread, int nthreads) {
+    const pick_task *t = arg;
+    la_engine *e = t->e;
+    const int R = e->step.max_rows;
+    int lo, hi;
+    slice_bounds(e, thread, nthreads, &lo, &hi);
+    for (int o = 0; o < t->n_out; o++)
+        e->step.part_sum[thread * R + o] =
+            lo < hi ? e->kern.expsum(logit_row(e, o) + lo, hi - lo, e->step.part_max[o]) : 0;
+}
+
+static float prob_of(float logit, float m, double sum) {
+    return (float)(exp((double)logit - (double)m) / sum);
+}
+
+/* before reports whether candidate a ranks above b: higher probability, then lower id. */
+static int before(const cpu_step_top *a, const cpu_step_top *b) {
+    return a->p > b->p || (a->p == b->p && a->id < b->id);
+}
+
+/* top_slice keeps, per output row, the k best ids of the thread's slice in rank order.
+ * Ranking needs each id's float32 probability, but an id whose logit is more than 1e-6
+ * below the lowest logit kept has a probability at least 1e-6 (relative) below every kept
+ * one (p is e^l scaled: a ratio of e^-1e-6 before rounding, more than ten float ulps),
+ * so it can not enter and its e^x is skipped. Ties in probability (equal logits, or
+ * logits a rounding apart) are then ranked by id exactly. Below the smallest normal float
+ * the rounding is absolute, so there nothing is skipped. */
+static void top_slice(void *arg, int thread, int nthreads) {
+    const pick_task *t = arg;
+    la_engine *e = t->e;
+    cpu_step_plan *p = &e->step;
+    const int R = p->max_rows, k = t->k;
+    int lo, hi;
+    slice_bounds(e, thread, nthreads, &lo, &hi);
+    for (int o = 0; o < t->n_out; o++) {
+        const float *row = logit_row(e, o);
+        const float m = p->part_max[o];
+        const double sum = p->part_sum[o];
+        cpu_step_top *top = p->part_top + ((size_t)thread * R + o) * LA_STEP_MAX_K;
+        int n = 0;
+        double floor_logit = -INFINITY; /* below it an id can not enter (when n == k) */
+        for (int i = lo; i < hi; i++) {
+            if (n == k && (double)row[i] < floor_logit)
+                continue;
+            cpu_step_top c = {prob_of(row[i], m, sum), row[i], i};
+            if (n == k && !before(&c, &top[k - 1]))
+                continue;
+            int j = n < k ? n++ : k - 1; /* insert c, dropping the last when full */
+            for (; j > 0 && before(&c, &top[j - 1]); j--)
+                top[j] = top[j - 1];
+            top[j] = c;
+            if (n == k) {
+                float lowest = top[0].logit;
+                for (int a = 1; a < k; a++)
+                    lowest = top[a].logit < lowest ? top[a].logit : lowest;
+                floor_logit = top[k - 1].p >= FLT_MIN ? (double)lowest - 1e-6 : -INFINITY;
+            }
+        }
+        p->part_n[thread * R + o] = n;
+    }
+}
+
+/* pick writes the top-k ids and probabilities and the watched probabilities of the n_out
+ * logits rows. */
+static void pick(la_engine *e, int n_out, int k, int n_watch, const int32_t *watch, int32_t *top_ids,
+                 float *top_p, float *watch_p) {
+    cpu_step_plan *p = &e->step;
+    const int T = e->pool.nthreads, R = p->max_rows;
+    pick_task t = {e, n_out, k};
+
+    cpu_pool_run(&e->pool, max_slice, &t);
+    for (int o = 0; o < n_out; o++) {
+        float m = p->part_max[o]; /* thread 0's; the row's maximum after this loop */
+        for (int th = 1; th < T; th++)
+            m = p->part_max[th * R + o] > m ? p->part_max[th * R + o] : m;
+        p->part_max[o] = m;
+    }
+    cpu_pool_run(&e->pool, sum_slice, &t);
+    for (int o = 0; o < n_out; o++) {
+        double sum = 0;
+        for (int th = 0; th < T; th++)
+            sum += p->part_sum[th * R + o];
+        p->part_sum[o] = sum;
+    }
+    cpu_pool_run(&e->pool, top_slice, &t);
+    for (int o = 0; o < n_out; o++) {
+        /* Merge the slices' lists: each is in rank order, and the rank is a total order. */
+        cpu_step_top best[LA_STEP_MAX_K];
+        int n = 0;
+        for (int th = 0; th < T; th++) {
+            const cpu_step_top *top = p->part_top + ((size_t)th * R + o) * LA_STEP_MAX_K;
+            for (int a = 0; a < p->part_n[th * R + o]; a++) {
+                if (n == k && !before(&top[a], &best[k - 1]))
+                    break;
+                int j = n < k ? n++ : k - 1;
+                for (; j > 0 && before(&top[a], &best[j - 1]); j--)
+                    best[j] = best[j - 1];
+                best[j] = top[a];
+            }
+        }
+        for (int a = 0; a < k; a++) { /* a vocabulary smaller than k leaves -1, 0 */
+            top_ids[o * k + a] = a < n ? best[a].id : -1;
+            top_p[o * k + a] = a < n ? best[a].p : 0;
+        }
+        const float *row = logit_row(e, o);
+        for (int j = 0; j < n_watch; j++)
+            watch_p[o * n_watch + j] = prob_of(row[watch[j]], p->part_max[o], p->part_sum[o]);
+    }
+}
+
+/* ---- the op ------------------------------------------------------------------------- */
+
+int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
+             int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p,
+             char *err, size_t errlen) {
+    const la_config *c = &e->cfg;
+    cpu_step_plan *p = &e->step;
+    const int D = c->hidden;
+
+    if (check_call(e, n, slots, tokens, k, n_watch, watch, top_ids, top_p, watch_p, err, errlen) != 0)
+        return -1;
+    e->s.logit_rows = 0;
+    int n_out;
+    const int n_rows = lay_out_rows(e, n, slots, &n_out);
+    for (int r = 0; r < n_rows; r++)
+        cpu_embed_row(e, tokens[r], p->x + (size_t)r * D);
+    for (int li = 0; li < c->layers; li++)
+        step_layer(e, li, n_rows);
+    for (int o = 0; o < n_out; o++)
+        cpu_rmsnorm(p->out + (size_t)o * D, p->x + (size_t)p->out_rows[o] * D, e->w.final_norm, D,
+                    c->rms_norm_eps);
+    cpu_matmat_run(&e->pool, &e->kern, &p->lm_head, 1, n_out, p->xpack);
+    pick(e, n_out, k, n_watch, watch, top_ids, top_p, watch_p);
+    e->s.logit_rows = n_out;
+    for (int i = 0; i < n; i++)
+        e->s.slots[slots[i].slot].pos += slots[i].n_pending;
+    return 0;
+}
