@@ -61,6 +61,10 @@ var _ engine.Batcher = (*Pipeline)(nil)
 // ErrNoFreeSlot is Start's error when MaxBatch sequences are already running.
 var ErrNoFreeSlot = errors.New("no free sequence slot")
 
+// errNoHybrid is a hybrid sequence on a Pipeline without the block tokens, which Prepare
+// refuses.
+var errNoHybrid = errors.New("hybrid decoding: the model has no block token ids")
+
 // New builds a Pipeline. closers run after the backend is closed (the checkpoint's mapping,
 // say).
 func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func() error) (*Pipeline, error) {
@@ -228,7 +232,7 @@ func (p *Pipeline) Generate(ctx context.Context, prep *engine.Prepared) (*engine
 	var s *engine.Sequence
 	if prep.GenerationMode == engine.GenerationHybrid {
 		if p.hy == nil {
-			return nil, fmt.Errorf("hybrid decoding: the model has no token ids for it")
+			return nil, errNoHybrid
 		}
 		s, err = alone(ctx, p.backend, prep, slot, func() (*engine.Sequence, error) {
 			return startHybrid(p.backend, prep, slot)
@@ -253,7 +257,7 @@ func (p *Pipeline) Start(prep *engine.Prepared) (*engine.Sequence, error) {
 	case prep.GenerationMode != engine.GenerationHybrid:
 		s, err = start(p.backend, prep, slot, p.cfg.EOS)
 	case p.hy == nil:
-		err = fmt.Errorf("hybrid decoding: the model has no token ids for it")
+		err = errNoHybrid
 	default:
 		s, err = startHybrid(p.backend, prep, slot)
 	}
@@ -288,7 +292,7 @@ func (p *Pipeline) Step(seqs []*engine.Sequence) error {
 	}
 	if len(hy) > 0 {
 		if p.hy == nil {
-			return fmt.Errorf("hybrid decoding: the model has no token ids for it")
+			return errNoHybrid
 		}
 		return p.hy.step(p.backend, hy)
 	}
