@@ -191,7 +191,8 @@ func (s *slot) unitEnd(i int, t *blockdecode.Tokens) int {
 // a box the model finishes one token at a time, or -1.
 func (b *Backend) doubtfulRow(s *slot, i int) int {
 	t := b.block
-	if s.planned(i, b.o.EOS) != t.BoxStart || i+5 >= len(s.plan) || s.plan[i+5] != t.BoxEnd {
+	if s.planned(i, b.o.EOS) != t.BoxStart || i+5 >= len(s.plan) || s.plan[i+5] != t.BoxEnd ||
+		slices.ContainsFunc(s.plan[i+1:i+5], func(id int32) bool { return !t.IsCoord(id) }) {
 		return -1 // not a four-coordinate box: points and negatives are always read whole
 	}
 	r := rng{state: s.image ^ uint64(i)*0x9e3779b97f4a7c15 ^ 0x5851f42d4c957f2d}
