@@ -356,9 +356,9 @@ static void top_slice(void *arg, int thread, int nthreads) {
         const double sum = p->part_sum[o];
         cpu_step_top *top = p->part_top + ((size_t)thread * R + o) * LA_STEP_MAX_K;
         int n = 0;
-        double floor_logit = -INFINITY; /* below it an id can not enter (when n == k) */
+        float floor_logit = -INFINITY; /* below it an id can not enter (when n == k) */
         for (int i = lo; i < hi; i++) {
-            if (n == k && (double)row[i] < floor_logit)
+            if (row[i] < floor_logit)
                 continue;
             cpu_step_top c = {prob_of(row[i], m, sum), row[i], i};
             if (n == k && !before(&c, &top[k - 1]))
@@ -367,11 +367,15 @@ static void top_slice(void *arg, int thread, int nthreads) {
             for (; j > 0 && before(&c, &top[j - 1]); j--)
                 top[j] = top[j - 1];
             top[j] = c;
-            if (n == k) {
+            if (n == k && top[k - 1].p >= FLT_MIN) {
                 float lowest = top[0].logit;
                 for (int a = 1; a < k; a++)
                     lowest = top[a].logit < lowest ? top[a].logit : lowest;
-                floor_logit = top[k - 1].p >= FLT_MIN ? (double)lowest - 1e-6 : -INFINITY;
+                /* lowest - 1e-6, rounded down to a float so that the test stays safe */
+                const double below = (double)lowest - 1e-6;
+                floor_logit = (float)below;
+                if ((double)floor_logit > below)
+                    floor_logit = nextafterf(floor_logit, -INFINITY);
             }
         }
         p->part_n[thread * R + o] = n;
