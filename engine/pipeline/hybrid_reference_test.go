@@ -147,6 +147,9 @@ func firstDifference(run *golden.Run, got []int32) int {
 func TestHybridMatchesReferenceOnTheBlockModel(t *testing.T) {
 	f := loadGolden(t, "tiny-shapes-blocks.json")
 	p := openPipeline(t, OpenOptions{WeightsDir: blocksDir, InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64})
+	if got := p.Info().GenerationModes; !slices.Equal(got, engine.GenerationModes) {
+		t.Errorf("Info().GenerationModes = %v, want %v", got, engine.GenerationModes)
+	}
 	same, close, compared := 0, 0, 0
 	worst := 0.0
 	types := map[blockdecode.Type]int{}

@@ -92,6 +92,7 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 	if cfg.GenerationMode != "" && !cfg.GenerationMode.Valid() {
 		return nil, fmt.Errorf("generation mode %q is not one of %v", cfg.GenerationMode, engine.GenerationModes)
 	}
+	cfg.Info.GenerationModes = []engine.GenerationMode{engine.GenerationAR}
 	p := &Pipeline{backend: b, tok: tok, cfg: cfg, closers: closers, png: overlay.NewEncoder(),
 		used: make([]bool, b.MaxBatch()), st: stepper{eos: cfg.EOS}}
 	if cfg.Hybrid != nil {
@@ -99,6 +100,7 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 			return nil, fmt.Errorf("hybrid decoding's <|im_end|> is %d, the EOS %d", cfg.Hybrid.IMEnd, cfg.EOS)
 		}
 		p.hy = newBlockStepper(cfg.Hybrid)
+		p.cfg.Info.GenerationModes = []engine.GenerationMode{engine.GenerationAR, engine.GenerationHybrid}
 	} else if cfg.GenerationMode == engine.GenerationHybrid {
 		return nil, fmt.Errorf("generation mode hybrid by default, but the model cannot decode in hybrid mode: %w",
 			cmp.Or(cfg.NoHybrid, errors.New("no token ids for it")))
