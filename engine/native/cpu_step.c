@@ -339,7 +339,7 @@ static int before(const cpu_step_top *a, const cpu_step_top *b) {
 /* top_slice keeps, per output row, the k best ids of the thread's slice in rank order.
  * Ranking needs each id's float32 probability, but an id whose logit is more than 1e-6
  * below the lowest logit kept has a probability at least 1e-6 (relative) below every kept
- * one (p is e^l scaled: a ratio of e^-1e-6 before rounding, more than ten float ulps),
+ * one (p is e^l scaled: a ratio of e^-1e-6 before rounding, eight float ulps or more),
  * so it can not enter and its e^x is skipped. Ties in probability (equal logits, or
  * logits a rounding apart) are then ranked by id exactly. Below the smallest normal float
  * the rounding is absolute, so there nothing is skipped. */
