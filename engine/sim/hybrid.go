@@ -87,7 +87,7 @@ func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []eng
 		s := &b.slots[ss.Slot]
 		s.pos += len(ss.Pending)
 		s.next += len(ss.Pending) // the answer index of position L', the first row's target
-		if ss.Block == nil {
+		if len(ss.Block) == 0 {
 			b.answerRow(s, s.next, false, k, watch, rows[r])
 			r++
 			continue
@@ -135,7 +135,7 @@ func (b *Backend) checkStep(slots []engine.StepSlot, k int, watch []int32, rows 
 		switch {
 		case !s.live || !s.hybrid:
 			return 0, fmt.Errorf("sim: step: slot %d is not live in hybrid mode (prefill cache it first)", ss.Slot)
-		case np+nb < 1 || np+nb > engine.StepMaxRows || (ss.Block == nil && np == 0):
+		case np+nb < 1 || np+nb > engine.StepMaxRows || (len(ss.Block) == 0 && np == 0):
 			return 0, fmt.Errorf("sim: step: slot %d: %d pending and %d block tokens (1..%d in all, a row without a block needs a pending token)",
 				ss.Slot, np, nb, engine.StepMaxRows)
 		case held > b.o.MaxSeqLen || held-1+nb > b.o.MaxSeqLen:
