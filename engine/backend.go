@@ -32,7 +32,7 @@ type Backend interface {
 	// Step runs one step of parallel box decoding (docs/hybrid-decoding.md) for
 	// len(slots) distinct live slots in one forward: each slot's Pending tokens are
 	// appended to its cache causally, then either the next-token row of the last of them
-	// (Block nil) or the Block's rows, whose keys and values are never kept. rows gets one
+	// (Block empty) or the Block's rows, whose keys and values are never kept. rows gets one
 	// StepRow per output row, slot after slot (one for a slot without a Block,
 	// len(Block) otherwise); each row's TopIDs and TopProbs must have length k and its
 	// Watch length len(watch), and are overwritten.
@@ -55,7 +55,7 @@ type Backend interface {
 type StepSlot struct {
 	Slot    int
 	Pending []int32 // committed tokens the slot's cache lacks
-	Block   []int32 // nil: one output row, the last pending token's (Pending not empty)
+	Block   []int32 // empty: one output row, the last pending token's (Pending not empty)
 }
 
 // StepRow is one output row of a Step: what the acceptance rules read instead of a whole
@@ -77,7 +77,7 @@ const (
 func StepRows(slots []StepSlot) int {
 	n := 0
 	for _, s := range slots {
-		if s.Block == nil {
+		if len(s.Block) == 0 {
 			n++
 		} else {
 			n += len(s.Block)

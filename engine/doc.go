@@ -21,7 +21,8 @@
 //     Code* values, is a request refused for what it contains, which no retry can fix.
 //
 // The sub-packages: imageproc (decode, resize, patchify), tokenizer and prompt (the chat
-// prompt and its ids), answer (generated text to boxes and points), overlay (the picture),
+// prompt and its ids), answer (generated text to boxes and points), blockdecode (the
+// acceptance rules of parallel box decoding), overlay (the picture),
 // checkpoint (config and safetensors), native (the C backends), sim (a simulated chip),
 // chip (one owner goroutine per device, continuous batching) and pipeline, the Engine and
 // Batcher that ties them together and runs the decode loops over a Backend.

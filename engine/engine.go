@@ -110,20 +110,23 @@ type Engine interface {
 
 // Info describes a loaded engine.
 type Info struct {
-	Model           string `json:"model"`       // "LocateAnything-3B"
-	Backend         string `json:"backend"`     // "cpu", "ttnn"
-	Device          string `json:"device"`      // human description of the device
-	DecodeMode      string `json:"decode_mode"` // ar_greedy_trace | ar_greedy
-	Precision       string `json:"precision"`
-	WeightsDir      string `json:"weights_dir"`
-	WeightsRepo     string `json:"weights_repo"`
-	WeightsRevision string `json:"weights_revision"`
-	CanonicalGrid   [2]int `json:"canonical_grid"` // [h, w]; [0, 0] = native grid per image
-	InTokenLimit    int    `json:"in_token_limit"`
-	MaxSeqLen       int    `json:"max_seq_len"`
-	MaxNewTokens    int    `json:"max_new_tokens"`
-	MaxNewTokensCap int    `json:"max_new_tokens_cap"`
-	MaxQueryChars   int    `json:"max_query_chars"`
+	Model      string `json:"model"`       // "LocateAnything-3B"
+	Backend    string `json:"backend"`     // "cpu", "ttnn"
+	Device     string `json:"device"`      // human description of the device
+	DecodeMode string `json:"decode_mode"` // ar_greedy_trace | ar_greedy
+	// GenerationModes are the modes this model can decode in (hybrid needs the block
+	// token ids in its config.json); nil from an engine that does not say.
+	GenerationModes []GenerationMode `json:"generation_modes,omitempty"`
+	Precision       string           `json:"precision"`
+	WeightsDir      string           `json:"weights_dir"`
+	WeightsRepo     string           `json:"weights_repo"`
+	WeightsRevision string           `json:"weights_revision"`
+	CanonicalGrid   [2]int           `json:"canonical_grid"` // [h, w]; [0, 0] = native grid per image
+	InTokenLimit    int              `json:"in_token_limit"`
+	MaxSeqLen       int              `json:"max_seq_len"`
+	MaxNewTokens    int              `json:"max_new_tokens"`
+	MaxNewTokensCap int              `json:"max_new_tokens_cap"`
+	MaxQueryChars   int              `json:"max_query_chars"`
 }
 
 // Codes of InputError. Each is a permanent failure of the request: retrying cannot help.

@@ -104,6 +104,15 @@ func (s *Server) handleInfo(w http.ResponseWriter, _ *http.Request) {
 	s.writeJSON(w, http.StatusOK, s.info(st.info))
 }
 
+// offeredModes are the generation modes the engine can decode in; every mode when the
+// engine does not say (a test double).
+func offeredModes(in engine.Info) []engine.GenerationMode {
+	if in.GenerationModes != nil {
+		return in.GenerationModes
+	}
+	return engine.GenerationModes
+}
+
 func (s *Server) info(in engine.Info) infoBody {
 	lim := limitsFor(in)
 	body := infoBody{
@@ -115,7 +124,7 @@ func (s *Server) info(in engine.Info) infoBody {
 		Hardware:        in.Device,
 		DecodeMode:      in.DecodeMode,
 		GenerationMode:  s.opts.GenerationMode,
-		GenerationModes: engine.GenerationModes,
+		GenerationModes: offeredModes(in),
 		Precision:       in.Precision,
 		Weights: weightsInfo{
 			Repo: in.WeightsRepo, Revision: in.WeightsRevision,

@@ -115,7 +115,9 @@ type JobTiming struct {
 
 // Answer is the model's answer as a result carries it: the fields of the /predict
 // response with the same keys and meaning, less the inline overlay (a job's overlay is a
-// stored file, Result.OverlayURL) and the timing (Result.TimingMS has the job's stages).
+// stored file, Result.OverlayURL) and the timing (Result.TimingMS has the job's stages),
+// plus generation_mode, and decode_steps for every answer (/predict writes it only for
+// hybrid ones, to keep the upstream bytes of the others).
 type Answer struct {
 	Query              string             `json:"query"`
 	Width              int                `json:"width"`

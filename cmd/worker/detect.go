@@ -68,7 +68,7 @@ func detectFlags(o *detectOptions) *flag.FlagSet {
 	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "detect, ground, ground_one, point, text or region")
 	fs.IntVar(&o.maxNew, "max-new-tokens", 128, "token budget")
 	fs.StringVar(&o.mode, "generation-mode", string(engine.GenerationAR),
-		"`MODE`: ar (one token per step) or hybrid (parallel box decoding: a whole box per step when the model is sure)")
+		"decode in `MODE`: ar (one token per step) or hybrid (parallel box decoding: a whole box per step when the model is sure)")
 	fs.IntVar(&o.inTokenLimit, "in-token-limit", 0, "most image patches before the image is shrunk (0 = the checkpoint's)")
 	fs.StringVar(&o.grid, "grid", "native", "vision grid: native, or `HxW` in 14-px patches (even sides)")
 	fs.StringVar(&o.overlay, "overlay", "", "write the overlay PNG to `FILE`")

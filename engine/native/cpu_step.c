@@ -339,7 +339,7 @@ static int before(const cpu_step_top *a, const cpu_step_top *b) {
 /* top_slice keeps, per output row, the k best ids of the thread's slice in rank order.
  * Ranking needs each id's float32 probability, but an id whose logit is more than 1e-6
  * below the lowest logit kept has a probability at least 1e-6 (relative) below every kept
- * one (p is e^l scaled: a ratio of e^-1e-6 before rounding, more than ten float ulps),
+ * one (p is e^l scaled: a ratio of e^-1e-6 before rounding, eight float ulps or more),
  * so it can not enter and its e^x is skipped. Ties in probability (equal logits, or
  * logits a rounding apart) are then ranked by id exactly. Below the smallest normal float
  * the rounding is absolute, so there nothing is skipped. */
@@ -356,9 +356,9 @@ static void top_slice(void *arg, int thread, int nthreads) {
         const double sum = p->part_sum[o];
         cpu_step_top *top = p->part_top + ((size_t)thread * R + o) * LA_STEP_MAX_K;
         int n = 0;
-        double floor_logit = -INFINITY; /* below it an id can not enter (when n == k) */
+        float floor_logit = -INFINITY; /* below it an id can not enter (when n == k) */
         for (int i = lo; i < hi; i++) {
-            if (n == k && (double)row[i] < floor_logit)
+            if (row[i] < floor_logit)
                 continue;
             cpu_step_top c = {prob_of(row[i], m, sum), row[i], i};
             if (n == k && !before(&c, &top[k - 1]))
@@ -367,11 +367,15 @@ static void top_slice(void *arg, int thread, int nthreads) {
             for (; j > 0 && before(&c, &top[j - 1]); j--)
                 top[j] = top[j - 1];
             top[j] = c;
-            if (n == k) {
+            if (n == k && top[k - 1].p >= FLT_MIN) {
                 float lowest = top[0].logit;
                 for (int a = 1; a < k; a++)
                     lowest = top[a].logit < lowest ? top[a].logit : lowest;
-                floor_logit = top[k - 1].p >= FLT_MIN ? (double)lowest - 1e-6 : -INFINITY;
+                /* lowest - 1e-6, rounded down to a float so that the test stays safe */
+                const double below = (double)lowest - 1e-6;
+                floor_logit = (float)below;
+                if ((double)floor_logit > below)
+                    floor_logit = nextafterf(floor_logit, -INFINITY);
             }
         }
         p->part_n[thread * R + o] = n;

@@ -485,7 +485,7 @@ func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []eng
 		if s.Slot < 0 || s.Slot >= b.maxBatch {
 			return fmt.Errorf("native %s: step: slot %d out of range 0..%d", b.name, s.Slot, b.maxBatch-1)
 		}
-		if len(s.Pending)+len(s.Block) > engine.StepMaxRows || (s.Block == nil && len(s.Pending) == 0) {
+		if len(s.Pending)+len(s.Block) > engine.StepMaxRows || (len(s.Block) == 0 && len(s.Pending) == 0) {
 			return fmt.Errorf("native %s: step: slot %d: %d pending and %d block tokens (1..%d in all, a row without a block needs a pending token)",
 				b.name, s.Slot, len(s.Pending), len(s.Block), engine.StepMaxRows)
 		}

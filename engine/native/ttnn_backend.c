@@ -633,7 +633,7 @@ static int check_step(const la_engine *e, int n, const la_step_slot *slots,
             if (slots[j].slot == s)
                 return la_errorf(err, errlen, "step: slot %d appears twice", s);
         int np = sl->n_pending, nb = sl->n_block;
-        if (np < 0 || nb < 0 || np + nb < 1 || np + nb > LA_STEP_MAX_ROWS || (nb == 0 && np == 0))
+        if (np < 0 || nb < 0 || np + nb < 1 || np + nb > LA_STEP_MAX_ROWS)
             return la_errorf(err, errlen, "step: slot %d: %d pending and %d block tokens, want "
                              "1..%d in all", s, np, nb, LA_STEP_MAX_ROWS);
         /* L' = what the slot holds once its pending tokens are in; the block's last row

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"unsafe"
@@ -605,4 +606,52 @@ func TestTTNNStepMatchesCPUStep(t *testing.T) {
 		}
 	}
 	t.Logf("%d scenes in pairs: %d steps, %d rows the same on both backends", n, steps, rows)
+}
+
+// cannedStepAdapter answers every step with the same rows, computing nothing: what is left
+// to time is the bridge (argument lists, the GIL, checking every row).
+const cannedStepAdapter = `
+def open(config): return {}
+def vision(h, p, gh, gw): pass
+def prefill(h, slot, ids, want_prob): return 7, None
+def decode(h, slots, tokens, want_prob): return tokens, None
+def step(h, slots, pending, blocks, k, watch):
+    row = (list(range(k)), [0.5] + [0.5 / k] * (k - 1), [0.0] * len(watch))
+    return [row] * sum(len(b) or 1 for b in blocks)
+def release(h, slot): pass
+def reset(h): pass
+def close(h): pass
+`
+
+// BenchmarkTTNNBridgeStepCall is the bridge's cost of one hybrid step into an adapter that
+// computes nothing: slots of six pending tokens and a block of six, k 5, six watched ids
+// (what the pipeline asks), for 1 and 8 slots.
+func BenchmarkTTNNBridgeStepCall(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "la_bench_step.py"), []byte(cannedStepAdapter), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	m := openModel(b, tinyCheckpoint{dtype: checkpoint.F32}.write(b))
+	watch := []int32{10, 11, 12, 13, 14, 15}
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("slots=%d", n), func(b *testing.B) {
+			be := openTTNN(b, m, Options{MaxBatch: n, MaxSeqLen: 1 << 30, BackendOptions: adapterOptions("la_bench_step", dir)})
+			var slots []engine.StepSlot
+			for i := range n {
+				if err := be.PrefillCache(i, []int32{1}); err != nil {
+					b.Fatal(err)
+				}
+				slots = append(slots, engine.StepSlot{Slot: i, Pending: make([]int32, 6), Block: make([]int32, 6)})
+			}
+			rows := engine.NewStepRows(engine.StepRows(slots), 5, len(watch))
+			b.ResetTimer()
+			for b.Loop() {
+				if err := be.Step(slots, 5, watch, rows); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -455,6 +455,9 @@ func TestCheckpointWithoutBlockTokensRefusesHybrid(t *testing.T) {
 		}
 	}
 	p := openPipeline(t, OpenOptions{WeightsDir: dir, InTokenLimit: 64})
+	if got := p.Info().GenerationModes; !slices.Equal(got, []engine.GenerationMode{engine.GenerationAR}) {
+		t.Errorf("Info().GenerationModes = %v, want only ar (what /info offers)", got)
+	}
 	img := testPNG(t)
 	if _, err := p.Prepare(context.Background(), engine.Request{Image: img, Query: "red circle"}); err != nil {
 		t.Errorf("AR: %v", err)

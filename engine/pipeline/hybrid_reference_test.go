@@ -142,10 +142,14 @@ func firstDifference(run *golden.Run, got []int32) int {
 // The block-trained test model on the 96 held-out scenes (every path: labels, whole
 // boxes, negatives, points, abnormal coordinates finished one token at a time, the end,
 // and end blocks read as boxes): every scene's tokens are the reference's, except where
-// the reference's own decision was within the agreement tolerance; those are counted.
+// the reference's own decision was within the agreement tolerance; those are counted. In
+// AR mode every scene's tokens are the reference's slow mode's.
 func TestHybridMatchesReferenceOnTheBlockModel(t *testing.T) {
 	f := loadGolden(t, "tiny-shapes-blocks.json")
 	p := openPipeline(t, OpenOptions{WeightsDir: blocksDir, InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64})
+	if got := p.Info().GenerationModes; !slices.Equal(got, engine.GenerationModes) {
+		t.Errorf("Info().GenerationModes = %v, want %v", got, engine.GenerationModes)
+	}
 	same, close, compared := 0, 0, 0
 	worst := 0.0
 	types := map[blockdecode.Type]int{}
@@ -194,6 +198,20 @@ func TestHybridMatchesReferenceOnTheBlockModel(t *testing.T) {
 	t.Logf("%d token probabilities compared, the largest difference %.3g", compared, worst)
 	if compared < 1000 || worst > 1e-4 {
 		t.Errorf("%d token probabilities compared, the largest difference %.3g, want at most 1e-4", compared, worst)
+	}
+	// And AR mode is the reference's slow mode, scene for scene: the baseline the
+	// benchmark compares hybrid with.
+	for i := range f.Runs {
+		run := &f.Runs[i]
+		prep := prepareRun(t, p, run)
+		prep.GenerationMode = engine.GenerationAR
+		pred, err := p.Generate(context.Background(), prep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(pred.Tokens, run.SlowTokens) || pred.GenerationMode != engine.GenerationAR {
+			t.Errorf("%s in AR mode (%s):\n got %v\nwant %v", run.Case, pred.GenerationMode, pred.Tokens, run.SlowTokens)
+		}
 	}
 	for _, ty := range []blockdecode.Type{blockdecode.TypeCoordBox, blockdecode.TypeErrorBox, blockdecode.TypeCoordAR,
 		blockdecode.TypeBoxEndAR, blockdecode.TypeRefObject, blockdecode.TypeEmptyBox, blockdecode.TypeIMEnd} {

@@ -61,6 +61,10 @@ var _ engine.Batcher = (*Pipeline)(nil)
 // ErrNoFreeSlot is Start's error when MaxBatch sequences are already running.
 var ErrNoFreeSlot = errors.New("no free sequence slot")
 
+// errNoHybrid is a hybrid sequence on a Pipeline without the block tokens, which Prepare
+// refuses.
+var errNoHybrid = errors.New("hybrid decoding: the model has no block token ids")
+
 // New builds a Pipeline. closers run after the backend is closed (the checkpoint's mapping,
 // say).
 func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func() error) (*Pipeline, error) {
@@ -88,6 +92,7 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 	if cfg.GenerationMode != "" && !cfg.GenerationMode.Valid() {
 		return nil, fmt.Errorf("generation mode %q is not one of %v", cfg.GenerationMode, engine.GenerationModes)
 	}
+	cfg.Info.GenerationModes = []engine.GenerationMode{engine.GenerationAR}
 	p := &Pipeline{backend: b, tok: tok, cfg: cfg, closers: closers, png: overlay.NewEncoder(),
 		used: make([]bool, b.MaxBatch()), st: stepper{eos: cfg.EOS}}
 	if cfg.Hybrid != nil {
@@ -95,6 +100,7 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 			return nil, fmt.Errorf("hybrid decoding's <|im_end|> is %d, the EOS %d", cfg.Hybrid.IMEnd, cfg.EOS)
 		}
 		p.hy = newBlockStepper(cfg.Hybrid)
+		p.cfg.Info.GenerationModes = []engine.GenerationMode{engine.GenerationAR, engine.GenerationHybrid}
 	} else if cfg.GenerationMode == engine.GenerationHybrid {
 		return nil, fmt.Errorf("generation mode hybrid by default, but the model cannot decode in hybrid mode: %w",
 			cmp.Or(cfg.NoHybrid, errors.New("no token ids for it")))
@@ -228,7 +234,7 @@ func (p *Pipeline) Generate(ctx context.Context, prep *engine.Prepared) (*engine
 	var s *engine.Sequence
 	if prep.GenerationMode == engine.GenerationHybrid {
 		if p.hy == nil {
-			return nil, fmt.Errorf("hybrid decoding: the model has no token ids for it")
+			return nil, errNoHybrid
 		}
 		s, err = alone(ctx, p.backend, prep, slot, func() (*engine.Sequence, error) {
 			return startHybrid(p.backend, prep, slot)
@@ -253,7 +259,7 @@ func (p *Pipeline) Start(prep *engine.Prepared) (*engine.Sequence, error) {
 	case prep.GenerationMode != engine.GenerationHybrid:
 		s, err = start(p.backend, prep, slot, p.cfg.EOS)
 	case p.hy == nil:
-		err = fmt.Errorf("hybrid decoding: the model has no token ids for it")
+		err = errNoHybrid
 	default:
 		s, err = startHybrid(p.backend, prep, slot)
 	}
@@ -288,7 +294,7 @@ func (p *Pipeline) Step(seqs []*engine.Sequence) error {
 	}
 	if len(hy) > 0 {
 		if p.hy == nil {
-			return fmt.Errorf("hybrid decoding: the model has no token ids for it")
+			return errNoHybrid
 		}
 		return p.hy.step(p.backend, hy)
 	}

@@ -87,7 +87,7 @@ func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []eng
 		s := &b.slots[ss.Slot]
 		s.pos += len(ss.Pending)
 		s.next += len(ss.Pending) // the answer index of position L', the first row's target
-		if ss.Block == nil {
+		if len(ss.Block) == 0 {
 			b.answerRow(s, s.next, false, k, watch, rows[r])
 			r++
 			continue
@@ -135,7 +135,7 @@ func (b *Backend) checkStep(slots []engine.StepSlot, k int, watch []int32, rows 
 		switch {
 		case !s.live || !s.hybrid:
 			return 0, fmt.Errorf("sim: step: slot %d is not live in hybrid mode (prefill cache it first)", ss.Slot)
-		case np+nb < 1 || np+nb > engine.StepMaxRows || (ss.Block == nil && np == 0):
+		case np+nb < 1 || np+nb > engine.StepMaxRows || (len(ss.Block) == 0 && np == 0):
 			return 0, fmt.Errorf("sim: step: slot %d: %d pending and %d block tokens (1..%d in all, a row without a block needs a pending token)",
 				ss.Slot, np, nb, engine.StepMaxRows)
 		case held > b.o.MaxSeqLen || held-1+nb > b.o.MaxSeqLen:
@@ -191,7 +191,8 @@ func (s *slot) unitEnd(i int, t *blockdecode.Tokens) int {
 // a box the model finishes one token at a time, or -1.
 func (b *Backend) doubtfulRow(s *slot, i int) int {
 	t := b.block
-	if s.planned(i, b.o.EOS) != t.BoxStart || i+5 >= len(s.plan) || s.plan[i+5] != t.BoxEnd {
+	if s.planned(i, b.o.EOS) != t.BoxStart || i+5 >= len(s.plan) || s.plan[i+5] != t.BoxEnd ||
+		slices.ContainsFunc(s.plan[i+1:i+5], func(id int32) bool { return !t.IsCoord(id) }) {
 		return -1 // not a four-coordinate box: points and negatives are always read whole
 	}
 	r := rng{state: s.image ^ uint64(i)*0x9e3779b97f4a7c15 ^ 0x5851f42d4c957f2d}

@@ -407,3 +407,20 @@ func TestHybridMisuseFailsLikeTheChip(t *testing.T) {
 		t.Errorf("step of an AR slot: %v", err)
 	}
 }
+
+// TestHybridIsDeterministic: the same request gives the same steps (which boxes fall back
+// included) on another simulated chip; another image gives another answer.
+func TestHybridIsDeterministic(t *testing.T) {
+	ids := blockIDs(t)
+	run := func(seed uint64) *hybridSeq {
+		f := newFixture(t, zeroCosts, 1)
+		return f.hybridAlone(t, ids, f.newRequest(t, seed, engine.TaskDetect, "person</c>car</c>dog</c>cat"), 400)
+	}
+	a, b := run(7), run(7)
+	if !slices.Equal(a.tokens, b.tokens) || !slices.Equal(a.probs, b.probs) || !slices.Equal(a.types, b.types) {
+		t.Fatalf("the same request twice:\n%v %v\n%v %v", a.tokens, a.types, b.tokens, b.types)
+	}
+	if c := run(8); slices.Equal(a.tokens, c.tokens) {
+		t.Fatal("another image gave the same answer")
+	}
+}

@@ -8,8 +8,10 @@
 //
 // Its answers are deterministic and well formed: it reads the task and query back from the
 // prompt ids, hashes the image patches it was given, and answers one <ref> and a few boxes
-// per category (docs/sim.md, "Answers"), one token per decode step, then EOS. A sequence's
-// tokens depend only on its own image and prompt, never on what it is batched with.
+// per category (docs/sim.md, "Answers"), one token per decode step, then EOS; in hybrid
+// mode (PrefillCache, Step: hybrid.go) the same answer a unit per block step, as a model
+// trained for parallel box decoding gives it. A sequence's tokens depend only on its own
+// image and prompt, never on what it is batched with.
 //
 // Operators use it to load-test NATS, storage and autoscaling at chip rates; the tests and
 // `worker loadtest` use it to prove and measure the pipeline.

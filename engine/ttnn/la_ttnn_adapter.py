@@ -41,14 +41,28 @@ without ttnn). On the host it needs PYTHONPATH to hold tt-metal's tree
 (locate_anything.tt.model_la / .vision), and the python_site option (LA_PYTHON_SITE) to
 name the tt-metal virtual environment's site-packages.
 
+Parallel box decoding (docs/ttnn-backend.md, "Hybrid steps on the chip"): step() runs a
+slot's one-token rows through the decode path above (each pending token a decode step at
+its position) and a slot's block as one masked prefill of the slot's whole committed
+sequence (prompt with its image rows, then every generated token) followed by the block:
+the committed rows causal, so their keys and values rewrite the slot's pages with what a
+prefill gives them; the block at the next 32-row tile, at positions L'-1.., under the
+step mask, its keys and values landing on the slot's unused pages beyond L' and
+overwritten by later tokens before anything reads them. The masked prefill needs two
+things of the port that stock tt_transformers lacks (explicit RoPE positions and an
+attention mask in prefill); open() checks for them, and without them a block step fails
+with a clear error while AR decoding works as before.
+
 Protocol (engine/native/ttnn_backend.c):
     open(config) -> handle; vision(handle, patches, grid_h, grid_w);
     prefill(handle, slot, ids, want_prob) -> (token, prob | None);
     decode(handle, slots, tokens, want_prob) -> (next, probs | None);
+    step(handle, slots, pending, blocks, k, watch) -> [(top_ids, top_probs, watch_probs)];
     release(handle, slot); reset(handle); close(handle); logits(handle, row)
 """
 
 import dataclasses
+import inspect
 import os
 import random
 import sys
@@ -62,6 +76,12 @@ PRECISIONS = ("accuracy", "bfp8attn")
 # attention skip a user whose position is -1; its token only has to be a valid id.
 IDLE_TOKEN = 0
 IDLE_POSITION = -1
+
+# Limits of one step call (la_backend.h's LA_STEP_MAX_*).
+STEP_MAX_ROWS = 16
+STEP_MAX_K = 8
+STEP_MAX_WATCH = 16
+TILE = 32  # rows of a device tile: a block step's rows start on one, so one tile holds them
 
 # The exit status when the device can be neither used nor closed (a trace capture may be
 # open: closing the mesh then hangs). 70 is EX_SOFTWARE; the worker's supervisor restarts it.
@@ -296,6 +316,94 @@ def warmup_prompt(settings, n_image, text_tokens=27):
     return ids
 
 
+def check_step(s, live, pos, slots, pending, blocks, k, watch):
+    """Refuses a step la_backend.h does not allow (the bridge has checked the same; this
+    module is also called directly). s: Settings; live, pos: the slots' state."""
+    if not 1 <= len(slots) <= s.max_batch or len(pending) != len(slots) or len(blocks) != len(slots):
+        raise ValueError(f"{len(slots)} slots, {len(pending)} pending lists and {len(blocks)} blocks: "
+                         f"want 1..{s.max_batch} of each, as many")
+    if len(set(slots)) != len(slots):
+        raise ValueError(f"slots {slots} repeat a slot")
+    if not 1 <= k <= STEP_MAX_K or len(watch) > STEP_MAX_WATCH:
+        raise ValueError(f"k {k} (1..{STEP_MAX_K}) and {len(watch)} watched ids (at most {STEP_MAX_WATCH})")
+    for slot, p, b in zip(slots, pending, blocks):
+        if not 0 <= slot < s.max_batch:
+            raise ValueError(f"slot {slot} out of range 0..{s.max_batch - 1}")
+        if not live[slot]:
+            raise ValueError(f"slot {slot} is free: step before prefill")
+        if len(p) + len(b) > STEP_MAX_ROWS or not (p or b):
+            raise ValueError(f"slot {slot}: {len(p)} pending and {len(b)} block tokens, want 1..{STEP_MAX_ROWS} "
+                             "in all (a row without a block needs a pending token)")
+        held = pos[slot] + len(p)
+        if held > s.max_seq_len or held - 1 + len(b) > s.max_seq_len:
+            raise ValueError(f"slot {slot} is full: {pos[slot]} positions, {len(p)} pending and a block of {len(b)}, "
+                             f"max_seq_len {s.max_seq_len}")
+    for t in [t for p in pending for t in p] + [t for b in blocks for t in b] + list(watch):
+        if not 0 <= t < s.vocab:
+            raise ValueError(f"token {t} outside the vocabulary of {s.vocab}")
+
+
+def block_layout(held, n_block, tile=TILE):
+    """Where a block step puts its rows in the masked prefill of a slot holding held
+    committed tokens: the committed rows at 0..held-1, filler rows up to the next tile
+    boundary, the block's rows from there (one tile holds them all, since n_block <=
+    STEP_MAX_ROWS < tile). Returns (start, positions): the block's first row and each row's
+    RoPE position (committed: its own; filler: held - 1, never read; block row i: held - 1 + i)."""
+    start = -(-held // tile) * tile
+    positions = list(range(held)) + [held - 1] * (start - held) + [held - 1 + i for i in range(n_block)]
+    return start, positions
+
+
+def step_mask(np, held, start, n_block, n_rows):
+    """The masked prefill's attention mask, bool [n_rows, n_rows] (True: may read), for the
+    layout of block_layout: committed rows causal; filler rows read only themselves (nobody
+    reads them); block rows read every committed row but the last (block row 0 stands in
+    for it, at its position) and the whole block both ways; rows past the block (the
+    prefill's padding) causal over the committed rows and themselves."""
+    allowed = np.zeros((n_rows, n_rows), dtype=bool)
+    allowed[:held, :held] = np.tril(np.ones((held, held), dtype=bool))
+    for r in range(held, start):
+        allowed[r, r] = True
+    end = start + n_block
+    allowed[start:end, :held - 1] = True
+    allowed[start:end, start:end] = True
+    for r in range(end, n_rows):
+        allowed[r, :held] = True
+        allowed[r, r] = True
+    return allowed
+
+
+def ranked(np, row, k, watch):
+    """(top_ids, top_probs, watch_probs) of a float32 logits row: the float32 softmax over
+    the vocabulary, its k largest probabilities, largest first with equal ones in ascending
+    id order, and the probabilities of the watched ids (docs/hybrid-decoding.md)."""
+    z = row.astype(np.float32)
+    e = np.exp(z - z.max())
+    probs = e / e.sum(dtype=np.float32)
+    top = np.argsort(-probs, kind="stable")[:k]
+    return [int(i) for i in top], [float(probs[i]) for i in top], [float(probs[i]) for i in watch]
+
+
+def masked_prefill_support(model):
+    """None when the port's model can run a masked prefill at explicit positions
+    (prepare_inputs_prefill_embeds takes positions=, ttnn_prefill_forward takes attn_mask=),
+    else what is missing."""
+    missing = []
+    for method, arg in (("prepare_inputs_prefill_embeds", "positions"), ("ttnn_prefill_forward", "attn_mask")):
+        fn = getattr(model, method, None)
+        try:
+            params = inspect.signature(fn).parameters if fn else {}
+        except (TypeError, ValueError):
+            params = {}
+        if arg not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            missing.append(f"{method}({arg}=...)")
+    if not missing:
+        return None
+    return ("the LocateAnything port's model has no masked prefill (" + ", ".join(missing) + "): block steps of "
+            "parallel box decoding need it (docs/ttnn-backend.md, \"Hybrid steps on the chip\"); AR decoding "
+            "is unaffected")
+
+
 # ---------------------------------------------------------------------------------------
 # device (validated only on hardware)
 # ---------------------------------------------------------------------------------------
@@ -328,6 +436,14 @@ def _import_device_stack():
                  Mode=Mode, Generator=Generator, DecodersPrecision=DecodersPrecision,
                  MathFidelitySetting=MathFidelitySetting, ModelArgs=ModelArgs, ModelOptimizations=ModelOptimizations,
                  OpGroup=OpGroup, LATransformer=LATransformer, MoonViT=MoonViT, FusedConfig=FusedConfig)
+
+
+@dataclasses.dataclass
+class SlotHistory:
+    """A live slot's committed ids and the image embeddings its prompt was given."""
+
+    ids: list
+    image: object  # host tensor [n, hidden], or None for a prompt without image tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -460,6 +576,9 @@ class Engine:
                                      paged_attention_config=self.paged)
         del state_dict
         self.kv_cache = [layer.attention.layer_past for layer in self.model.layers]
+        self.block_support = masked_prefill_support(self.model)  # None: block steps can run
+        if self.block_support:
+            log(self.block_support)
         self.generator = x.Generator([self.model], [self.args], self.mesh)
         self.page_table = torch.tensor(page_rows(s.max_batch), dtype=torch.int32)  # [max_batch, blocks per user]
         hf = self.args.cached_hf_model
@@ -502,6 +621,8 @@ class Engine:
                 tokens, _ = self.decode(slots, tokens, False)
             if s.max_batch > 1:
                 self.decode(slots[:1], tokens[:1], False)
+            if self.block_support is None:  # compile the masked prefill of a block step too
+                self.step(slots[:1], [[]], [[tokens[0]] * 6], 1, [])
             self.reset()
             log(f"Warmup run {i + 1}/{s.warmup_runs}: {time.perf_counter() - t0:.1f}s")
         log("Warmup complete")
@@ -512,6 +633,9 @@ class Engine:
         n = self.s.max_batch
         self.live = [False] * n
         self.pos = [0] * n  # positions each slot holds: prompt and decoded tokens
+        # What each live slot holds, for a block step's masked prefill of the whole
+        # sequence: its committed ids (prompt, then generated) and its image embeddings.
+        self.history = [None] * n
         self.image = None
         self.last_logits = []  # numpy float32 [vocab] per row of the last step
         self.batch_changed = True  # a slot started or ended since the last decode
@@ -531,6 +655,7 @@ class Engine:
             self.batch_changed = True
         self.live[slot] = False
         self.pos[slot] = 0
+        self.history[slot] = None
 
     def logits(self, row):
         if not 0 <= row < len(self.last_logits):
@@ -613,6 +738,7 @@ class Engine:
         row = self._vocab_row(logits)
 
         self.live[slot], self.pos[slot] = True, len(ids)
+        self.history[slot] = SlotHistory(ids=list(ids), image=self.image)
         self.image = None  # consumed: the next prefill needs its own vision call
         self.batch_changed = True
         self.last_logits = [row]
@@ -654,11 +780,95 @@ class Engine:
         rows = self._decode_users(user_tokens, positions)
 
         picked = [rows[slot] for slot in slots]
-        for slot in slots:
+        for slot, token in zip(slots, tokens):
             self.pos[slot] += 1
+            self.history[slot].ids.append(token)
         self.last_logits = picked
         nxt = [greedy(r) for r in picked]
         return nxt, self._answer(picked, nxt, want_prob)
+
+    # --- step: parallel box decoding ------------------------------------------------------
+
+    def step(self, slots, pending, blocks, k, watch):
+        """One step for distinct live slots (the protocol's step). A slot without a block
+        appends its pending tokens through the decode path, one decode call per pending
+        index for all such slots together, and its row is its last one's; a slot with a
+        block takes the pending tokens into its history and runs the block (_block_rows)."""
+        self._usable()
+        slots = [int(v) for v in slots]
+        pending = [[int(t) for t in p] for p in pending]
+        blocks = [[int(t) for t in b] for b in blocks]
+        watch, k = [int(t) for t in watch], int(k)
+        check_step(self.s, self.live, self.pos, slots, pending, blocks, k, watch)
+        if self.block_support and any(blocks):
+            raise RuntimeError(self.block_support)
+        for slot, p, b in zip(slots, pending, blocks):
+            held = self.pos[slot] + len(p)
+            if b and block_layout(held, len(b))[0] + len(b) > len(self.page_table[slot]) * PAGE_BLOCK_SIZE:
+                raise ValueError(f"slot {slot}: a block after {held} positions needs room to the next {TILE}-row tile "
+                                 f"and {len(b)} more, beyond the slot's {len(self.page_table[slot]) * PAGE_BLOCK_SIZE} "
+                                 "positions of the KV pool")
+        out = {}
+        one_token = [(slot, p) for slot, p, b in zip(slots, pending, blocks) if not b]
+        for j in range(max((len(p) for _, p in one_token), default=0)):
+            users = [(slot, p[j]) for slot, p in one_token if j < len(p)]
+            tokens, positions = [IDLE_TOKEN] * self.s.max_batch, [IDLE_POSITION] * self.s.max_batch
+            for slot, token in users:
+                tokens[slot], positions[slot] = token, self.pos[slot]
+            rows = self._decode_users(tokens, positions)
+            for slot, token in users:
+                self.pos[slot] += 1
+                self.history[slot].ids.append(token)
+                out[slot] = [rows[slot]]
+        for slot, p, b in zip(slots, pending, blocks):
+            if b:
+                self.history[slot].ids.extend(p)
+                self.pos[slot] += len(p)
+                out[slot] = self._block_rows(slot, b)
+        self.last_logits = [r for slot in slots for r in out[slot]]
+        return [ranked(self.x.np, r, k, watch) for r in self.last_logits]
+
+    def _block_rows(self, slot, block):
+        """The block's logits rows (float32 numpy [vocab] each): one masked prefill of the
+        slot's committed sequence and the block (block_layout, step_mask) into the slot's
+        own pages, on the path prefill uses, with the block's positions and the mask."""
+        s, x = self.s, self.x
+        torch = x.torch
+        h = self.history[slot]
+        held = len(h.ids)
+        start, positions = block_layout(held, len(block))
+        ids = h.ids + [self.pad_id] * (start - held) + list(block)
+        input_ids = torch.tensor([ids], dtype=torch.int64)
+        text = torch.nn.functional.embedding(input_ids, self.embed).to(torch.float32)
+        embeds = text if h.image is None else x.merge_vision_tokens(input_ids, text, h.image, _MergeConfig(s.image_token_id))
+        padded, _, _ = x.preprocess_inputs_prefill(
+            [embeds[0]], self.args, torch.ones_like(input_ids), pad_embedding=self.embed[self.pad_id].to(torch.float32))
+        n = int(padded[0].shape[0])
+        if n > self.max_prefill:
+            raise ValueError(f"a block after {held} positions pads to {n} rows, beyond the model's "
+                             f"max_prefill_chunk_size {self.max_prefill}")
+        positions = positions + list(range(len(positions), n))  # the padding rows: never read
+        allowed = step_mask(x.np, held, start, len(block), n)
+        mask = torch.tensor(x.np.where(allowed, 0.0, float("-inf")).astype(x.np.float32)).reshape(1, 1, n, n)
+        user_table = self.page_table[slot:slot + 1, :blocks_for(start + len(block))]
+        self.model.switch_mode(x.Mode.PREFILL)
+        try:
+            emb, rot, tt_table, _ = self.model.prepare_inputs_prefill_embeds(
+                padded[0].unsqueeze(0).to(torch.float32), start_pos=0, page_table=user_table, last_token_idx=start,
+                positions=torch.tensor(positions, dtype=torch.int64))
+            out = self.model.ttnn_prefill_forward(emb, rot_mats_global=rot, rot_mats_local=None, user_id=0,
+                                                  page_table=tt_table, get_last_token=start, kv_cache=self.kv_cache,
+                                                  attn_mask=mask)
+            tile = out.cpu()  # the TILE rows from start: the block's first
+            rows = [self._vocab_row(self.model.process_output_prefill(tile, last_token_idx=i)) for i in range(len(block))]
+            x.ttnn.deallocate(out)
+            x.ttnn.deallocate(emb)
+            if tt_table is not None:
+                x.ttnn.deallocate(tt_table)
+        finally:
+            if hasattr(self.generator, "mode"):
+                self.generator.mode = "prefill"  # as after prefill: the next decode re-enters decode mode
+        return rows
 
     def _decode_users(self, user_tokens, positions):
         """One Generator decode step over all max_batch users; the logits row of each user,
@@ -764,6 +974,10 @@ def reset(handle):
 
 def close(handle):
     handle.close()
+
+
+def step(handle, slots, pending, blocks, k, watch):
+    return handle.step(slots, pending, blocks, k, watch)
 
 
 def logits(handle, row):

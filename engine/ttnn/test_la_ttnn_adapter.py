@@ -5,7 +5,9 @@ against fakes of ttnn and the tt_transformers objects (fake_stack below) that ch
 calls it makes: a page-table row and a position per user, the decode trace captured at the
 batch size and released before the mesh closes, TT_FUSED=0 before MoonViT is built, the
 refusal of prompts past max_prefill_chunk_size, the vocabulary check, the Generator's
-mode reset after a prefill.
+mode reset after a prefill; and the block step of parallel box decoding (its layout, mask
+and positions, one-token rows on the decode path, the clear error of a port without a
+masked prefill).
 Run: cd engine/ttnn && /usr/bin/python3 -m unittest -v (engine/native's Go tests run them too).
 Needs only Debian's python3-numpy; the fakes stand in for torch too."""
 
@@ -218,7 +220,7 @@ class PageTableTest(unittest.TestCase):
 
 class ProtocolTest(unittest.TestCase):
     def test_surface(self):
-        for name in ("open", "vision", "prefill", "decode", "release", "reset", "close", "logits"):
+        for name in ("open", "vision", "prefill", "decode", "step", "release", "reset", "close", "logits"):
             self.assertTrue(callable(getattr(A, name)), name)
 
     def test_warmup_prompt_is_shaped_like_a_request(self):
@@ -239,12 +241,14 @@ class ProtocolTest(unittest.TestCase):
         A.vision(h, b"p", 2, 4)
         self.assertEqual(A.prefill(h, 1, [1, 2], True), 7)
         self.assertEqual(A.decode(h, [0, 1], [3, 4], False), 7)
+        self.assertEqual(A.step(h, [0], [[3]], [[]], 2, [5]), 7)
         A.release(h, 1)
         self.assertEqual(A.logits(h, 0), 7)
         A.reset(h)
         A.close(h)
         self.assertEqual(calls, [("vision", (b"p", 2, 4)), ("prefill", (1, [1, 2], True)),
-                                 ("decode", ([0, 1], [3, 4], False)), ("release", (1,)), ("logits", (0,)),
+                                 ("decode", ([0, 1], [3, 4], False)), ("step", ([0], [[3]], [[]], 2, [5])),
+                                 ("release", (1,)), ("logits", (0,)),
                                  ("reset", ()), ("close", ())])
 
 # ---------------------------------------------------------------------------------------
@@ -338,8 +342,9 @@ class Chip:
         return [self.blocks[int(table_row[p // A.PAGE_BLOCK_SIZE])][p % A.PAGE_BLOCK_SIZE] for p in range(n)]
 
 
-def fake_stack(chip, fused=True):
-    """A Stack of fakes over chip. fused: the port has locate_anything.tt.fused."""
+def fake_stack(chip, fused=True, masked=False):
+    """A Stack of fakes over chip. fused: the port has locate_anything.tt.fused; masked:
+    its model runs a masked prefill at explicit positions (block steps)."""
 
     class ttnn:
         bfloat8_b, bfloat16 = "bfloat8_b", "bfloat16"
@@ -431,6 +436,43 @@ def fake_stack(chip, fused=True):
             assert last_token_idx == self.pending[2] % 32
             return out
 
+    class MaskedLATransformer(LATransformer):
+        """A port with the masked prefill: row r of the forward peaks at score(the contents
+        of the columns the mask lets it read) + 7 * its position, so a wrong mask, layout
+        or position shows up as a wrong token."""
+
+        def prepare_inputs_prefill_embeds(self, embeds, start_pos, page_table, last_token_idx, positions=None):
+            out = super().prepare_inputs_prefill_embeds(embeds, start_pos, page_table, last_token_idx)
+            self.positions = None if positions is None else np.asarray(positions)
+            return out
+
+        def ttnn_prefill_forward(self, x, rot_mats_global, rot_mats_local, user_id, page_table, get_last_token,
+                                 kv_cache, attn_mask=None):
+            if attn_mask is None:
+                return super().ttnn_prefill_forward(x, rot_mats_global, rot_mats_local, user_id, page_table,
+                                                    get_last_token, kv_cache)
+            embeds, table, start = self.pending
+            n = embeds.shape[1]
+            mask = np.asarray(attn_mask).reshape(n, n)
+            assert get_last_token == start and start % 32 == 0 and self.positions.shape == (n,)
+            contents = [int(round(float(embeds[0, c, 0]))) for c in range(n)]
+            chip.events.append(("masked_prefill", table.tolist(), start, n))
+            row = table[0]
+            for pos in range(min(n, len(row) * A.PAGE_BLOCK_SIZE)):
+                chip.write(row, pos, contents[pos])
+            tile = np.zeros((32, PADDED_VOCAB), np.float32)
+            for i in range(32):
+                r = start + i
+                if r < n:
+                    seen = [contents[c] for c in range(n) if mask[r, c] == 0]
+                    tile[i] = logits_row((score(seen) + 7 * int(self.positions[r])) % VOCAB)
+            return Device(t(tile))
+
+        def process_output_prefill(self, out, last_token_idx):
+            if np.asarray(out).shape == (32, PADDED_VOCAB):  # a block step's tile
+                return t(np.asarray(out)[last_token_idx])
+            return super().process_output_prefill(out, last_token_idx)
+
     class Generator:
         def __init__(self, models, args, mesh):
             self.model, self.mode = models[0], None
@@ -497,7 +539,8 @@ def fake_stack(chip, fused=True):
     return A.Stack(torch=fake_torch, np=np, ttnn=ttnn, PagedAttentionConfig=PagedAttentionConfig,
                    merge_vision_tokens=merge_vision_tokens, preprocess_inputs_prefill=preprocess_inputs_prefill,
                    Mode=Mode, Generator=Generator, DecodersPrecision=precision, MathFidelitySetting=None,
-                   ModelArgs=ModelArgs, ModelOptimizations=None, OpGroup=None, LATransformer=LATransformer,
+                   ModelArgs=ModelArgs, ModelOptimizations=None, OpGroup=None,
+                   LATransformer=MaskedLATransformer if masked else LATransformer,
                    MoonViT=MoonViT, FusedConfig=FusedConfig if fused else None)
 
 
@@ -524,12 +567,12 @@ class DeviceEngineTest(unittest.TestCase):
         os.environ.pop("TT_FUSED", None)
         self.exits = []
 
-    def open(self, batch, chip=None, fused=True, **options):
+    def open(self, batch, chip=None, fused=True, masked=False, **options):
         chip = chip or Chip()
         o = {"canon_grid": f"{GRID[0]}x{GRID[1]}", "warmup_runs": "1", "warmup_decode_steps": "2"}
         o.update(options)
         settings = A.Settings.from_config(config(o, max_batch=batch, max_seq_len=A.PAGE_POOL_BLOCKS // batch * 32))
-        engine = A.Engine(settings, fake_stack(chip, fused), exit_process=self.exits.append)
+        engine = A.Engine(settings, fake_stack(chip, fused, masked), exit_process=self.exits.append)
         self.addCleanup(engine.close)
         return engine, chip
 
@@ -690,6 +733,139 @@ class DeviceEngineTest(unittest.TestCase):
         self.assertEqual(self.exits, [A.EXIT_DEVICE_UNSAFE])
         self.assertNotIn(("close_mesh_device", "mesh"), chip.events)
         self.assertEqual(chip.events[-1][0], "capture_batch", "nothing after the capture began")
+
+
+class StepPartsTest(unittest.TestCase):
+    """The host side of a block step, without a device."""
+
+    def test_block_layout_starts_the_block_on_a_tile(self):
+        self.assertEqual(A.block_layout(64, 6), (64, list(range(64)) + [63, 64, 65, 66, 67, 68]))
+        start, positions = A.block_layout(70, 3)
+        self.assertEqual(start, 96)
+        self.assertEqual(positions[:70], list(range(70)))
+        self.assertEqual(positions[70:96], [69] * 26)
+        self.assertEqual(positions[96:], [69, 70, 71])
+
+    def test_step_mask(self):
+        # 3 committed rows, a filler row, a block of 2 at row 4, a padding row.
+        want = np.array([
+            [1, 0, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0, 0],
+            [1, 1, 1, 0, 0, 0, 0],
+            [0, 0, 0, 1, 0, 0, 0],  # filler: itself only
+            [1, 1, 0, 0, 1, 1, 0],  # block: all committed but the last, the block both ways
+            [1, 1, 0, 0, 1, 1, 0],
+            [1, 1, 1, 0, 0, 0, 1],  # padding
+        ], bool)
+        np.testing.assert_array_equal(A.step_mask(np, 3, 4, 2, 7), want)
+
+    def test_ranked(self):
+        row = np.zeros(8, np.float32)
+        row[[6, 2]] = 3.0
+        ids, probs, watch = A.ranked(np, row, 4, [2, 7])
+        self.assertEqual(ids, [2, 6, 0, 1])
+        self.assertEqual(probs[0], probs[1])
+        self.assertEqual(watch[0], probs[0])
+        self.assertEqual(watch[1], probs[2])
+
+    def test_masked_prefill_support(self):
+        class Stock:
+            def prepare_inputs_prefill_embeds(self, embeds, start_pos, page_table, last_token_idx):
+                pass
+
+            def ttnn_prefill_forward(self, x, rot_mats_global, user_id, page_table, get_last_token, kv_cache):
+                pass
+
+        class Port(Stock):
+            def prepare_inputs_prefill_embeds(self, embeds, start_pos, page_table, last_token_idx, positions=None):
+                pass
+
+            def ttnn_prefill_forward(self, x, **kwargs):
+                pass
+
+        self.assertIsNone(A.masked_prefill_support(Port()))
+        why = A.masked_prefill_support(Stock())
+        self.assertIn("prepare_inputs_prefill_embeds(positions=...), ttnn_prefill_forward(attn_mask=...)", why)
+        self.assertIn("AR decoding is unaffected", why)
+
+
+class DeviceStepTest(DeviceEngineTest):
+    """The block step's device code against the fakes."""
+
+    def contents(self, chip, engine, slot, n):
+        return chip.read(engine.page_table[slot], n)
+
+    def test_block_rows_read_what_the_mask_allows(self):
+        engine, chip = self.open(2, masked=True)
+        self.assertIn("masked_prefill", [e[0] for e in chip.events], "the warm-up compiles a block step")
+        self.start(engine, 1, 3, 5)
+        held = engine.pos[1]
+        committed = self.contents(chip, engine, 1, held)  # what the plain prefill wrote
+        block = [900, 901, 902, 903, 904, 905]
+        rows = A.step(engine, [1], [[]], [block], 3, [7])
+        self.assertEqual(len(rows), 6)
+        for i, (ids, probs, watch) in enumerate(rows):
+            want = (score(committed[:held - 1] + block) + 7 * (held - 1 + i)) % VOCAB
+            self.assertEqual(ids[0], want, f"row {i}")
+            self.assertEqual(len(watch), 1)
+        self.assertEqual(engine.pos[1], held, "a block takes no room")
+        self.assertEqual(self.contents(chip, engine, 1, held), committed, "the committed rows rewrote the same pages")
+        # Pending tokens and a second block: the committed sequence grows by them.
+        pending = [11, 12, 13]
+        rows = A.step(engine, [1], [pending], [block], 3, [])
+        for i, (ids, _, _) in enumerate(rows):
+            want = (score(committed + pending[:-1] + block) + 7 * (held + 2 + i)) % VOCAB
+            self.assertEqual(ids[0], want, f"row {i} after pending tokens")
+        self.assertEqual(engine.pos[1], held + 3)
+        self.assertEqual(len(A.logits(engine, 5)), 4 * VOCAB)
+        # The cache then decodes as if the block had never run.
+        nxt, _ = engine.decode([1], [14], False)
+        self.assertEqual(nxt[0], score(committed + pending + [14]))
+
+    def test_one_token_rows_are_decodes(self):
+        engine, chip = self.open(3, masked=True)
+        tok0, _ = self.start(engine, 0, 1, 5)
+        tok2, _ = self.start(engine, 2, 2, 7)
+        calls = len(engine.generator.calls)
+        rows = A.step(engine, [2, 0], [[tok2, 5, 6], [tok0]], [[], []], 2, [])
+        new = engine.generator.calls[calls:]
+        n5, n7 = len(prompt(4, 5)), len(prompt(4, 7))
+        self.assertEqual([c.positions for c in new], [[n5, -1, n7], [-1, -1, n7 + 1], [-1, -1, n7 + 2]])
+        self.assertEqual((engine.pos[0], engine.pos[2]), (n5 + 1, n7 + 3))
+        ref, _ = self.open(3, masked=True)
+        self.start(ref, 2, 2, 7)
+        for tok in (tok2, 5):
+            ref.decode([2], [tok], False)
+        want, _ = ref.decode([2], [6], False)
+        self.assertEqual(rows[0][0][0], want[0], "slot 2's row is its last pending token's decode")
+        self.assertEqual(len(rows), 2)
+
+    def test_without_a_masked_prefill_block_steps_fail_clearly(self):
+        engine, chip = self.open(2)
+        self.assertNotIn("masked_prefill", [e[0] for e in chip.events])
+        tok, _ = self.start(engine, 0, 1, 5)
+        with self.assertRaisesRegex(RuntimeError, "no masked prefill"):
+            A.step(engine, [0], [[]], [[tok] * 6], 3, [])
+        A.step(engine, [0], [[tok]], [[]], 3, [])  # one-token rows run on the decode path
+
+    def test_step_refusals(self):
+        engine, _ = self.open(2, masked=True)
+        tok, _ = self.start(engine, 0, 1, 5)
+        cases = {
+            "slot 1 is free": ([1], [[tok]], [[]], 3, []),
+            "repeat a slot": ([0, 0], [[tok], [tok]], [[], []], 3, []),
+            "k 9": ([0], [[tok]], [[]], 9, []),
+            "a row without a block needs a pending token": ([0], [[]], [[]], 3, []),
+            "outside the vocabulary": ([0], [[tok]], [[]], 3, [VOCAB]),
+        }
+        for want, args in cases.items():
+            with self.subTest(want=want), self.assertRaisesRegex(ValueError, want):
+                A.step(engine, *args)
+        pos = engine.pos[0]
+        engine.pos[0] = engine.s.max_seq_len - 20  # a block needs room to the next tile and 6 more
+        with self.assertRaisesRegex(ValueError, "beyond the slot's .* positions of the KV pool"):
+            A.step(engine, [0], [[]], [[tok] * 6], 3, [])
+        engine.pos[0] = pos
 
 
 if __name__ == "__main__":
