@@ -20,8 +20,9 @@ type heldoutScene struct {
 	Truth [][]float64 `json:"truth"` // boxes in the model's 0..1000 space
 }
 
-// BenchmarkHybridVsAR answers the 96 held-out scenes with the block-trained test model
-// (tools/refmodel/testdata/hybrid/tiny-shapes-blocks) on the CPU backend, one request at a
+// BenchmarkHybridVsAR answers the 96 held-out scenes with the bundled model
+// (models/tiny-shapes, sub-benchmark "bundled") and with the block-trained test model
+// (tools/refmodel/testdata/hybrid/tiny-shapes-blocks, "blocks") on the CPU backend, one request at a
 // time, each scene in AR and then in hybrid mode, and reports per image and mode the
 // device steps after the prefill, the generated tokens and the stage times, and over the
 // run the true boxes found at IoU >= 0.5 and the false positives per query. ns/op is one
@@ -33,6 +34,11 @@ type heldoutScene struct {
 //
 //	go test ./engine/pipeline -run '^$' -bench HybridVsAR -benchtime 1x -count 5
 func BenchmarkHybridVsAR(b *testing.B) {
+	b.Run("bundled", func(b *testing.B) { benchHybridVsAR(b, "../../models/tiny-shapes") })
+	b.Run("blocks", func(b *testing.B) { benchHybridVsAR(b, blocksDir) })
+}
+
+func benchHybridVsAR(b *testing.B, dir string) {
 	raw, err := os.ReadFile("../../tools/tinymodel/testdata/heldout.json")
 	if err != nil {
 		b.Fatal(err)
@@ -45,7 +51,7 @@ func BenchmarkHybridVsAR(b *testing.B) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	o := OpenOptions{WeightsDir: blocksDir, Backend: "cpu", MaxSeqLen: 1024, MaxBatch: 1, InTokenLimit: 64,
+	o := OpenOptions{WeightsDir: dir, Backend: "cpu", MaxSeqLen: 1024, MaxBatch: 1, InTokenLimit: 64,
 		CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48}
 	p, err := Open(o)
 	if err != nil {

@@ -145,8 +145,21 @@ func firstDifference(run *golden.Run, got []int32) int {
 // the reference's own decision was within the agreement tolerance; those are counted. In
 // AR mode every scene's tokens are the reference's slow mode's.
 func TestHybridMatchesReferenceOnTheBlockModel(t *testing.T) {
-	f := loadGolden(t, "tiny-shapes-blocks.json")
-	p := openPipeline(t, OpenOptions{WeightsDir: blocksDir, InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64})
+	checkHybridScenes(t, "tiny-shapes-blocks.json", blocksDir)
+}
+
+// The bundled model (fine-tuned for blocks with a coordinate margin) on the same 96
+// scenes, against its own goldens: what `LA_GENERATION_MODE=hybrid` runs out of the box.
+func TestHybridMatchesReferenceOnTheBundledModel(t *testing.T) {
+	checkHybridScenes(t, "tiny-shapes.json", "../../models/tiny-shapes")
+}
+
+// checkHybridScenes runs a golden file's held-out scenes on the checkpoint in dir, in
+// hybrid and in AR mode, and holds each to the reference.
+func checkHybridScenes(t *testing.T, goldenFile, dir string) {
+	t.Helper()
+	f := loadGolden(t, goldenFile)
+	p := openPipeline(t, OpenOptions{WeightsDir: dir, InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64})
 	if got := p.Info().GenerationModes; !slices.Equal(got, engine.GenerationModes) {
 		t.Errorf("Info().GenerationModes = %v, want %v", got, engine.GenerationModes)
 	}

@@ -10,9 +10,11 @@ Written to tools/refmodel/testdata/hybrid/ (format: docs/hybrid-decoding.md, "Go
                    tiny-shapes-blocks/ (tiny-shapes fine-tuned with the block objective, a
                    test model: README there) on the held-out shape scenes, step by step, in
                    hybrid mode, with its slow (one token a step) answer beside it
+  tiny-shapes.json the bundled model (models/tiny-shapes) on the same scenes, the same way
 
     gen_hybrid_goldens.py             # all of them
-    gen_hybrid_goldens.py --only-shapes
+    gen_hybrid_goldens.py --only-shapes     # the two shape-model files
+    gen_hybrid_goldens.py --only-bundled    # tiny-shapes.json alone
 
 Deterministic: the same torch gives the same bytes (one thread, fixed tie rule).
 """
@@ -37,6 +39,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 OUT_DIR = os.path.join(HERE, "testdata", "hybrid")
 CHECKPOINTS = os.path.join(ROOT, "testdata", "checkpoints")
 BLOCKS_MODEL = os.path.join(OUT_DIR, "tiny-shapes-blocks")
+BUNDLED_MODEL = os.path.join(ROOT, "models", "tiny-shapes")
 HELDOUT = os.path.join(ROOT, "tools", "tinymodel", "testdata")
 
 RANDOM_MAX_NEW = 20  # the random checkpoints' budget; one case also at 5 (a block cut short)
@@ -270,18 +273,22 @@ def write(obj, name):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only-shapes", action="store_true", help="only the tiny-shapes-blocks goldens")
+    ap.add_argument("--only-shapes", action="store_true", help="only the two shape models' goldens")
+    ap.add_argument("--only-bundled", action="store_true", help="only the bundled model's goldens (tiny-shapes.json)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    if not args.only_shapes:
+    if not (args.only_shapes or args.only_bundled):
         write(decision_cases(), "decisions.json")
         for name in ("tiny-bf16", "tiny-f32"):
             g = checkpoint_goldens(name)
             write(g, f"{name}.json")
             print(f"  {name}: {totals(g)}")
-    g = shapes_goldens()
-    write(g, "tiny-shapes-blocks.json")
-    print(f"  tiny-shapes-blocks: {totals(g)}")
+    models = [(BUNDLED_MODEL, "tiny-shapes")] if args.only_bundled else [(BLOCKS_MODEL, "tiny-shapes-blocks"),
+                                                                          (BUNDLED_MODEL, "tiny-shapes")]
+    for ckpt, name in models:
+        g = shapes_goldens(ckpt)
+        write(g, f"{name}.json")
+        print(f"  {name}: {totals(g)}")
 
 
 if __name__ == "__main__":

@@ -282,6 +282,21 @@ class CheckpointGoldensTest(unittest.TestCase):
         self.assertGreater(t["boxes_in_one_step"], t["boxes"] / 2)
         self.assertLess(t["forwards"], t["slow_forwards"])
 
+    def test_bundled_model_goldens_reproduce_and_accept_boxes(self):
+        with open(os.path.join(goldens.OUT_DIR, "tiny-shapes.json")) as f:
+            committed = json.load(f)
+        self.assertEqual(goldens.shapes_goldens(goldens.BUNDLED_MODEL), committed)
+        # The bundled model (block-trained too) writes boxes, empties and points in one step,
+        # falls back to AR on torn coordinates, and ends every run with a clean end block.
+        steps = [s for r in committed["runs"] for s in r["steps"]]
+        kinds = {s["type"] for s in steps}
+        for want in ("ref_object", "coord_box", "empty_box", "point_box", "error_box", "coord_ar", "box_end_ar", "im_end"):
+            self.assertIn(want, kinds)
+        self.assertEqual(sum(s["type"] == "im_end" for s in steps), len(committed["runs"]))
+        t = goldens.totals(committed)
+        self.assertGreater(t["boxes_in_one_step"], t["boxes"] / 2)
+        self.assertLess(t["forwards"], t["slow_forwards"] / 2)
+
 
 if __name__ == "__main__":
     unittest.main()
