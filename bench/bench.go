@@ -20,7 +20,7 @@ import (
 )
 
 // Usage is the command line of `worker bench`, appended to flag errors.
-const Usage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--batch 1,2,4,8,16]"
+const Usage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--quant bf16|q8] [--batch 1,2,4,8,16]"
 
 // ErrUsage marks the errors of a bad command line: a flag that does not parse, is missing
 // or out of range, or a grid or prompt that does not fit the checkpoint. Test for it with
@@ -48,7 +48,8 @@ type options struct {
 	warmup       bool
 	streamMiB    int
 	resident     bool
-	batches      []int // --batch: the batch sweep instead of the stage runs
+	quant        string // --quant: the decoder's weights, bf16 (the checkpoint's) or q8 (LA_WEIGHTS_QUANT)
+	batches      []int  // --batch: the batch sweep instead of the stage runs
 }
 
 // shapes are the sizes derived from the flags and the checkpoint's config.
@@ -131,6 +132,7 @@ func defineFlags(o *options, weights string) (fs *flag.FlagSet, grid, batch *str
 	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
+	fs.StringVar(&o.quant, "quant", "bf16", "decoder weights: bf16 (the checkpoint's) or q8 (int8 blocks made at open; LA_WEIGHTS_QUANT)")
 	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
 	return fs, grid, batch
 }
@@ -155,6 +157,9 @@ func parseFlags(args []string, weights string) (options, error) {
 	}
 	if o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.threads < 0 || o.streamMiB < 1 {
 		return o, usagef("bench: --tokens, --prompt, --runs and --stream-mib must be positive, --threads not negative")
+	}
+	if o.quant != "bf16" && o.quant != "q8" {
+		return o, usagef("bench: --quant %q: want bf16 or q8", o.quant)
 	}
 	if *batch != "" {
 		var err error
@@ -185,6 +190,7 @@ func checkShapes(c *checkpoint.Config, o options) (shapes, error) {
 type machineFigures struct {
 	copyGBps, triadGBps float64 // STREAM copy and triad
 	kernelGBps          float64 // the engine's decode kernel alone
+	kernelQ8GBps        float64 // its int8 kernel alone (--quant q8)
 	visionSGEMM         float64 // GFLOP/s at the vision MLP's shape
 	prefillSGEMM        float64 // GFLOP/s at the decoder MLP's shape over the prompt
 }
@@ -201,6 +207,11 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 	if f.kernelGBps, err = native.MeasureMatvec(11008, 2048, 24, o.threads, 3); err != nil {
 		return f, fmt.Errorf("bench: %w", err)
 	}
+	if o.quant == "q8" { // the same 24 matrices' weights, a little over half the bytes
+		if f.kernelQ8GBps, err = native.MeasureMatvecQ8(11008, 2048, 24, o.threads, 3); err != nil {
+			return f, fmt.Errorf("bench: %w", err)
+		}
+	}
 	if f.visionSGEMM, err = machine.SGEMM(sh.patches, c.Vision.Intermediate, c.Vision.Hidden, 3); err != nil {
 		return f, fmt.Errorf("bench: %w", err)
 	}
@@ -214,7 +225,7 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 // for each sequence of the sweep's largest batch), on the resident copy of the weights or
 // (--resident=false) the file mapping.
 func openBackend(m *checkpoint.Model, o options) (*native.Backend, error) {
-	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, MaxBatch: 1, Threads: o.threads}
+	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, MaxBatch: 1, Threads: o.threads, WeightsQuant: o.quant}
 	if len(o.batches) > 0 {
 		opts.MaxSeqLen, opts.MaxBatch = sweepSeqLen(o), o.batches[len(o.batches)-1]
 	}

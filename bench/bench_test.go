@@ -47,6 +47,48 @@ func TestBenchReportsEveryStage(t *testing.T) {
 	}
 }
 
+// TestBenchQ8 runs the stages on int8 weights: the report names them, measures the int8
+// kernel, counts 9/8 bytes a weight per token (tiny-bf16: every decoder matrix and the
+// tied head have rows of whole blocks) and gives the process's memory.
+func TestBenchQ8(t *testing.T) {
+	args := []string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x10", "--prompt", "40",
+		"--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}
+	bytesPerToken := func(report string) float64 {
+		m := regexp.MustCompile(`([0-9.]+) GB weights/token`).FindStringSubmatch(report)
+		if m == nil {
+			t.Fatalf("no weights/token figure in\n%s", report)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	var bf16, q8 bytes.Buffer
+	if err := Run(args, "", &bf16); err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	if err := Run(append(args, "--quant", "q8"), "", &q8); err != nil {
+		t.Fatalf("bench --quant q8: %v", err)
+	}
+	report := q8.String()
+	t.Log("\n" + report)
+	for _, want := range []string{
+		`decoder weights q8`,
+		`kernel/q8 +int8 matrix-vector alone, .*: [0-9.]+ GB/s`,
+		`memory +resident [0-9.]+ GB \(anonymous [0-9.]+ GB, file pages [0-9.]+ GB\) after the runs; peak [0-9.]+ GB`,
+		`total +vision \+ prefill \+ decode [0-9.]+ ms`,
+	} {
+		if !regexp.MustCompile(want).MatchString(report) {
+			t.Errorf("q8 report: no line matching %q", want)
+		}
+	}
+	if !strings.Contains(bf16.String(), "decoder weights bf16") || strings.Contains(bf16.String(), "kernel/q8") {
+		t.Error("the bf16 report does not say bf16, or measures the int8 kernel")
+	}
+	// 0.005 GB at three decimals: compare the ratio loosely.
+	if r := bytesPerToken(report) / bytesPerToken(bf16.String()); r < 0.5 || r > 0.65 {
+		t.Errorf("q8 reads %.2f of bf16's weight bytes per token, want 9/16", r)
+	}
+}
+
 func TestBenchBatchSweep(t *testing.T) {
 	var out bytes.Buffer
 	err := Run([]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "4x4", "--prompt", "12",
@@ -96,6 +138,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--weights", "x", "--batch", "4,2"}, "ascending batch sizes", true},
 		{[]string{"--weights", "x", "--batch", "0"}, "ascending batch sizes", true},
 		{[]string{"--weights", "x", "--batch", "1,x"}, "ascending batch sizes", true},
+		{[]string{"--weights", "x", "--quant", "q4"}, `--quant "q4": want bf16 or q8`, true},
 		{[]string{"--weights", "/nonexistent/ckpt"}, "bench:", false},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge", true},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short", true},

@@ -47,6 +47,11 @@ func report(stdout io.Writer, u setup, s summary) error {
 	w.printf("decode/p10  10th-percentile step %s = %.2f tokens/s = %.1f GB/s; best triad %.1f GB/s; %.0f%% of that ceiling\n",
 		ms(s.fastStep), 1/s.fastStep.Seconds(), s.bytesPerToken/s.fastStep.Seconds()/1e9, s.bestTriad,
 		100*s.bytesPerToken/s.fastStep.Seconds()/(s.bestTriad*1e9))
+	w.printf("total       vision + prefill + decode %s (medians summed)\n", ms(s.vision+s.prefill+s.decode))
+	if s.mem.rss > 0 {
+		w.printf("memory      resident %.2f GB (anonymous %.2f GB, file pages %.2f GB) after the runs; peak %.2f GB\n",
+			s.mem.rss/1e9, s.mem.anon/1e9, s.mem.file/1e9, s.mem.peak/1e9)
+	}
 	return w.err
 }
 
@@ -56,12 +61,16 @@ func reportSetup(stdout io.Writer, u setup) error {
 	o, c, mf := u.o, u.m.Config, u.mf
 	w := &reportWriter{w: stdout}
 	w.printf("checkpoint  %s: %s weights, %d tensors, %.2f GB mapped\n", o.weights, dtypeSummary(u.m), len(u.m.Tensors), float64(u.m.Bytes())/1e9)
-	w.printf("backend     %s, decode kernels %s, %d threads, %d runs (median), resident weights %v\n", u.backend, native.KernelISA(), o.threads, o.runs, o.resident)
+	w.printf("backend     %s, decode kernels %s, %d threads, %d runs (median), resident weights %v, decoder weights %s\n", u.backend, native.KernelISA(), o.threads, o.runs, o.resident || o.quant == "q8", o.quant)
 	w.printf("machine     memory copy %.1f GB/s, triad %.1f GB/s (%d MiB arrays); OpenBLAS sgemm %.1f GFLOP/s at %dx%dx%d, %.1f GFLOP/s at %dx%dx%d\n",
 		mf.copyGBps, mf.triadGBps, o.streamMiB, mf.visionSGEMM, u.sh.patches, c.Vision.Intermediate, c.Vision.Hidden,
 		mf.prefillSGEMM, o.prompt, c.Text.Intermediate, c.Text.Hidden)
 	w.printf("kernel      bf16 matrix-vector alone, 24 x 11008x2048 (1 GB): %.1f GB/s = %.0f%% of triad\n",
 		mf.kernelGBps, 100*mf.kernelGBps/mf.triadGBps)
+	if mf.kernelQ8GBps > 0 {
+		w.printf("kernel/q8   int8 matrix-vector alone, the same 24 matrices (0.61 GB): %.1f GB/s = %.0f%% of triad, %.2fx the bf16 kernel's weights per second\n",
+			mf.kernelQ8GBps, 100*mf.kernelQ8GBps/mf.triadGBps, mf.kernelQ8GBps/1.125/(mf.kernelGBps/2))
+	}
 	return w.err
 }
 

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +27,8 @@ type summary struct {
 	cpuPerToken time.Duration // decode/cpu: median process CPU time per token
 	fastStep    time.Duration // decode/p10: 10th-percentile step over all runs
 	bestTriad   float64       // the best triad measured, for decode/p10 and decode/cpu
+
+	mem memory // the process's resident memory after the runs
 }
 
 // summarise reduces the runs to medians and rates. On a shared machine a long decode
@@ -37,7 +41,8 @@ func summarise(m *checkpoint.Model, o options, sh shapes, mf machineFigures, run
 		vision:        median(runs, func(s stageTimes) time.Duration { return s.vision }),
 		prefill:       median(runs, func(s stageTimes) time.Duration { return s.prefill }),
 		decode:        median(runs, func(s stageTimes) time.Duration { return s.decode }),
-		bytesPerToken: float64(decodeWeightBytes(m)),
+		bytesPerToken: float64(decodeWeightBytes(m, o.quant)),
+		mem:           readMemory(),
 	}
 	s.visionGF = visionFLOPs(m, sh.patches) / s.vision.Seconds() / 1e9
 	s.prefillGF = prefillFLOPs(c, o.prompt) / s.prefill.Seconds() / 1e9
@@ -105,12 +110,19 @@ func prefillFLOPs(c *checkpoint.Config, n int) float64 {
 }
 
 // decodeWeightBytes is what one decode step reads from the weights: every decoder
-// matrix and the LM head (or the tied embeddings).
-func decodeWeightBytes(m *checkpoint.Model) int64 {
+// matrix and the LM head (or the tied embeddings), in quant's format: the checkpoint's, or
+// for q8 9/8 bytes a weight for every matrix whose rows are whole blocks of 32.
+func decodeWeightBytes(m *checkpoint.Model, quant string) int64 {
 	var n int64
+	size := func(t *checkpoint.Tensor) int64 {
+		if quant == "q8" && len(t.Shape) == 2 && t.Shape[1]%32 == 0 {
+			return t.Elements() * 9 / 8
+		}
+		return int64(len(t.Data))
+	}
 	for _, t := range m.Tensors {
 		if strings.HasPrefix(t.Name, "language_model.model.layers.") {
-			n += int64(len(t.Data))
+			n += size(&t)
 		}
 	}
 	head := "language_model.model.embed_tokens.weight"
@@ -118,7 +130,43 @@ func decodeWeightBytes(m *checkpoint.Model) int64 {
 		head = checkpoint.LMHeadName
 	}
 	if t, ok := m.Tensor(head); ok {
-		n += int64(len(t.Data))
+		n += size(t)
 	}
 	return n
+}
+
+// memory is the process's resident set from /proc/self/status, in bytes (zero where it
+// can not be read): VmRSS split into RssAnon (the resident weight copy, caches, buffers)
+// and RssFile (mapped checkpoint pages), and VmHWM, the peak.
+type memory struct {
+	rss, anon, file, peak float64
+}
+
+func readMemory() memory {
+	var m memory
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return m
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var kb float64
+		if _, err := fmt.Sscanf(strings.TrimSpace(value), "%f kB", &kb); err != nil {
+			continue
+		}
+		switch name {
+		case "VmRSS":
+			m.rss = kb * 1024
+		case "RssAnon":
+			m.anon = kb * 1024
+		case "RssFile":
+			m.file = kb * 1024
+		case "VmHWM":
+			m.peak = kb * 1024
+		}
+	}
+	return m
 }

@@ -200,7 +200,7 @@ func summariseSweep(m *checkpoint.Model, o options, runs []sweepRun) (rows []swe
 	}
 	slices.Sort(triads)
 	triad = triads[len(triads)/2]
-	weights := float64(decodeWeightBytes(m))
+	weights := float64(decodeWeightBytes(m, o.quant))
 	macs := decodeWeightElems(m)
 	kv := kvBytesPerToken(m.Config)
 	for j, n := range o.batches {
@@ -248,7 +248,7 @@ func reportSweep(stdout io.Writer, u setup, fill sweepFill, rows []sweepRow, tri
 	w.printf("fill        %d slots, one vision (grid %dx%d) and prefill (%d tokens) each: vision %s, prefill %s (medians; not in the sweep)\n",
 		maxB, o.gridH, o.gridW, o.prompt, ms(fill.vision), ms(fill.prefill))
 	w.printf("ceiling     B tokens per (%.3f GB weights + B x KV bytes per row) / triad %.1f GB/s (median of the triads before each run)\n",
-		float64(decodeWeightBytes(u.m))/1e9, triad)
+		float64(decodeWeightBytes(u.m, o.quant))/1e9, triad)
 	first := fmt.Sprintf("x B=%d", o.batches[0])
 	w.printf("sweep       %5s %6s %9s %8s %7s %9s %9s %7s %8s %6s %9s %10s %9s\n",
 		"B", "steps", "ms/step", "tok/s", first, "p10 ms", "p10 tok/s", first, "ceiling", "of it", "KV MB/row", "p10 GMAC/s", "cpu tok/s")

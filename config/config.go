@@ -56,7 +56,15 @@ type Engine struct {
 	// GenerationMode is how requests that name none are decoded: ar (one token per step,
 	// the validated deployment's) or hybrid (parallel box decoding, docs/hybrid-decoding.md).
 	GenerationMode string `envconfig:"LA_GENERATION_MODE" default:"ar"`
+	// WeightsQuant is the cpu backend's decoder and LM head weights: bf16 (the
+	// checkpoint's, the exact path) or q8 (int8 blocks made at open, docs/cpu-backend.md).
+	WeightsQuant string `envconfig:"LA_WEIGHTS_QUANT" default:"bf16"`
 }
+
+// WeightsQuants are the values LA_WEIGHTS_QUANT takes: the CPU backend's decoder and LM
+// head weights as the checkpoint stores them, or converted at open to int8 blocks of 32
+// with one scale each (docs/cpu-backend.md).
+var WeightsQuants = []string{"bf16", "q8"}
 
 // Weights says where the checkpoint comes from (provision.Choose applies the rules).
 type Weights struct {
@@ -368,6 +376,11 @@ type adder func(format string, args ...any)
 func (e Engine) validate(add adder) {
 	if !slices.Contains([]string{"cpu", "ttnn", "sim"}, e.Backend) {
 		add("LA_ENGINE is %q, want cpu, ttnn or sim", e.Backend)
+	}
+	if e.WeightsQuant != "" && !slices.Contains(WeightsQuants, e.WeightsQuant) { // "" is bf16, as in native.Options
+		add("LA_WEIGHTS_QUANT is %q, want bf16 or q8", e.WeightsQuant)
+	} else if e.WeightsQuant == "q8" && e.Backend != "cpu" {
+		add("LA_WEIGHTS_QUANT=q8 is a cpu backend setting (LA_ENGINE is %q)", e.Backend)
 	}
 	if e.MaxBatch < 1 || e.MaxBatch > MaxBatchLimit {
 		add("LA_MAX_BATCH is %d, want 1..%d", e.MaxBatch, MaxBatchLimit)

@@ -92,6 +92,32 @@ func TestPrefetchFollowsTheBatch(t *testing.T) {
 	}
 }
 
+func TestWeightsQuantIsValidated(t *testing.T) {
+	complaints := func(backend, quant string) []string {
+		var out []string
+		e := Engine{Backend: backend, WeightsQuant: quant, GenerationMode: "ar", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 1, MaxNewTokensCap: 1}
+		e.validate(func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) })
+		return out
+	}
+	for _, ok := range [][2]string{{"cpu", "bf16"}, {"cpu", "q8"}, {"cpu", ""}, {"ttnn", "bf16"}} {
+		if c := complaints(ok[0], ok[1]); len(c) != 0 {
+			t.Errorf("LA_ENGINE=%s LA_WEIGHTS_QUANT=%s refused: %v", ok[0], ok[1], c)
+		}
+	}
+	for bad, want := range map[[2]string]string{
+		{"cpu", "q4"}:  `LA_WEIGHTS_QUANT is "q4", want bf16 or q8`,
+		{"ttnn", "q8"}: "LA_WEIGHTS_QUANT=q8 is a cpu backend setting",
+	} {
+		if c := complaints(bad[0], bad[1]); !slices.ContainsFunc(c, func(s string) bool { return strings.Contains(s, want) }) {
+			t.Errorf("LA_ENGINE=%s LA_WEIGHTS_QUANT=%s: complaints %v, want %q", bad[0], bad[1], c, want)
+		}
+	}
+	var w Worker
+	if !slices.Contains(Names(w), "LA_WEIGHTS_QUANT") {
+		t.Error("LA_WEIGHTS_QUANT is not a known variable")
+	}
+}
+
 // TestGenerationModeIsValidated: LA_GENERATION_MODE takes the engine's modes and nothing
 // else (the reference's "fast" mode is for tests, not served), and says which it wants.
 func TestGenerationModeIsValidated(t *testing.T) {

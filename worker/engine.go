@@ -58,6 +58,7 @@ func EngineOptions(e config.Engine, choice provision.Choice) pipeline.OpenOption
 		WeightsRepo:     choice.Repo,
 		WeightsRevision: choice.Revision,
 		Backend:         e.Backend,
+		WeightsQuant:    e.WeightsQuant,
 		Threads:         e.Threads,
 		MaxSeqLen:       e.MaxSeqLen,
 		MaxBatch:        e.MaxBatch,

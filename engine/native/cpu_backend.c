@@ -13,6 +13,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -264,8 +265,9 @@ static size_t gemm_scratch_elems(const la_engine *e) {
     for (int i = 0; i < e->cfg.layers; i++) {
         const cpu_text_layer *l = &e->w.layers[i];
         const cpu_matrix *t[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
-        for (int j = 0; j < 7; j++)
-            if (t[j]->dtype != LA_DTYPE_F32 && widen_block_elems(e, t[j]) > max)
+        for (int j = 0; j < 7; j++) /* a float32 matrix made q8 at open is widened too */
+            if ((t[j]->dtype != LA_DTYPE_F32 || (e->weights_q8 && cpu_q8_fits(t[j]))) &&
+                widen_block_elems(e, t[j]) > max)
                 max = widen_block_elems(e, t[j]);
     }
     return max;
@@ -366,6 +368,11 @@ typedef struct {
 
 static void widen_slice(void *arg, int thread, int nthreads) {
     const widen_task *t = arg;
+    if (t->w->dtype == CPU_DTYPE_Q8) { /* int8 rows dequantize whole, a share of rows each */
+        const int a = t->rows * thread / nthreads, b = t->rows * (thread + 1) / nthreads;
+        cpu_rows_to_f32(t->w, t->row0 + a, b - a, t->dst + (size_t)a * (size_t)t->w->cols);
+        return;
+    }
     const size_t cols = (size_t)t->w->cols, esize = cpu_dtype_size(t->w->dtype);
     size_t n = (size_t)t->rows * cols;
     size_t a = n * (size_t)thread / (size_t)nthreads, b = n * (size_t)(thread + 1) / (size_t)nthreads;
@@ -456,6 +463,9 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
  *                      (make_resident); 0: decode reads the mapping directly
  *   kernels            auto (default: the best this CPU runs), avx512, avx2 or plain: the
  *                      decode kernels, for tests and measurements of each set
+ *   weights_quant      bf16 (default: the checkpoint's own weights, the exact path) or q8:
+ *                      the resident copy of the decoder matrices and the LM head is made
+ *                      in the int8 format of cpu_quant.c (implies resident_weights)
  * An unknown key is an error, so a typo does not pass silently. */
 static int parse_options(la_engine *e, const char *opts, char *err, size_t errlen) {
     e->widen_block_bytes = LA_CPU_WIDEN_BLOCK_BYTES;
@@ -487,6 +497,10 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
                 return la_errorf(err, errlen, "options: kernels=%s: want auto, avx512, avx2 or plain", eq + 1);
             if (rc != 0)
                 return la_errorf(err, errlen, "options: kernels=%s: this CPU lacks the instructions", eq + 1);
+        } else if (strcmp(line, "weights_quant") == 0) {
+            if (strcmp(eq + 1, "bf16") != 0 && strcmp(eq + 1, "q8") != 0)
+                return la_errorf(err, errlen, "options: weights_quant=%s: want bf16 or q8", eq + 1);
+            e->weights_q8 = strcmp(eq + 1, "q8") == 0;
         } else if (strcmp(line, "resident_weights") == 0) {
             if (*rest != 0 || (v != 0 && v != 1))
                 return la_errorf(err, errlen, "options: resident_weights=%s: want 0 or 1", eq + 1);
@@ -498,6 +512,37 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
     return 0;
 }
 
+/* file_mapped says whether [p, p+n) lies inside one read-only file mapping of this
+ * process (from /proc/self/maps): only there can pages be dropped without losing data. A
+ * caller may hand open tensors in anonymous memory (tests do), where dropping would zero
+ * them. */
+static int file_mapped(const void *p, size_t n) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int ok = 0;
+    while (!ok && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, inode;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perms, &inode) == 4)
+            ok = (uintptr_t)p >= lo && (uintptr_t)p + n <= hi && inode != 0 && perms[1] == '-';
+    }
+    fclose(f);
+    return ok;
+}
+
+/* drop_mapped tells the kernel this process no longer needs the whole pages of a mapped
+ * file range: they leave its resident set and, being clean file pages, are read back from
+ * the file should anything touch them again. Advice only; a failure changes nothing. */
+static void drop_mapped(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+    const uintptr_t hi = ((uintptr_t)p + n) & ~(page - 1);
+    if (hi > lo && file_mapped(p, n))
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 /* make_resident copies every decoder matrix and the LM head (the tied embeddings when the
  * checkpoint has no head) into one anonymous, huge-page-advised allocation and points the
  * weights at it. Decode streams
@@ -505,7 +550,13 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
  * under half the speed of freshly allocated anonymous memory (3x here, measured in
  * docs/cpu-backend.md: scattered 4 KB pages versus contiguous, huge-page-backed ones).
  * The RAM cost is small in practice: the mapped pages this replaces are clean page cache
- * that the kernel reclaims once nothing touches them. */
+ * that the kernel reclaims once nothing touches them.
+ *
+ * With weights_quant=q8 the copy is int8 (cpu_quant.c), quantized here on the pool, and
+ * the LM head always gets its own copy (a tied embedding table stays in the mapping for
+ * its row lookups). Each source matrix's mapped pages are then dropped from the process
+ * (drop_mapped): nothing reads them again, and they would otherwise count twice in its
+ * resident size next to the int8 copy. */
 static int make_resident(la_engine *e, char *err, size_t errlen) {
     const la_config *c = &e->cfg;
     cpu_matrix *ms[8];
@@ -523,15 +574,24 @@ static int make_resident(la_engine *e, char *err, size_t errlen) {
             } else {
                 /* The head streams whole every token; the embedding table gives one row per
                  * token, so it stays in the mapping unless it is the (tied) head. */
-                ms[n++] = has_head ? &e->w.lm_head : &e->w.embed;
+                ms[n++] = has_head || e->weights_q8 ? &e->w.lm_head : &e->w.embed;
             }
             for (int j = 0; j < n; j++) {
-                size_t bytes = (size_t)ms[j]->rows * ms[j]->cols * cpu_dtype_size(ms[j]->dtype);
+                const int q8 = e->weights_q8 && cpu_q8_fits(ms[j]);
+                const size_t src_bytes = (size_t)ms[j]->rows * cpu_row_bytes(ms[j]->dtype, ms[j]->cols);
+                size_t bytes = (size_t)ms[j]->rows * cpu_row_bytes(q8 ? CPU_DTYPE_Q8 : ms[j]->dtype, ms[j]->cols);
                 bytes = (bytes + 63) & ~(size_t)63; /* keep every matrix cache-line aligned */
                 if (pass == 0) {
                     total += bytes;
+                } else if (q8) {
+                    if (cpu_q8_quantize(&e->pool, ms[j], dst) != 0)
+                        return la_errorf(err, errlen, "weights_quant=q8: out of memory");
+                    drop_mapped(ms[j]->data, src_bytes);
+                    ms[j]->data = dst;
+                    ms[j]->dtype = CPU_DTYPE_Q8;
+                    dst += bytes;
                 } else {
-                    memcpy(dst, ms[j]->data, (size_t)ms[j]->rows * ms[j]->cols * cpu_dtype_size(ms[j]->dtype));
+                    memcpy(dst, ms[j]->data, src_bytes);
                     ms[j]->data = dst;
                     dst += bytes;
                 }
@@ -546,7 +606,7 @@ static int make_resident(la_engine *e, char *err, size_t errlen) {
             madvise(e->resident, total, MADV_HUGEPAGE); /* advice only; 4 KB pages also work */
         }
     }
-    if (!has_head)
+    if (!has_head && !e->weights_q8)
         e->w.lm_head = e->w.embed;
     return 0;
 }
@@ -577,10 +637,9 @@ static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
     }
     if (parse_options(e, cfg->options, err, errlen) != 0 || load_vision(e, cfg, err, errlen) != 0 ||
         load_text(e, cfg, err, errlen) != 0 ||
-        alloc_state(e, err, errlen) != 0 ||
-        (e->resident_weights && make_resident(e, err, errlen) != 0) ||
-        cpu_pool_init(&e->pool, threads, err, errlen) != 0 || cpu_plan_decode(e, err, errlen) != 0 ||
-        cpu_plan_step(e, err, errlen) != 0) {
+        alloc_state(e, err, errlen) != 0 || cpu_pool_init(&e->pool, threads, err, errlen) != 0 ||
+        ((e->resident_weights || e->weights_q8) && make_resident(e, err, errlen) != 0) ||
+        cpu_plan_decode(e, err, errlen) != 0 || cpu_plan_step(e, err, errlen) != 0) {
         cpu_close(e);
         return NULL;
     }

@@ -26,6 +26,15 @@ size_t cpu_dtype_size(la_dtype t);
 /* Converts n elements of type t at src to float32 at dst. */
 void cpu_to_f32(la_dtype t, const void *src, float *dst, size_t n);
 
+/* ---- int8 weights (cpu_quant.c) ---------------------------------------------------------
+ *
+ * A matrix may also hold the engine's own int8 format, made at open when the option
+ * weights_quant=q8 is given: a dtype beyond the checkpoint's three, used only inside the
+ * backend. Each row is cols/CPU_Q8_BLOCK float32 scales then cols int8 quants (cpu_quant.c
+ * says why), so a row is cpu_row_bytes(CPU_DTYPE_Q8, cols) bytes. */
+#define CPU_DTYPE_Q8 ((la_dtype)3)
+enum { CPU_DTYPE_COUNT = 4, CPU_Q8_BLOCK = 32 };
+
 /* ---- thread pool -------------------------------------------------------------------- */
 
 /* A task is called once per thread with the thread's index (0 = the caller) and the
@@ -63,15 +72,32 @@ void cpu_pool_for(cpu_pool *p, size_t n, cpu_range_fn fn, void *arg);
 /* cpu_pool_destroy stops and joins the workers. Safe on a zeroed pool. */
 void cpu_pool_destroy(cpu_pool *p);
 
+/* ---- int8 weights: conversion ------------------------------------------------------- */
+
+/* cpu_row_bytes is the bytes of one row of cols elements of type t (q8 included). */
+size_t cpu_row_bytes(la_dtype t, int cols);
+/* cpu_q8_quantize_row / cpu_q8_dequantize_row convert one row of cols (a multiple of 32)
+ * float32 elements to and from the q8 row format. */
+void cpu_q8_quantize_row(const float *src, int cols, void *dst);
+void cpu_q8_dequantize_row(const void *row, int cols, float *dst);
+
 /* ---- matrices and kernels ----------------------------------------------------------- */
 
 /* A dense row-major matrix [rows, cols] (PyTorch Linear weights are [out, in]) in the
  * checkpoint's own dtype, pointing into mapped memory. */
 typedef struct {
     const void *data;
-    la_dtype dtype;
+    la_dtype dtype; /* or CPU_DTYPE_Q8 */
     int rows, cols;
 } cpu_matrix;
+
+/* cpu_q8_fits says whether m can be stored as q8 (its rows are whole blocks). */
+int cpu_q8_fits(const cpu_matrix *m);
+/* cpu_q8_quantize converts m (bf16/f16/f32) to q8 rows at dst (rows *
+ * cpu_row_bytes(CPU_DTYPE_Q8, cols) bytes) on the pool; -1 when out of memory. */
+int cpu_q8_quantize(cpu_pool *pool, const cpu_matrix *m, void *dst);
+/* cpu_rows_to_f32 widens (or dequantizes) rows row0..row0+rows-1 of m to float32 at dst. */
+void cpu_rows_to_f32(const cpu_matrix *m, int row0, int rows, float *dst);
 
 /* A kernel "rows" computes y[c * ldy + r] = dot(weight row r, x + c * ldx) for r < rows
  * and c < nx: rows weight rows of n elements (of the matrix's dtype) ldw elements apart,
@@ -93,14 +119,22 @@ typedef void (*cpu_pack_fn)(const float *x, size_t ldx, int n, int nx, float *ds
 /* The kernels picked once at open from the CPU's features. */
 typedef struct {
     const char *isa; /* "avx512", "avx2" or "generic" */
-    cpu_rows_fn rows[3]; /* indexed by la_dtype */
-    cpu_pack_fn pack[3]; /* NULL: rows[dtype] reads the activations as they are */
+    cpu_rows_fn rows[CPU_DTYPE_COUNT]; /* indexed by la_dtype or CPU_DTYPE_Q8 */
+    cpu_pack_fn pack[CPU_DTYPE_COUNT]; /* NULL: rows[dtype] reads the activations as they are */
     cpu_axpy_fn axpy;
     cpu_expsum_fn expsum;
     cpu_swiglu_fn swiglu;
 } cpu_kernels;
 
 void cpu_kernels_select(cpu_kernels *k);
+/* The int8-weight kernels (cpu_kernels_q8.c), rows functions for CPU_DTYPE_Q8; ldw must
+ * equal n (whole rows). */
+void cpu_q8_rows_plain(const void *w, size_t ldw, int rows, int n, const float *x, size_t ldx,
+                       int nx, float *y, size_t ldy);
+void cpu_q8_rows_avx512(const void *w, size_t ldw, int rows, int n, const float *x, size_t ldx,
+                        int nx, float *y, size_t ldy);
+void cpu_q8_rows_avx2(const void *w, size_t ldw, int rows, int n, const float *x, size_t ldx,
+                      int nx, float *y, size_t ldy);
 /* cpu_kernels_named fills k with the set called name: "auto" (cpu_kernels_select),
  * "avx512", "avx2" or "plain". It returns 0, -1 for an unknown name, or -2 when this CPU
  * lacks the instructions. */
@@ -291,6 +325,7 @@ struct la_engine {
     int attn_chunk;   /* query rows per attention score block */
     size_t widen_block_bytes; /* float32 bytes per widening block (cpu_gemm_wt) */
     int resident_weights;     /* option: copy decoder matrices into anonymous memory */
+    int weights_q8;           /* option weights_quant=q8: that copy is int8 (cpu_quant.c) */
     void *resident;           /* that copy (huge-page backed where the kernel allows) */
     cpu_weights w;
     cpu_state s;

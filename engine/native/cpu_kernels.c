@@ -546,6 +546,7 @@ void cpu_kernels_generic(cpu_kernels *k) {
     k->rows[LA_DTYPE_F32] = rows_f32_plain;
     k->rows[LA_DTYPE_F16] = rows_f16_plain;
     k->rows[LA_DTYPE_BF16] = rows_bf16_plain;
+    k->rows[CPU_DTYPE_Q8] = cpu_q8_rows_plain;
     k->axpy = axpy_plain;
     k->expsum = expsum_plain;
     k->swiglu = swiglu_plain;
@@ -563,6 +564,7 @@ static int kernels_avx512(cpu_kernels *k) {
         k->rows[LA_DTYPE_F32] = rows_f32_avx512;
         k->rows[LA_DTYPE_F16] = rows_f16_avx512;
         k->rows[LA_DTYPE_BF16] = rows_bf16_avx512;
+        k->rows[CPU_DTYPE_Q8] = cpu_q8_rows_avx512;
         k->pack[LA_DTYPE_BF16] = pack_pairs_avx512;
         k->axpy = axpy_avx512;
         k->expsum = expsum_avx512;
@@ -583,6 +585,7 @@ static int kernels_avx2(cpu_kernels *k) {
         k->rows[LA_DTYPE_F32] = rows_f32_avx2;
         k->rows[LA_DTYPE_F16] = rows_f16_avx2;
         k->rows[LA_DTYPE_BF16] = rows_bf16_avx2;
+        k->rows[CPU_DTYPE_Q8] = cpu_q8_rows_avx2;
         k->axpy = axpy_avx2;
         k->expsum = expsum_avx2;
         return 1;
@@ -694,7 +697,7 @@ static void matmat_slice(void *arg, int thread, int nthreads) {
         const int r1 = (int)((int64_t)w->rows * (thread + 1) / nthreads);
         if (r0 == r1)
             continue;
-        const size_t stride = (size_t)w->cols * cpu_dtype_size(w->dtype);
+        const size_t stride = cpu_row_bytes(w->dtype, w->cols);
         const float *x = t->k->pack[w->dtype] ? t->xpack : mm->x;
         t->k->rows[w->dtype]((const char *)w->data + (size_t)r0 * stride, (size_t)w->cols, r1 - r0,
                              w->cols, x, mm->ldx, t->n, mm->y + r0, mm->ldy);

@@ -35,7 +35,7 @@ int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats,
     }
     cpu_kernels k;
     cpu_kernels_select(&k);
-    const size_t bytes = (size_t)rows * (size_t)cols * cpu_dtype_size(dtype);
+    const size_t bytes = (size_t)rows * cpu_row_bytes(dtype, cols);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = now_seconds();

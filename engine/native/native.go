@@ -59,6 +59,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"sort"
 	"strings"
@@ -78,6 +79,10 @@ type Options struct {
 	// Threads is the number of threads of the backend's own pool (decode matrix-vector
 	// products, softmax, weight widening); 0 means one per online CPU.
 	Threads int
+	// WeightsQuant is the CPU backend's decoder and LM head weight format
+	// (LA_WEIGHTS_QUANT): "" or "bf16" for the checkpoint's own weights (the exact path),
+	// "q8" for int8 blocks of 32 made at open (docs/cpu-backend.md). The cpu backend only.
+	WeightsQuant string
 	// BackendOptions are backend-specific settings, passed to the backend as la_config's
 	// "key=value" option lines (ttnn: python_lib, adapter, path, llm_dir). Keys must not
 	// contain '=' or a newline, values no newline.
@@ -167,6 +172,18 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 		o.Threads = runtime.NumCPU() // the CPUs this process may run on
 	}
 
+	switch {
+	case o.WeightsQuant != "" && o.WeightsQuant != "bf16" && o.WeightsQuant != "q8":
+		return nil, fmt.Errorf("native: open %s: weights quantization %q, want bf16 or q8", backend, o.WeightsQuant)
+	case o.WeightsQuant == "q8" && backend != "cpu":
+		return nil, fmt.Errorf("native: open %s: q8 weights are a cpu backend option", backend)
+	case o.WeightsQuant == "q8":
+		o.BackendOptions = maps.Clone(o.BackendOptions)
+		if o.BackendOptions == nil {
+			o.BackendOptions = map[string]string{}
+		}
+		o.BackendOptions["weights_quant"] = "q8"
+	}
 	for k, v := range o.BackendOptions {
 		if k == "" || strings.ContainsAny(k, "=\n") || strings.Contains(v, "\n") {
 			return nil, fmt.Errorf("native: open %s: backend option %q=%q: keys need no '=' or newline, values no newline", backend, k, v)

@@ -27,6 +27,7 @@ type OpenOptions struct {
 	WeightsRepo     string // for /info: where the weights came from
 	WeightsRevision string
 	Backend         string // "cpu", "ttnn" or "sim" (LA_ENGINE)
+	WeightsQuant    string // LA_WEIGHTS_QUANT: cpu decoder weights, "bf16" ("" too) or "q8"
 	Threads         int    // 0 = one per CPU
 	MaxSeqLen       int    // LA_MAX_SEQ_LEN, per sequence
 	MaxBatch        int    // LA_MAX_BATCH: sequences decoded together
@@ -141,6 +142,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	} else {
 		backend, err = native.Open(o.Backend, model, native.Options{
 			MaxSeqLen: o.MaxSeqLen, MaxBatch: o.MaxBatch, Threads: threads, BackendOptions: backendOptions,
+			WeightsQuant: o.WeightsQuant,
 		})
 	}
 	if err != nil {
@@ -160,7 +162,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 			Model:           cmp.Or(o.ModelName, filepath.Base(o.WeightsDir)),
 			Device:          device(o.Backend, threads),
 			DecodeMode:      cmp.Or(o.DecodeMode, "ar_greedy_trace"),
-			Precision:       cmp.Or(o.Precision, precision(o.Backend, model)),
+			Precision:       cmp.Or(o.Precision, precision(o.Backend, o.WeightsQuant, model)),
 			WeightsDir:      o.WeightsDir,
 			WeightsRepo:     o.WeightsRepo,
 			WeightsRevision: o.WeightsRevision,
@@ -213,9 +215,12 @@ func device(backend string, threads int) string {
 
 // precision names the checkpoint's weight type; the CPU backend computes in f32. The
 // simulated chip computes nothing.
-func precision(backend string, m *checkpoint.Model) string {
+func precision(backend, quant string, m *checkpoint.Model) string {
 	if backend == sim.Name {
 		return "none (simulated)"
+	}
+	if quant == "q8" {
+		return "int8 decoder weights (q8, blocks of 32), f32 compute"
 	}
 	if t, ok := m.Tensor("language_model.model.embed_tokens.weight"); ok {
 		switch t.DType {

@@ -1,0 +1,117 @@
+/*
+ * cpu_quant.c - the int8 weight format (LA_WEIGHTS_QUANT=q8) and its conversion.
+ *
+ * Format. A q8 matrix [rows, cols] (cols a whole multiple of 32) stores each row as
+ *
+ *     scales: cols/32 float32    then    quants: cols int8
+ *
+ * where block b of the row covers elements 32b..32b+31 and element i is worth
+ * quants[i] * scales[i / 32]. A block is quantized symmetrically: its scale is
+ * max|w| / 127 and each weight is rounded to the nearest integer multiple of it (ties away
+ * from zero), so the largest weight of a block is exact and every other one is within half a
+ * scale. This is ggml's q8_0 block with a float32 instead of an f16 scale, and the scales
+ * of a row kept together ahead of its quants: a row is 9/8 bytes per weight, the kernels read
+ * the quants as whole 64-byte vectors, and a row is one contiguous run that the prefetcher
+ * and the tile walk of the decode kernels can treat like any other row.
+ *
+ * Why int8 at all: decode reads every decoder weight once per step, so at small batches its
+ * speed is the memory bandwidth divided by the bytes per weight; 1.125 bytes instead of
+ * bf16's 2 makes a step about 1.8x shorter, and the resident copy about half the size.
+ *
+ * The conversion runs at open from the checkpoint's bf16/f16/f32 rows, on the engine's thread
+ * pool, straight into the resident allocation (make_resident): no second copy exists.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+size_t cpu_row_bytes(la_dtype t, int cols) {
+    if (t == CPU_DTYPE_Q8)
+        return (size_t)cols / CPU_Q8_BLOCK * sizeof(float) + (size_t)cols;
+    return (size_t)cols * cpu_dtype_size(t);
+}
+
+int cpu_q8_fits(const cpu_matrix *m) {
+    return m->cols > 0 && m->cols % CPU_Q8_BLOCK == 0;
+}
+
+/* q8_quantize_row quantizes one float32 row of cols elements into dst (the row format
+ * above). */
+void cpu_q8_quantize_row(const float *src, int cols, void *dst) {
+    const int nb = cols / CPU_Q8_BLOCK;
+    float *scales = dst;
+    int8_t *q = (int8_t *)(scales + nb);
+    for (int b = 0; b < nb; b++) {
+        const float *x = src + (size_t)b * CPU_Q8_BLOCK;
+        float amax = 0;
+        for (int i = 0; i < CPU_Q8_BLOCK; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+        const float d = amax / 127.0f;
+        const float inv = d > 0 ? 1.0f / d : 0.0f;
+        scales[b] = d;
+        for (int i = 0; i < CPU_Q8_BLOCK; i++) {
+            /* x * inv is at most 127 in magnitude up to rounding; clamp the rounding away */
+            long v = lroundf(x[i] * inv);
+            q[(size_t)b * CPU_Q8_BLOCK + i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+    }
+}
+
+void cpu_q8_dequantize_row(const void *row, int cols, float *dst) {
+    const int nb = cols / CPU_Q8_BLOCK;
+    const float *scales = row;
+    const int8_t *q = (const int8_t *)(scales + nb);
+    /* block by block, so the compiler vectorises the inner loop (prefill dequantizes every
+     * weight once per call) */
+    for (int b = 0; b < nb; b++) {
+        const float d = scales[b];
+        const int8_t *qb = q + (size_t)b * CPU_Q8_BLOCK;
+        float *out = dst + (size_t)b * CPU_Q8_BLOCK;
+        for (int i = 0; i < CPU_Q8_BLOCK; i++)
+            out[i] = (float)qb[i] * d;
+    }
+}
+
+void cpu_rows_to_f32(const cpu_matrix *m, int row0, int rows, float *dst) {
+    const size_t stride = cpu_row_bytes(m->dtype, m->cols);
+    const char *src = (const char *)m->data + (size_t)row0 * stride;
+    if (m->dtype != CPU_DTYPE_Q8) {
+        cpu_to_f32(m->dtype, src, dst, (size_t)rows * (size_t)m->cols);
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        cpu_q8_dequantize_row(src + (size_t)r * stride, m->cols, dst + (size_t)r * m->cols);
+}
+
+typedef struct {
+    const cpu_matrix *src;
+    void *dst;
+    int failed; /* a thread could not get its row buffer */
+} quantize_task;
+
+static void quantize_slice(void *arg, int thread, int nthreads) {
+    quantize_task *t = arg;
+    const cpu_matrix *m = t->src;
+    const int r0 = (int)((int64_t)m->rows * thread / nthreads);
+    const int r1 = (int)((int64_t)m->rows * (thread + 1) / nthreads);
+    const size_t in_stride = cpu_row_bytes(m->dtype, m->cols);
+    const size_t out_stride = cpu_row_bytes(CPU_DTYPE_Q8, m->cols);
+    float *row = malloc((size_t)m->cols * sizeof *row);
+    if (!row) {
+        __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int r = r0; r < r1; r++) {
+        cpu_to_f32(m->dtype, (const char *)m->data + (size_t)r * in_stride, row, (size_t)m->cols);
+        cpu_q8_quantize_row(row, m->cols, (char *)t->dst + (size_t)r * out_stride);
+    }
+    free(row);
+}
+
+int cpu_q8_quantize(cpu_pool *pool, const cpu_matrix *src, void *dst) {
+    quantize_task t = {src, dst, 0};
+    cpu_pool_run(pool, quantize_slice, &t);
+    return t.failed ? -1 : 0;
+}

@@ -1,0 +1,243 @@
+package native
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Tests of LA_WEIGHTS_QUANT=q8: the int8 format, its kernels against a plain float64
+// reference, and the engine's tokens against the exact bf16 path.
+
+// q8Rows quantizes random weights (some blocks all zero, some with one outlier) and
+// returns them with their q8 form.
+func q8Rows(rng *rand.Rand, rows, n int) ([]float32, []byte) {
+	w := make([]float32, rows*n)
+	for i := range w {
+		w[i] = 2*rng.Float32() - 1
+	}
+	if len(w) >= 3*q8Block {
+		clear(w[q8Block : 2*q8Block]) // an all-zero block: scale 0, quants 0
+		w[2*q8Block+5] = 40           // an outlier: its block's other weights lose precision
+	}
+	return w, q8Quantize(w, n)
+}
+
+func TestQ8FormatRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows, n = 5, 256
+	w, q := q8Rows(rng, rows, n)
+	if len(q) != rows*(n+n/q8Block*4) || q8RowBytes(n) != n*9/8 {
+		t.Fatalf("q8 rows of %d weights take %d bytes, want %d (9/8 bytes a weight)", n, q8RowBytes(n), n*9/8)
+	}
+	back := q8Dequantize(q, n)
+	for r := range rows {
+		row := q[r*q8RowBytes(n):]
+		for b := range n / q8Block {
+			scale := math.Float32frombits(binary.LittleEndian.Uint32(row[4*b:]))
+			block := w[r*n+b*q8Block : r*n+(b+1)*q8Block]
+			var amax float32
+			for _, v := range block {
+				amax = max(amax, float32(math.Abs(float64(v))))
+			}
+			if scale != amax/127 {
+				t.Fatalf("row %d block %d: scale %g, want max|w|/127 = %g", r, b, scale, amax/127)
+			}
+			hit127 := amax == 0
+			for i, v := range block {
+				k := r*n + b*q8Block + i
+				quant := int8(row[n/q8Block*4+b*q8Block+i])
+				if quant == 127 || quant == -127 {
+					hit127 = true
+				}
+				if back[k] != float32(quant)*scale {
+					t.Fatalf("weight %d: dequantized %g, want quant %d x scale %g", k, back[k], quant, scale)
+				}
+				if d := math.Abs(float64(back[k] - v)); d > float64(scale)/2*(1+1e-6) {
+					t.Fatalf("weight %d: %g came back as %g, more than half a scale (%g) off", k, v, back[k], scale)
+				}
+			}
+			if !hit127 {
+				t.Errorf("row %d block %d: the largest weight is not quantized to +-127", r, b)
+			}
+		}
+	}
+	// Quantizing the dequantized weights gives the same bytes: the format is a fixed point.
+	if again := q8Quantize(back, n); string(again) != string(q) {
+		t.Error("quantizing the dequantized rows changed them")
+	}
+}
+
+// TestQ8KernelsMatchReference checks every kernel set's int8 product against the float64
+// dot product of the dequantized weights, and that batching and neighbouring rows never
+// change its bits.
+func TestQ8KernelsMatchReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{32, 96, 2048, 2080} {
+		const rows, nx = 9, 16
+		_, q := q8Rows(rng, rows, n)
+		exact := q8Dequantize(q, n)
+		x := make([]float32, nx*n)
+		for i := range x {
+			x[i] = 2*rng.Float32() - 1
+		}
+		for _, set := range kernelSets {
+			what := fmt.Sprintf("q8 n=%d %s kernels", n, set)
+			if _, isa := dotProbe(set, q8dtype, q[:q8RowBytes(n)], x[:n]); isa == "none" {
+				continue // no AVX2 on this CPU
+			}
+			all := rowsProbe(set, q8dtype, q, rows, n, x)
+			for r := range rows {
+				for c := range nx {
+					var want, mag float64
+					for i := range n {
+						p := float64(exact[r*n+i]) * float64(x[c*n+i])
+						want += p
+						mag += math.Abs(p)
+					}
+					if d := math.Abs(float64(all[c*rows+r]) - want); d > 1e-6*mag+1e-6 {
+						t.Errorf("%s: row %d . x%d = %g, exact %g", what, r, c, all[c*rows+r], want)
+					}
+				}
+			}
+			for _, k := range []int{1, 2, 3, 5, 8} {
+				part := rowsProbe(set, q8dtype, q, rows, n, x[(nx-k)*n:])
+				for c := range k {
+					for r := range rows {
+						if got, ref := part[c*rows+r], all[(nx-k+c)*rows+r]; math.Float32bits(got) != math.Float32bits(ref) {
+							t.Fatalf("%s: row %d . x%d is %g in a batch of %d, %g in a batch of %d", what, r, nx-k+c, got, k, ref, nx)
+						}
+					}
+				}
+			}
+			part := rowsProbe(set, q8dtype, q[2*q8RowBytes(n):], rows-2, n, x)
+			for c := range nx {
+				for r := range rows - 2 {
+					if math.Float32bits(part[c*(rows-2)+r]) != math.Float32bits(all[c*rows+r+2]) {
+						t.Fatalf("%s: row %d . x%d changes with the rows computed next to it", what, r+2, c)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestQ8OptionIsValidated(t *testing.T) {
+	m := openModel(t, filepath.Join(checkpointsDir, "tiny-bf16"))
+	_, err := Open("cpu", m, Options{MaxBatch: 1, MaxSeqLen: 64, Threads: 1,
+		BackendOptions: map[string]string{"weights_quant": "q4"}})
+	if err == nil || !strings.Contains(err.Error(), "weights_quant=q4: want bf16 or q8") {
+		t.Fatalf("open with weights_quant=q4: %v, want a clear refusal", err)
+	}
+}
+
+// q8Agreement is how the int8 path compares with the exact one on a checkpoint's golden
+// cases.
+type q8Agreement struct {
+	cases, same  int     // cases, and those whose greedy tokens all equal the exact path's
+	tokens, diff int     // greedy tokens compared, and those that differ
+	maxLogitErr  float64 // the largest first-step relDiff of the logits
+}
+
+// compareQ8 runs every golden case of ckpt on the exact path and on q8 weights (the exact
+// path against the goldens too, so the comparison's baseline is known good).
+func compareQ8(t *testing.T, ckpt string, kernels string) q8Agreement {
+	t.Helper()
+	dir, idx := readGoldens(t, ckpt)
+	m := openModel(t, filepath.Join(checkpointsDir, ckpt))
+	o := Options{MaxBatch: 1, MaxSeqLen: 512, Threads: 2}
+	exact := openBackend(t, m, o)
+	o.BackendOptions = map[string]string{"weights_quant": "q8", "kernels": kernels}
+	q8 := openBackend(t, m, o)
+	var a q8Agreement
+	for _, c := range idx.Cases {
+		patches := readF32(t, dir, c.Files["patches"])
+		ids := readI32(t, dir, c.Files["prompt_ids"])
+		run := func(b *Backend) ([]int32, []float32) {
+			if err := b.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Vision(patches, c.GridH, c.GridW); err != nil {
+				t.Fatalf("%s: vision: %v", c.Name, err)
+			}
+			tok, err := prefill1(b, ids)
+			if err != nil {
+				t.Fatalf("%s: prefill: %v", c.Name, err)
+			}
+			logits := append([]float32(nil), b.Logits(0)...)
+			got := []int32{tok}
+			for len(got) < len(c.GreedyIDs) {
+				if tok, err = decode1(b, tok); err != nil {
+					t.Fatalf("%s: decode: %v", c.Name, err)
+				}
+				got = append(got, tok)
+			}
+			return got, logits
+		}
+		want, wantLogits := run(exact)
+		got, gotLogits := run(q8)
+		a.cases++
+		same := true
+		for i := range want {
+			a.tokens++
+			if got[i] != want[i] {
+				a.diff++
+				same = false
+			}
+		}
+		if same {
+			a.same++
+		}
+		a.maxLogitErr = max(a.maxLogitErr, relDiff(gotLogits, wantLogits))
+	}
+	return a
+}
+
+// TestQ8TokensAgreeWithBF16 holds the int8 path to the exact one on the committed
+// checkpoints, on every kernel set: most cases' greedy tokens identical, the first-step
+// logits within a few percent.
+func TestQ8TokensAgreeWithBF16(t *testing.T) {
+	lockThread(t)
+	for _, kernels := range []string{"auto", "avx2", "plain"} {
+		for _, ckpt := range []string{"tiny-bf16", "tiny-f32"} {
+			t.Run(kernels+"/"+ckpt, func(t *testing.T) {
+				m := openModel(t, filepath.Join(checkpointsDir, ckpt))
+				openKernels(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, Threads: 1}, kernels) // skips without the ISA
+				a := compareQ8(t, ckpt, kernels)
+				t.Logf("%d/%d cases identical, %d/%d tokens differ, first-step logits within %.3g relative",
+					a.same, a.cases, a.diff, a.tokens, a.maxLogitErr)
+				if 2*a.same <= a.cases {
+					t.Errorf("only %d of %d cases decode the same tokens as the exact path", a.same, a.cases)
+				}
+				if a.maxLogitErr > 0.05 {
+					t.Errorf("first-step logits differ from the exact path by %.3g relative, want under 0.05", a.maxLogitErr)
+				}
+				if a.maxLogitErr == 0 {
+					t.Error("q8 logits equal the exact path's bit for bit: the int8 weights are not in use")
+				}
+			})
+		}
+	}
+}
+
+// TestQ8StepBatchedMatchesAlone runs parallel box decoding's step on int8 weights: every
+// slot's rows are the same bit for bit alone or batched with others (the step's products
+// go through the same q8 kernels as decode), on every kernel set.
+func TestQ8StepBatchedMatchesAlone(t *testing.T) {
+	lockThread(t)
+	for _, kernels := range []string{"auto", "avx2", "plain"} {
+		t.Run(kernels, func(t *testing.T) {
+			m := openModel(t, filepath.Join(checkpointsDir, "tiny-bf16"))
+			openKernels(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, Threads: 1}, kernels) // skips without the ISA
+			checkStepBatched(t, m.Config.Text.Vocab, batchSpecs(t, "tiny-bf16"), func(o Options) *Backend {
+				o.WeightsQuant = "q8"
+				o.BackendOptions = map[string]string{"kernels": kernels}
+				return openBackend(t, m, o)
+			})
+		})
+	}
+}

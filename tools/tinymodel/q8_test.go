@@ -1,0 +1,101 @@
+package tinymodel
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/tools/tinymodel/shapes"
+)
+
+// Where int8 weights (LA_WEIGHTS_QUANT=q8) may leave the exact path: a few scenes may
+// decode other tokens, but their boxes must stay on the exact path's, and the scene
+// accuracy must hold the same floors.
+const (
+	minQ8SameScenes = 0.80 // share of held-out scenes whose tokens equal the exact path's
+	minQ8BoxIoU     = 0.70 // mean IoU of a differing scene's boxes with the exact path's, matched in order
+)
+
+// TestHeldoutScenesQ8 runs the held-out scenes on the exact (bf16) path and on int8
+// weights, and compares: tokens scene by scene, the boxes where the tokens differ, and
+// each path's single-category detection figures.
+func TestHeldoutScenesQ8(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the model twice on every held-out scene")
+	}
+	set := loadHeldout(t)
+	runtime.LockOSThread() // the native backend binds to its OS thread
+	defer runtime.UnlockOSThread()
+	open := func(quant string) *pipeline.Pipeline {
+		p, err := pipeline.Open(pipeline.OpenOptions{
+			WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
+			CanonGrid: "native", MaxNewTokens: set.MaxNewTokens, MaxNewTokensCap: set.MaxNewTokens,
+			WeightsQuant: quant,
+		})
+		if err != nil {
+			t.Fatalf("open with weights %s: %v", quant, err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	exact, q8 := open("bf16"), open("q8")
+	if got := q8.Info().Precision; got != "int8 decoder weights (q8, blocks of 32), f32 compute" {
+		t.Errorf("q8 engine reports precision %q", got)
+	}
+
+	var tallyExact, tallyQ8 shapes.Tally
+	same, differ := 0, 0
+	var iouSum float64
+	var boxPairs int
+	for _, sc := range set.Scenes {
+		data, err := os.ReadFile(filepath.Join("testdata", sc.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := func(p *pipeline.Pipeline) engine.Prediction {
+			ctx := context.Background()
+			prep, err := p.Prepare(ctx, engine.Request{Image: data, Query: sc.Query, Task: engine.Task(sc.Task)})
+			if err != nil {
+				t.Fatalf("%s: prepare: %v", sc.File, err)
+			}
+			pred, err := p.Generate(ctx, prep)
+			if err != nil {
+				t.Fatalf("%s: generate: %v", sc.File, err)
+			}
+			return *pred
+		}
+		want, got := run(exact), run(q8)
+		if slices.Equal(got.Tokens, want.Tokens) {
+			same++
+		} else {
+			differ++
+			a, b := normBoxes(want.Detections), normBoxes(got.Detections)
+			for i := range min(len(a), len(b)) {
+				iouSum += shapes.IoU(a[i], b[i])
+				boxPairs++
+			}
+			t.Logf("%s (%s %q): q8 %q, exact %q", sc.File, sc.Task, sc.Query, got.RawText, want.RawText)
+		}
+		if sc.Kind == detectKindToCheck {
+			tallyExact.Add(truthBoxes(sc.Truth), normBoxes(want.Detections))
+			tallyQ8.Add(truthBoxes(sc.Truth), normBoxes(got.Detections))
+		}
+	}
+	t.Logf("%d of %d scenes decode the same tokens on int8 weights", same, same+differ)
+	if boxPairs > 0 {
+		t.Logf("differing scenes: mean IoU %.3f over %d boxes matched in order", iouSum/float64(boxPairs), boxPairs)
+		if iouSum/float64(boxPairs) < minQ8BoxIoU {
+			t.Errorf("differing scenes' boxes have mean IoU %.3f with the exact path's, want >= %.2f", iouSum/float64(boxPairs), minQ8BoxIoU)
+		}
+	}
+	if float64(same) < minQ8SameScenes*float64(same+differ) {
+		t.Errorf("%d of %d scenes decode the same tokens, want at least %.0f%%", same, same+differ, 100*minQ8SameScenes)
+	}
+	assertFloors(t, "bf16 weights", tallyExact)
+	assertFloors(t, "q8 weights", tallyQ8)
+}
