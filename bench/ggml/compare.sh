@@ -33,6 +33,8 @@
 #   --tokens N        decode steps after the prefill [64]
 #   --threads N       threads of both engines [2]
 #   --rounds N        alternating rounds [3]
+#   --first-round N   number of the first round, to add rounds (of some configurations)
+#                     to an earlier sitting's OUT/results.tsv [1]
 #   --configs LIST    port configurations, of f32, q8_0, f32-llamafile, q8_0-llamafile
 #                     [f32,q8_0,q8_0-llamafile]
 #   --ours NAME=SRC[,VAR=VALUE|,--flag[=value]...]
@@ -67,6 +69,7 @@ prompt='Locate all the instances that matches the following description: dog.'
 tokens=64
 threads=2
 rounds=3
+first_round=1
 configs=f32,q8_0,q8_0-llamafile
 ours=()
 reference=
@@ -270,14 +273,14 @@ step_run() {
 	((dry)) || [[ -s $out/results.tsv ]] ||
 		printf 'round\tconfig\tvision_ms\tprefill_ms\tdecode_ms\ttokens\tthreads\tpeak_rss_kb\twall_s\n' \
 			>"$out/results.tsv"
-	local r c n
-	for ((r = 1; r <= rounds; r++)); do
+	local r c n last=$((first_round + rounds - 1))
+	for ((r = first_round; r <= last; r++)); do
 		for c in "${port_configs[@]}"; do
-			echo "round $r/$rounds: $c ($(date -u +%H:%M:%S))"
+			echo "round $r/$last: $c ($(date -u +%H:%M:%S))"
 			run_port "$r" "$c"
 		done
 		for n in "${ours_names[@]}"; do
-			echo "round $r/$rounds: $n ($(date -u +%H:%M:%S))"
+			echo "round $r/$last: $n ($(date -u +%H:%M:%S))"
 			run_ours "$r" "$n"
 		done
 	done
@@ -304,6 +307,7 @@ parse_args() {
 		--tokens) tokens=$2 && shift ;;
 		--threads) threads=$2 && shift ;;
 		--rounds) rounds=$2 && shift ;;
+		--first-round) first_round=$2 && shift ;;
 		--configs) configs=$2 && shift ;;
 		--ours) ours+=("$2") && shift ;;
 		--reference) reference=$2 && shift ;;
@@ -320,8 +324,9 @@ parse_args() {
 	done
 
 	# Checks that need nothing built yet.
-	for n in tokens threads rounds jobs quant_parts; do
-		[[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "--${n#quant_} ${!n}: want a positive integer"
+	for n in tokens threads rounds first_round jobs quant_parts; do
+		local flag=${n#quant_}
+		[[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "--${flag//_/-} ${!n}: want a positive integer"
 	done
 	((${#ours[@]})) || ours=("ours=$repo")
 	out=${out:-$work/results}

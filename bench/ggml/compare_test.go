@@ -96,7 +96,7 @@ func TestOptionsAreDocumentedAndAccepted(t *testing.T) {
 			t.Errorf("README.md mentions %s, which --help does not list", m)
 		}
 	}
-	values := map[string]string{"--tokens": "8", "--threads": "1", "--rounds": "2", "--jobs": "1",
+	values := map[string]string{"--tokens": "8", "--threads": "1", "--rounds": "2", "--first-round": "2", "--jobs": "1", "--parts": "2",
 		"--configs": "q8_0", "--ours": "x=/bin/true", "--reference": "q8_0"}
 	for _, o := range opts {
 		args := []string{o}
