@@ -81,7 +81,8 @@ func TestOptionsAreDocumentedAndAccepted(t *testing.T) {
 		}
 	}
 	// The README also quotes the flags of the programs the script runs (worker bench,
-	// la_stages) and the --flag placeholder of --ours; every other one is the script's.
+	// la_stages), of the checkpoint's generator and the --flag placeholder of --ours;
+	// every other one is the script's.
 	others := map[string]bool{"--help": true, "--flag": true}
 	bench.Flags("").VisitAll(func(f *flag.Flag) { others["--"+f.Name] = true })
 	stages, err := os.ReadFile("driver/la_stages.cpp")
@@ -89,6 +90,13 @@ func TestOptionsAreDocumentedAndAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range regexp.MustCompile(`"(--[a-z]+)"`).FindAllStringSubmatch(string(stages), -1) {
+		others[m[1]] = true
+	}
+	gen, err := os.ReadFile("../../tools/refmodel/gen_checkpoint.py") // the checkpoint's generator
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`add_argument\("(--[a-z-]+)"`).FindAllStringSubmatch(string(gen), -1) {
 		others[m[1]] = true
 	}
 	for _, m := range regexp.MustCompile("--[a-z][a-z-]+").FindAllString(string(readme), -1) {
