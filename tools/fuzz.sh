@@ -14,7 +14,7 @@
 # with the fix, and `go test` replays it as a normal test from then on. The script goes on
 # with the other targets and exits 1 if any failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 fuzztime="${FUZZTIME:-60s}"
 minimize="${FUZZMINIMIZETIME:-100x}"
@@ -50,7 +50,23 @@ for t in "${selected[@]}"; do
 	dir=${t% *}
 	name=${t#* }
 	t0=$SECONDS
-	if out=$("$go" test -run '^$' -fuzz "^${name}\$" -fuzztime="$fuzztime" -fuzzminimizetime="$minimize" "./$dir" 2>&1); then
+	# Go 1.26's fuzzing coordinator can fail a target with a bare "context deadline
+	# exceeded" just as -fuzztime runs out, having found nothing (go.dev/issue/75804, a race
+	# between the deadline and its child context, fixed in Go 1.27; more likely on a loaded
+	# machine). A real finding always writes its input first ("Failing input written to"),
+	# so only that signature is run again, at most twice.
+	for try in 1 2 3; do
+		if out=$("$go" test -run '^$' -fuzz "^${name}\$" -fuzztime="$fuzztime" -fuzzminimizetime="$minimize" "./$dir" 2>&1); then
+			ok=1
+			break
+		fi
+		ok=0
+		if ! grep -q 'context deadline exceeded' <<<"$out" || grep -q 'Failing input written to' <<<"$out"; then
+			break
+		fi
+		echo "      $dir $name: the coordinator's deadline race (go.dev/issue/75804), no input found; run $((try + 1))"
+	done
+	if [ "$ok" = 1 ]; then
 		echo "ok    $dir $name ($((SECONDS - t0))s)"
 	else
 		echo "FAIL  $dir $name ($((SECONDS - t0))s)"
