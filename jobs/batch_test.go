@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,8 +70,14 @@ func TestBatchedJobsAnswerAsAloneWithCancelAndDrain(t *testing.T) {
 	cfg.Prefetch = 6
 	r := startRunnerWith(t, e.topo, e.store, openSim(4), cfg)
 
-	// A long job to cancel while it decodes among the others.
-	e.publishJob(t, Job{ID: "victim", Image: images["dog.jpg"], Query: "dog", MaxNewTokens: 1000})
+	// A long job to cancel while it decodes among the others: the simulated model answers
+	// every category with a label and boxes, so forty categories take hundreds of steps
+	// (a one-category answer could end before the cancel lands on a loaded machine).
+	cats := make([]string, 40)
+	for i := range cats {
+		cats[i] = fmt.Sprint("thing", i)
+	}
+	e.publishJob(t, Job{ID: "victim", Image: images["dog.jpg"], Query: strings.Join(cats, "</c>"), MaxNewTokens: 1000})
 	for _, j := range all[:6] {
 		e.publishJob(t, Job{ID: j.id, Image: images[j.image], Query: j.query})
 	}
