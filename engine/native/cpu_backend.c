@@ -315,7 +315,7 @@ static int alloc_state(la_engine *e, char *err, size_t errlen) {
     /* A step writes up to LA_STEP_MAX_ROWS output rows per slot; calloc maps the rows no
      * call has written yet as untouched zero pages, so decode alone never commits them. */
     s->logits = alloc_floats(B * LA_STEP_MAX_ROWS * (size_t)c->vocab);
-    s->wscratch_len = gemm_scratch_elems(e);
+    s->wscratch_len = e->matmul_amx ? 0 : gemm_scratch_elems(e);
     s->wscratch = s->wscratch_len ? alloc_floats(s->wscratch_len) : NULL;
 
     if (!s->vx || !s->vxb || !s->vqkv || !s->vhb || !s->merged || !s->proj_hb || !s->scores ||
@@ -342,6 +342,57 @@ static int alloc_state(la_engine *e, char *err, size_t errlen) {
     return 0;
 }
 
+/* alloc_amx sizes the AMX buffers (matmul=amx) for the widest product at its most rows:
+ * the vision tower's at every patch of the longest image, the projector's and the
+ * decoder's at every position. calloc maps them as untouched pages, so only what a request
+ * reaches is committed. */
+static int alloc_amx(la_engine *e, char *err, size_t errlen) {
+    const la_config *c = &e->cfg;
+    cpu_state *s = &e->s;
+    typedef struct {
+        const cpu_matrix *m;
+        int n; /* its most activation rows */
+    } product;
+    product ps[8];
+    size_t act = 0, scratch = 0;
+    const int P = s->max_patches, S = c->max_seq_len;
+    for (int i = 0; i < c->vision_layers + c->layers + 1; i++) {
+        int k = 0;
+        if (i == c->vision_layers + c->layers) {
+            ps[k++] = (product){&e->w.patch, P};
+            ps[k++] = (product){&e->w.proj1, S};
+            ps[k++] = (product){&e->w.proj2, S};
+        } else if (i < c->vision_layers) {
+            const cpu_vision_block *b = &e->w.blocks[i];
+            const cpu_matrix *v[4] = {&b->wqkv, &b->wo, &b->fc0, &b->fc1};
+            for (int j = 0; j < 4; j++)
+                ps[k++] = (product){v[j], P};
+        } else {
+            const cpu_text_layer *l = &e->w.layers[i - c->vision_layers];
+            const cpu_matrix *t[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
+            for (int j = 0; j < 7; j++)
+                ps[k++] = (product){t[j], S};
+        }
+        for (int j = 0; j < k; j++) {
+            const size_t a = cpu_amx_act_elems(ps[j].n, ps[j].m->cols);
+            const size_t t = cpu_amx_thread_bytes(ps[j].n, ps[j].m->cols);
+            act = a > act ? a : act;
+            scratch = t > scratch ? t : scratch;
+        }
+    }
+    scratch = (scratch + 63) / 64 * 64;
+    s->amx_act = aligned_alloc(64, act * sizeof(uint16_t));
+    s->amx_scratch = calloc((size_t)e->pool.nthreads, sizeof *s->amx_scratch);
+    s->amx_threads = s->amx_scratch ? e->pool.nthreads : 0;
+    int ok = s->amx_act && s->amx_scratch;
+    for (int i = 0; ok && i < s->amx_threads; i++)
+        ok = (s->amx_scratch[i] = aligned_alloc(64, scratch)) != NULL;
+    if (!ok)
+        return la_errorf(err, errlen, "matmul=amx: out of memory for %zu MB of tiles",
+                          (act * sizeof(uint16_t) + scratch * (size_t)e->pool.nthreads) >> 20);
+    return 0;
+}
+
 static void free_state(cpu_state *s) {
     float *bufs[] = {s->vx, s->vxb, s->vqkv, s->vhb, s->merged, s->proj_hb, s->scores,
                      s->pos_cache, s->vrope_cos, s->vrope_sin, s->img, s->x, s->xb, s->q,
@@ -350,6 +401,10 @@ static void free_state(cpu_state *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(s->slots);
+    free(s->amx_act);
+    for (int i = 0; s->amx_scratch && i < s->amx_threads; i++)
+        free(s->amx_scratch[i]);
+    free(s->amx_scratch);
     memset(s, 0, sizeof *s);
 }
 
@@ -390,7 +445,9 @@ static int widen_block_rows(const la_engine *e, const cpu_matrix *w) {
 
 void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
                  float *y) {
-    if (w->dtype == LA_DTYPE_F32) {
+    if (e->matmul_amx) {
+        cpu_amx_gemm_wt(&e->pool, e->s.amx_act, e->s.amx_scratch, x, n, w, y);
+    } else if (w->dtype == LA_DTYPE_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x,
                     w->cols, w->data, w->cols, 0.0f, y, w->rows);
     } else {
@@ -466,6 +523,9 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
  *   weights_quant      bf16 (default: the checkpoint's own weights, the exact path) or q8:
  *                      the resident copy of the decoder matrices and the LM head is made
  *                      in the int8 format of cpu_quant.c (implies resident_weights)
+ *   matmul             f32 (default: prefill and vision GEMMs in float32 through OpenBLAS)
+ *                      or amx: in bf16 on AMX tiles with float32 sums (cpu_amx.c), an
+ *                      error where the CPU or kernel lacks AMX
  * An unknown key is an error, so a typo does not pass silently. */
 static int parse_options(la_engine *e, const char *opts, char *err, size_t errlen) {
     e->widen_block_bytes = LA_CPU_WIDEN_BLOCK_BYTES;
@@ -501,6 +561,13 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
             if (strcmp(eq + 1, "bf16") != 0 && strcmp(eq + 1, "q8") != 0)
                 return la_errorf(err, errlen, "options: weights_quant=%s: want bf16 or q8", eq + 1);
             e->weights_q8 = strcmp(eq + 1, "q8") == 0;
+        } else if (strcmp(line, "matmul") == 0) {
+            if (strcmp(eq + 1, "f32") != 0 && strcmp(eq + 1, "amx") != 0)
+                return la_errorf(err, errlen, "options: matmul=%s: want f32 or amx", eq + 1);
+            e->matmul_amx = strcmp(eq + 1, "amx") == 0;
+            if (e->matmul_amx && !cpu_amx_available())
+                return la_errorf(err, errlen, "options: matmul=amx: this CPU or kernel lacks AMX "
+                                              "(bf16 tiles and AVX512-BF16)");
         } else if (strcmp(line, "resident_weights") == 0) {
             if (*rest != 0 || (v != 0 && v != 1))
                 return la_errorf(err, errlen, "options: resident_weights=%s: want 0 or 1", eq + 1);
@@ -638,6 +705,7 @@ static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
     if (parse_options(e, cfg->options, err, errlen) != 0 || load_vision(e, cfg, err, errlen) != 0 ||
         load_text(e, cfg, err, errlen) != 0 ||
         alloc_state(e, err, errlen) != 0 || cpu_pool_init(&e->pool, threads, err, errlen) != 0 ||
+        (e->matmul_amx && alloc_amx(e, err, errlen) != 0) ||
         ((e->resident_weights || e->weights_q8) && make_resident(e, err, errlen) != 0) ||
         cpu_plan_decode(e, err, errlen) != 0 || cpu_plan_step(e, err, errlen) != 0) {
         cpu_close(e);

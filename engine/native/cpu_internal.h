@@ -260,6 +260,12 @@ typedef struct {
     /* bf16/f16 GEMM weights are widened here, one block of rows at a time, for cblas_sgemm */
     float *wscratch;
     size_t wscratch_len;
+
+    /* matmul=amx (cpu_amx.c): the activations rounded to bf16 tiles, and each pool
+     * thread's packed panel and sums */
+    uint16_t *amx_act;
+    void **amx_scratch;
+    int amx_threads;
 } cpu_state;
 
 /* The decode step, planned once at open: every batched matrix-vector product with its
@@ -326,6 +332,7 @@ struct la_engine {
     size_t widen_block_bytes; /* float32 bytes per widening block (cpu_gemm_wt) */
     int resident_weights;     /* option: copy decoder matrices into anonymous memory */
     int weights_q8;           /* option weights_quant=q8: that copy is int8 (cpu_quant.c) */
+    int matmul_amx;           /* option matmul=amx: prefill and vision GEMMs in bf16 on AMX */
     void *resident;           /* that copy (huge-page backed where the kernel allows) */
     cpu_weights w;
     cpu_state s;
@@ -365,6 +372,22 @@ void cpu_free_step_plan(cpu_step_plan *p);
  * bf16/f16 W into the engine's scratch first (cblas_sgemm wants float32). */
 void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
                  float *y);
+/* Matrix products on AMX tiles in bf16 (cpu_amx.c), the fast path's prefill and vision
+ * GEMMs. cpu_amx_available asks the kernel for the tile state and says whether this CPU
+ * and kernel run them. cpu_amx_gemm_wt computes y[n, w.rows] = bf16(x) bf16(W)^T in float32
+ * sums, with act holding cpu_amx_act_elems(n, w.cols) bf16 and scratch one 64-byte-aligned
+ * buffer of cpu_amx_thread_bytes(n, w.cols) per pool thread. */
+int cpu_amx_available(void);
+size_t cpu_amx_kpad(int cols);
+size_t cpu_amx_act_elems(int rows, int cols);
+size_t cpu_amx_thread_bytes(int rows, int cols);
+void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float *x, int n,
+                     const cpu_matrix *w, float *y);
+/* cpu_amx_gemm_probe runs one cpu_amx_gemm_wt on its own pool and buffers, for tests:
+ * 0, -1 where AMX is unavailable, -2 when out of memory. */
+int cpu_amx_gemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
+                       float *y, int threads);
+
 /* Multi-head attention over float32 rows: out[i, h] = softmax(scale * q[i, h] . k[j, g]) v[j, g]
  * for query rows i < n_q and key rows j < n_k, where key/value head g = h / (heads /
  * kv_heads). Causal masks keys past q_offset + i (the query's own position). Runs through

@@ -21,6 +21,11 @@ import (
 // next to the machine's own figures, which live in bench/machine.
 func KernelISA() string { return C.GoString(C.cpu_kernel_isa()) }
 
+// AMXAvailable says whether this CPU and kernel run the CPU backend's AMX products
+// (matmul=amx: bf16 tiles and AVX512-BF16, and Linux's permission for the tile state, which
+// this asks for on the process's behalf).
+func AMXAvailable() bool { return C.cpu_amx_available() != 0 }
+
 // MeasureMatvec times the engine's decode kernels alone, on the engine's own thread pool
 // and work split: y = W x over mats distinct bf16 matrices of [rows, cols] stored back to
 // back (freshly allocated, so cold in cache once they exceed it), on threads threads

@@ -57,6 +57,7 @@ static void la_close(const la_backend_ops *o, la_engine *e) {
 import "C"
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -107,6 +108,8 @@ type Backend struct {
 	cSlots, cTokens, cNext *C.int32_t
 	cProb                  *C.float
 	step                   *stepBuffers
+
+	matmul string // the cpu backend's prefill and vision GEMMs: "f32" or "amx"
 }
 
 // stepBuffers are Step's C-side arguments, sized for the largest call: MaxBatch slots of
@@ -183,6 +186,11 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 			o.BackendOptions = map[string]string{}
 		}
 		o.BackendOptions["weights_quant"] = "q8"
+		// The fast path is fast throughout: where the CPU has AMX, prefill and vision
+		// multiply in bf16 on its tiles too (docs/cpu-backend.md), unless the caller chose.
+		if _, chosen := o.BackendOptions["matmul"]; !chosen && AMXAvailable() {
+			o.BackendOptions["matmul"] = "amx"
+		}
 	}
 	for k, v := range o.BackendOptions {
 		if k == "" || strings.ContainsAny(k, "=\n") || strings.Contains(v, "\n") {
@@ -208,6 +216,7 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 		cNext:      (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
 		cProb:      (*C.float)(C.calloc(C.size_t(o.MaxBatch), 4)),
 		step:       newStepBuffers(o.MaxBatch),
+		matmul:     cmp.Or(o.BackendOptions["matmul"], "f32"),
 	}
 	if b.errBuf == nil || b.cSlots == nil || b.cTokens == nil || b.cNext == nil || b.cProb == nil || !b.step.ok() {
 		b.freeBuffers()
@@ -319,6 +328,10 @@ func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
 
 // Name is the backend's short name ("cpu" or "ttnn").
 func (b *Backend) Name() string { return b.name }
+
+// Matmul names how the cpu backend multiplies in prefill and the vision tower: "f32"
+// (OpenBLAS, float32) or "amx" (bf16 tiles with float32 sums); "f32" for other backends.
+func (b *Backend) Matmul() string { return b.matmul }
 
 // MaxSeqLen is the KV-cache length of each slot.
 func (b *Backend) MaxSeqLen() int { return b.maxSeqLen }

@@ -139,19 +139,26 @@ func TestQ8OptionIsValidated(t *testing.T) {
 // cases.
 type q8Agreement struct {
 	cases, same  int     // cases, and those whose greedy tokens all equal the exact path's
+	firstSame    int     // cases whose first greedy token (from the prefill) equals the exact path's
 	tokens, diff int     // greedy tokens compared, and those that differ
 	maxLogitErr  float64 // the largest first-step relDiff of the logits
 }
 
-// compareQ8 runs every golden case of ckpt on the exact path and on q8 weights (the exact
-// path against the goldens too, so the comparison's baseline is known good).
+// compareQ8 runs every golden case of ckpt on the exact path and on q8 weights through
+// the given kernel set.
 func compareQ8(t *testing.T, ckpt string, kernels string) q8Agreement {
+	return compareWithExact(t, ckpt, map[string]string{"weights_quant": "q8", "kernels": kernels})
+}
+
+// compareWithExact runs every golden case of ckpt on the exact path and on a backend
+// opened with the given options (a lossy path: q8 weights, AMX products).
+func compareWithExact(t *testing.T, ckpt string, options map[string]string) q8Agreement {
 	t.Helper()
 	dir, idx := readGoldens(t, ckpt)
 	m := openModel(t, filepath.Join(checkpointsDir, ckpt))
 	o := Options{MaxBatch: 1, MaxSeqLen: 512, Threads: 2}
 	exact := openBackend(t, m, o)
-	o.BackendOptions = map[string]string{"weights_quant": "q8", "kernels": kernels}
+	o.BackendOptions = options
 	q8 := openBackend(t, m, o)
 	var a q8Agreement
 	for _, c := range idx.Cases {
@@ -181,6 +188,9 @@ func compareQ8(t *testing.T, ckpt string, kernels string) q8Agreement {
 		want, wantLogits := run(exact)
 		got, gotLogits := run(q8)
 		a.cases++
+		if got[0] == want[0] {
+			a.firstSame++
+		}
 		same := true
 		for i := range want {
 			a.tokens++

@@ -162,7 +162,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 			Model:           cmp.Or(o.ModelName, filepath.Base(o.WeightsDir)),
 			Device:          device(o.Backend, threads),
 			DecodeMode:      cmp.Or(o.DecodeMode, "ar_greedy_trace"),
-			Precision:       cmp.Or(o.Precision, precision(o.Backend, o.WeightsQuant, model)),
+			Precision:       cmp.Or(o.Precision, precision(o.Backend, o.WeightsQuant, matmul(backend), model)),
 			WeightsDir:      o.WeightsDir,
 			WeightsRepo:     o.WeightsRepo,
 			WeightsRevision: o.WeightsRevision,
@@ -202,6 +202,14 @@ func formatGrid(g [2]int) string {
 	return fmt.Sprintf("%dx%d", g[0], g[1])
 }
 
+// matmul is how a native CPU backend multiplies in prefill and vision ("" elsewhere).
+func matmul(b any) string {
+	if m, ok := b.(interface{ Matmul() string }); ok {
+		return m.Matmul()
+	}
+	return ""
+}
+
 // device describes where a backend runs, for /health and /info.
 func device(backend string, threads int) string {
 	switch backend {
@@ -215,12 +223,17 @@ func device(backend string, threads int) string {
 
 // precision names the checkpoint's weight type; the CPU backend computes in f32. The
 // simulated chip computes nothing.
-func precision(backend, quant string, m *checkpoint.Model) string {
+func precision(backend, quant, matmul string, m *checkpoint.Model) string {
 	if backend == sim.Name {
 		return "none (simulated)"
 	}
-	if quant == "q8" {
+	switch {
+	case quant == "q8" && matmul == "amx":
+		return "int8 decoder weights (q8, blocks of 32); prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
+	case quant == "q8":
 		return "int8 decoder weights (q8, blocks of 32), f32 compute"
+	case matmul == "amx":
+		return "checkpoint weights; prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
 	}
 	if t, ok := m.Tensor("language_model.model.embed_tokens.weight"); ok {
 		switch t.DType {

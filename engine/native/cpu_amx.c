@@ -1,0 +1,376 @@
+/*
+ * cpu_amx.c - matrix products on AMX tiles in bf16: the prefill and vision GEMMs of the
+ * fast path (weights_quant=q8 on a CPU with AMX).
+ *
+ * Why. Prefill and the vision tower are matrix-matrix products: every weight meets
+ * hundreds of activation rows, so they are bound by arithmetic, not by memory. OpenBLAS's
+ * float32 kernel does 32 multiply-adds per cycle per core with AVX-512; an AMX tile
+ * instruction (TDPBF16PS) multiplies a 16x32 bf16 tile by a 32x16 one into 16x16 float32
+ * sums, 8192 multiply-adds, at about one per 16 cycles: 512 per cycle, measured here at
+ * 1.37 TFLOP/s on one core. The price is bf16 inputs: each activation is rounded to bf16
+ * (8 significant bits) before the product, as PyTorch's bf16 autocast and the chip do; the
+ * sums stay float32. That is why only the fast path uses it: the default bf16 path keeps
+ * float32 arithmetic and its parity with the float32 reference.
+ *
+ * Layout. The product is y[n, N] = x[n, K] W[N, K]^T with K padded to a multiple of 32.
+ *  - The activations are rounded once per call into A tiles: 16 rows x 32 bf16 (1 KB),
+ *    stored strip after strip (16 rows), chunk after chunk (32 columns) within a strip,
+ *    rows padded with zeros to a multiple of 32 and columns to the padded K.
+ *  - The weights are packed, 32 rows (one panel) at a time, into B tiles: for 16 weight
+ *    rows and 32 columns, row kk of the tile holds for each weight row c the pair of
+ *    columns 2kk, 2kk+1 (the pair layout TDPBF16PS reads). A panel is the weights' own
+ *    bf16 values, or the q8 int8 values times their scale rounded to bf16, or float32
+ *    rounded to bf16; packing reads each weight once per call.
+ *  - Each thread takes a contiguous share of the panels; for each it packs the panel
+ *    (32 x K x 2 bytes, at most 704 KB, which stays in L2) and walks every activation strip
+ *    pair against it: four accumulator tiles (2 strips x 2 halves of the panel), two A and
+ *    two B tiles loaded per chunk of 32 columns.
+ *
+ * The kernel needs the process's permission to use the AMX tile data state, which Linux
+ * grants per process on request (arch_prctl ARCH_REQ_XCOMP_PERM); cpu_amx_available asks
+ * for it once per engine open and says no when the CPU or kernel lacks it, and the engine
+ * then keeps OpenBLAS.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define LA_AMX 1
+/* Every function here runs only after cpu_amx_available said yes, which checks all of these. */
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
+#endif
+
+enum {
+    AMX_K = 32,      /* bf16 columns per tile (64 bytes) */
+    AMX_ROWS = 16,   /* rows per tile */
+    AMX_TILE = 512,  /* bf16 elements per tile */
+    AMX_HALVES = 4,  /* pairs of B tiles per panel */
+    AMX_PANEL = 32 * AMX_HALVES, /* weight rows per panel */
+    AMX_STRIPS = 2,  /* activation strips per accumulator block */
+    AMX_KBLOCK = 8,  /* chunks of 32 columns per pass over the activations */
+};
+
+size_t cpu_amx_kpad(int cols) { return ((size_t)cols + AMX_K - 1) / AMX_K * AMX_K; }
+
+static size_t rows_padded(int rows) {
+    const size_t step = AMX_STRIPS * AMX_ROWS;
+    return ((size_t)rows + step - 1) / step * step;
+}
+
+size_t cpu_amx_act_elems(int rows, int cols) { return rows_padded(rows) * cpu_amx_kpad(cols); }
+
+size_t cpu_amx_thread_bytes(int rows, int cols) {
+    /* the packed panel (bf16), then the panel's float32 sums for every activation row */
+    const size_t panel = (size_t)AMX_PANEL * cpu_amx_kpad(cols) * sizeof(uint16_t);
+    return (panel + 63) / 64 * 64 + rows_padded(rows) * AMX_PANEL * sizeof(float);
+}
+
+#ifdef LA_AMX
+
+#define ARCH_GET_XCOMP_PERM 0x1022
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* The tile configuration TILELOADCONFIG reads: palette 1, then bytes per row and rows of
+ * each of the 16 tile registers (only 0..7 exist in palette 1). */
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed)) amx_config;
+
+int cpu_amx_available(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    const int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        return 0;
+    const int avx512bf16 = (a >> 5) & 1;
+    if (!tile || !bf16 || !avx512bf16 || !__builtin_cpu_supports("avx512f") ||
+        !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
+        !__builtin_cpu_supports("f16c"))
+        return 0;
+    /* Permission is per process and stays once granted; asking again is harmless. */
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        return 0;
+    unsigned long perm = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &perm) != 0)
+        return 0;
+    return (perm >> XFEATURE_XTILEDATA) & 1;
+}
+
+/* ---- rounding to bf16 ---------------------------------------------------------------- */
+
+/* round32 rounds 32 floats (lo then hi) to bf16, to nearest even, as one vector. */
+AMX_TARGET static inline __m512i round32(__m512 lo, __m512 hi) {
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* load_chunk reads the 32 columns k0..k0+31 of a weight row of the given dtype and width
+ * as bf16; columns past cols are zero. */
+AMX_TARGET static inline __m512i load_chunk(const char *row, la_dtype dtype, int cols, int k0) {
+    const int n = cols - k0 < AMX_K ? cols - k0 : AMX_K;
+    const __mmask32 m32 = n == AMX_K ? 0xffffffffu : (1u << n) - 1;
+    const __mmask16 lo16 = (__mmask16)(m32 & 0xffff), hi16 = (__mmask16)(m32 >> 16);
+    switch ((int)dtype) {
+    case LA_DTYPE_BF16:
+        return _mm512_maskz_loadu_epi16(m32, (const uint16_t *)row + k0);
+    case LA_DTYPE_F32: {
+        const float *f = (const float *)row + k0;
+        return round32(_mm512_maskz_loadu_ps(lo16, f), _mm512_maskz_loadu_ps(hi16, f + 16));
+    }
+    case LA_DTYPE_F16: {
+        const uint16_t *h = (const uint16_t *)row + k0;
+        return round32(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lo16, h)),
+                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(hi16, h + 16)));
+    }
+    default: { /* CPU_DTYPE_Q8: cols is a whole number of blocks, so n is 32 */
+        const float d = ((const float *)row)[k0 / CPU_Q8_BLOCK];
+        const int8_t *q = (const int8_t *)((const float *)row + cols / CPU_Q8_BLOCK) + k0;
+        const __m512 scale = _mm512_set1_ps(d);
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+        const __m512 hi =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
+        return round32(_mm512_mul_ps(lo, scale), _mm512_mul_ps(hi, scale));
+    }
+    }
+}
+
+/* transpose16 transposes 16 vectors of 16 32-bit lanes: afterwards r[j] lane c holds what
+ * r[c] lane j held. Three rounds of shuffles: pairs of lanes, pairs of pairs, then whole
+ * 128-bit quarters. */
+AMX_TARGET static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* r[4g + j], quarter L: lane 4L + j of rows 4g..4g+3 */
+    for (int g = 0; g < 16; g += 4) {
+        r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512i even_ab = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88);
+        const __m512i odd_ab = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+        const __m512i even_cd = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+        const __m512i odd_cd = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+        t[j] = _mm512_shuffle_i32x4(even_ab, even_cd, 0x88);
+        t[8 + j] = _mm512_shuffle_i32x4(even_ab, even_cd, 0xdd);
+        t[4 + j] = _mm512_shuffle_i32x4(odd_ab, odd_cd, 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(odd_ab, odd_cd, 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = t[i];
+}
+
+/* pack_panel writes weight rows r0..r0+AMX_PANEL-1 (zeros past w->rows) as B tiles at dst:
+ * chunk kc, tile t (16 weight rows) at dst + (kc * 2 AMX_HALVES + t) * AMX_TILE, where row
+ * kk of a tile holds, for each of its 16 weight rows c, the bf16 pair of columns 2kk and
+ * 2kk+1 (one 32-bit lane). Loading 16 rows' chunks and transposing them as 32-bit lanes
+ * gives exactly those tile rows. */
+AMX_TARGET static void pack_panel(const cpu_matrix *w, int r0, size_t kpad, uint16_t *dst) {
+    const int nkc = (int)(kpad / AMX_K);
+    const size_t stride = cpu_row_bytes(w->dtype, w->cols);
+    for (int t = 0; t < 2 * AMX_HALVES; t++) {
+        const char *rows[AMX_ROWS];
+        for (int c = 0; c < AMX_ROWS; c++) {
+            const int r = r0 + t * AMX_ROWS + c;
+            rows[c] = r < w->rows ? (const char *)w->data + (size_t)r * stride : NULL;
+        }
+        for (int kc = 0; kc < nkc; kc++) {
+            __m512i v[AMX_ROWS];
+            for (int c = 0; c < AMX_ROWS; c++)
+                v[c] = rows[c] ? load_chunk(rows[c], w->dtype, w->cols, kc * AMX_K)
+                               : _mm512_setzero_si512();
+            transpose16(v);
+            uint16_t *tile = dst + ((size_t)kc * 2 * AMX_HALVES + (size_t)t) * AMX_TILE;
+            for (int kk = 0; kk < AMX_ROWS; kk++)
+                _mm512_store_si512(tile + kk * AMX_K, v[kk]);
+        }
+    }
+}
+
+/* ---- the activations --------------------------------------------------------------- */
+
+typedef struct {
+    const float *x;
+    int n, cols;
+    size_t kpad, rows_pad;
+    uint16_t *dst;
+} round_task;
+
+/* round_rows writes activation rows [lo, hi) (zeros past n) into their A tiles. */
+AMX_TARGET static void round_rows(void *arg, size_t lo,
+                                                                               size_t hi) {
+    const round_task *t = arg;
+    const int nkc = (int)(t->kpad / AMX_K);
+    for (size_t m = lo; m < hi; m++) {
+        uint16_t *strip = t->dst + (m / AMX_ROWS) * (size_t)nkc * AMX_TILE + (m % AMX_ROWS) * AMX_K;
+        const float *row = t->x + m * (size_t)t->cols;
+        for (int kc = 0; kc < nkc; kc++) {
+            __m512i v = _mm512_setzero_si512();
+            if ((int)m < t->n) {
+                const int k0 = kc * AMX_K, n = t->cols - k0 < AMX_K ? t->cols - k0 : AMX_K;
+                const uint32_t m32 = n == AMX_K ? 0xffffffffu : (1u << n) - 1;
+                v = round32(_mm512_maskz_loadu_ps((__mmask16)(m32 & 0xffff), row + k0),
+                            _mm512_maskz_loadu_ps((__mmask16)(m32 >> 16), row + k0 + 16));
+            }
+            _mm512_storeu_si512(strip + (size_t)kc * AMX_TILE, v);
+        }
+    }
+}
+
+/* ---- the product ------------------------------------------------------------------- */
+
+typedef struct {
+    const cpu_matrix *w;
+    const uint16_t *a; /* A tiles */
+    int n;
+    size_t kpad, rows_pad;
+    void **scratch; /* one cpu_amx_thread_bytes buffer per thread */
+    float *y;
+    size_t ldy;
+} gemm_task;
+
+/* multiply_panel adds, for activation rows m0..m0+31 and the panel's tile pair h, the
+ * products of chunks kc0..kc1-1 to the sums at acc (AMX_PANEL floats a row), starting from
+ * zero when first. */
+AMX_TARGET static inline void multiply_pair(const uint16_t *a0, const uint16_t *a1,
+                                            const uint16_t *panel, int h, int kc0, int kc1,
+                                            float *acc, int first) {
+    const long ld = AMX_PANEL * sizeof(float);
+    float *c00 = acc + h * 2 * AMX_ROWS, *c10 = c00 + AMX_ROWS * AMX_PANEL;
+    if (first) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    } else {
+        _tile_loadd(0, c00, ld);
+        _tile_loadd(1, c00 + AMX_ROWS, ld);
+        _tile_loadd(2, c10, ld);
+        _tile_loadd(3, c10 + AMX_ROWS, ld);
+    }
+    for (int kc = kc0; kc < kc1; kc++) {
+        const uint16_t *b = panel + ((size_t)kc * 2 * AMX_HALVES + 2 * (size_t)h) * AMX_TILE;
+        _tile_loadd(4, a0 + (size_t)kc * AMX_TILE, 64);
+        _tile_loadd(5, a1 + (size_t)kc * AMX_TILE, 64);
+        _tile_loadd(6, b, 64);
+        _tile_loadd(7, b + AMX_TILE, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c00, ld);
+    _tile_stored(1, c00 + AMX_ROWS, ld);
+    _tile_stored(2, c10, ld);
+    _tile_stored(3, c10 + AMX_ROWS, ld);
+}
+
+/* gemm_slice computes this thread's share of the panels. For each panel, the columns are
+ * taken in blocks of AMX_KBLOCK chunks so that the block's slice of the panel (AMX_PANEL x
+ * 256 bf16, 64 KB) and of one strip pair (16 KB) stay in L1/L2 while every strip pair and
+ * every tile pair of the panel meet them; the float32 sums wait in the thread's scratch
+ * between blocks. */
+AMX_TARGET static void gemm_slice(void *arg, int thread, int nthreads) {
+    const gemm_task *g = arg;
+    const int N = g->w->rows, npanels = (N + AMX_PANEL - 1) / AMX_PANEL;
+    const int p0 = (int)((int64_t)npanels * thread / nthreads);
+    const int p1 = (int)((int64_t)npanels * (thread + 1) / nthreads);
+    if (p0 >= p1)
+        return;
+    const int nkc = (int)(g->kpad / AMX_K);
+    const size_t strip_elems = (size_t)nkc * AMX_TILE;
+    uint16_t *panel = g->scratch[thread];
+    const size_t panel_bytes = ((size_t)AMX_PANEL * g->kpad * sizeof(uint16_t) + 63) / 64 * 64;
+    float *acc = (float *)((char *)panel + panel_bytes);
+
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = AMX_ROWS;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    for (int p = p0; p < p1; p++) {
+        const int c0 = p * AMX_PANEL;
+        pack_panel(g->w, c0, g->kpad, panel);
+        for (int kc0 = 0; kc0 < nkc; kc0 += AMX_KBLOCK) {
+            const int kc1 = kc0 + AMX_KBLOCK < nkc ? kc0 + AMX_KBLOCK : nkc;
+            for (size_t m0 = 0; (int)m0 < g->n; m0 += AMX_STRIPS * AMX_ROWS) {
+                const uint16_t *a0 = g->a + (m0 / AMX_ROWS) * strip_elems;
+                for (int h = 0; h < AMX_HALVES; h++)
+                    multiply_pair(a0, a0 + strip_elems, panel, h, kc0, kc1,
+                                  acc + m0 * AMX_PANEL, kc0 == 0);
+            }
+        }
+        const int cols = N - c0 < AMX_PANEL ? N - c0 : AMX_PANEL;
+        for (int m = 0; m < g->n; m++)
+            memcpy(g->y + (size_t)m * g->ldy + (size_t)c0, acc + (size_t)m * AMX_PANEL,
+                   (size_t)cols * sizeof(float));
+    }
+    _tile_release(); /* the tile state is large; a released one is not saved on switches */
+}
+
+void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float *x, int n,
+                     const cpu_matrix *w, float *y) {
+    const size_t kpad = cpu_amx_kpad(w->cols);
+    const size_t rows_pad = rows_padded(n);
+    round_task r = {x, n, w->cols, kpad, rows_pad, act};
+    cpu_pool_for(pool, rows_pad, round_rows, &r);
+    gemm_task g = {w, act, n, kpad, rows_pad, scratch, y, (size_t)w->rows};
+    cpu_pool_run(pool, gemm_slice, &g);
+}
+
+#else /* no AMX on this architecture */
+
+int cpu_amx_available(void) { return 0; }
+
+void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float *x, int n,
+                     const cpu_matrix *w, float *y) {
+    (void)pool, (void)act, (void)scratch, (void)x, (void)n, (void)w, (void)y;
+    abort(); /* never called: cpu_amx_available said no */
+}
+
+#endif
+
+/* ---- probe for tests --------------------------------------------------------------- */
+
+int cpu_amx_gemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
+                       float *y, int threads) {
+    if (!cpu_amx_available())
+        return -1;
+    char err[LA_ERR_LEN];
+    cpu_pool pool;
+    if (cpu_pool_init(&pool, threads, err, sizeof err) != 0)
+        return -2;
+    const size_t tb = (cpu_amx_thread_bytes(n, cols) + 63) / 64 * 64;
+    uint16_t *act = aligned_alloc(64, (cpu_amx_act_elems(n, cols) * sizeof(uint16_t) + 63) / 64 * 64);
+    void **scratch = calloc((size_t)threads, sizeof *scratch);
+    int ok = act && scratch;
+    for (int i = 0; ok && i < threads; i++)
+        ok = (scratch[i] = aligned_alloc(64, tb)) != NULL;
+    if (ok) {
+        const cpu_matrix m = {w, dtype, rows, cols};
+        cpu_amx_gemm_wt(&pool, act, scratch, x, n, &m, y);
+    }
+    for (int i = 0; scratch && i < threads; i++)
+        free(scratch[i]);
+    free(scratch);
+    free(act);
+    cpu_pool_destroy(&pool);
+    return ok ? 0 : -2;
+}
