@@ -519,3 +519,51 @@ func TestTokenProbabilityKernel(t *testing.T) {
 		}
 	}
 }
+
+// TestActivationKernels checks the vision GELU (tanh form) and the attention softmax of
+// every kernel set against float64: GELU within 1e-6 of |x| (exact arithmetic rounds to
+// within 6e-8; 1e-6 still catches a wrong constant or form), softmax within 1e-6 relative
+// per element and summing to 1, over lengths that leave partial vectors and inputs that
+// reach exp's clamps.
+func TestActivationKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 11))
+	for _, n := range []int{1, 15, 16, 17, 1000} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = 24*rng.Float32() - 12
+		}
+		x[0] = -100 // exp clamps: GELU of a large negative is -0 to float precision
+		for _, set := range kernelSets {
+			got, ok := geluProbe(set, x)
+			if !ok {
+				continue // this CPU lacks the set
+			}
+			for i, v := range x {
+				u := math.Sqrt(2/math.Pi) * (float64(v) + 0.044715*math.Pow(float64(v), 3))
+				want := 0.5 * float64(v) * (1 + math.Tanh(u))
+				if d := math.Abs(float64(got[i]) - want); d > 1e-6*max(1, math.Abs(float64(v))) {
+					t.Fatalf("n=%d %s gelu(%g) = %g, want %g", n, set, v, got[i], want)
+				}
+			}
+			sm, _ := softmaxProbe(set, x)
+			mx := math.Inf(-1)
+			for _, v := range x {
+				mx = max(mx, float64(v))
+			}
+			var z, total float64
+			for _, v := range x {
+				z += math.Exp(float64(v) - mx)
+			}
+			for i, v := range x {
+				want := math.Exp(float64(v)-mx) / z
+				if d := math.Abs(float64(sm[i]) - want); d > 1e-6*want+1e-12 {
+					t.Fatalf("n=%d %s softmax[%d] = %g, want %g", n, set, i, sm[i], want)
+				}
+				total += float64(sm[i])
+			}
+			if math.Abs(total-1) > 1e-5 {
+				t.Fatalf("n=%d %s softmax sums to %g", n, set, total)
+			}
+		}
+	}
+}

@@ -10,6 +10,7 @@
 #include "cpu_internal.h"
 
 typedef struct {
+    void (*softmax)(float *x, int n);
     float *scores;
     int ld; /* row stride of scores */
     int r0, rows, n_k;
@@ -29,7 +30,7 @@ static void softmax_rows(void *arg, int thread, int nthreads) {
             if (seen < valid)
                 valid = seen;
         }
-        cpu_softmax(row, valid);
+        t->softmax(row, valid);
         memset(row + valid, 0, (size_t)(t->n_k - valid) * sizeof *row);
     }
 }
@@ -53,7 +54,7 @@ void cpu_attention(la_engine *e, const cpu_attn *a) {
                 n_k = a->q_offset + r0 + rows;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_k, hd, scale,
                         q + (size_t)r0 * a->ldq, a->ldq, k, a->ldkv, 0.0f, scores, n_k);
-            softmax_task st = {scores, n_k, r0, rows, n_k, a->causal, a->q_offset};
+            softmax_task st = {e->kern.softmax, scores, n_k, r0, rows, n_k, a->causal, a->q_offset};
             cpu_pool_run(&e->pool, softmax_rows, &st);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, n_k, 1.0f, scores,
                         n_k, v, a->ldkv, 0.0f, out + (size_t)r0 * a->ldo, a->ldo);

@@ -124,6 +124,11 @@ typedef struct {
     cpu_axpy_fn axpy;
     cpu_expsum_fn expsum;
     cpu_swiglu_fn swiglu;
+    /* x[i] = gelu_tanh(x[i]) for i < n (the vision MLP's activation) */
+    void (*gelu_tanh)(float *x, size_t n);
+    /* softmax of x[0..n-1] in place (prefill's and the vision tower's attention; decode
+     * and the step keep cpu_softmax) */
+    void (*softmax)(float *x, int n);
 } cpu_kernels;
 
 void cpu_kernels_select(cpu_kernels *k);
@@ -153,6 +158,9 @@ float cpu_dot_probe(int which, la_dtype t, const void *row, const float *x, int 
 void cpu_rows_probe(int which, la_dtype t, const void *w, int rows, int n, const float *x,
                     int nx, float *y);
 double cpu_expsum_probe(int which, const float *x, int n, float m);
+/* cpu_activation_probe runs a set's gelu_tanh (op 0) or softmax (op 1) on x in place; -1
+ * when this CPU can not run the set. */
+int cpu_activation_probe(int which, int op, float *x, int n);
 
 /* One batched matrix-vector product ("matmat"), y[c] = W x[c] (+ b) for the activation
  * rows c < n of a decode step, x and y rows ldx and ldy floats apart. */

@@ -140,10 +140,14 @@ static void layernorm_rows(la_engine *e, float *out, const float *x, int rows, i
     cpu_pool_for(&e->pool, (size_t)rows, layernorm_range, &t);
 }
 
+typedef struct {
+    void (*fn)(float *x, size_t n);
+    float *x;
+} gelu_task;
+
 static void gelu_tanh_range(void *arg, size_t lo, size_t hi) {
-    float *x = arg;
-    for (size_t i = lo; i < hi; i++)
-        x[i] = cpu_gelu_tanh(x[i]);
+    const gelu_task *t = arg;
+    t->fn(t->x + lo, hi - lo);
 }
 
 static void gelu_erf_range(void *arg, size_t lo, size_t hi) {
@@ -181,7 +185,8 @@ static void vision_block(la_engine *e, const cpu_vision_block *b, int L) {
     /* MLP */
     layernorm_rows(e, s->vxb, s->vx, L, C, b->norm1_w, b->norm1_b, c->vision_norm_eps);
     cpu_gemm_wt(e, s->vxb, L, &b->fc0, b->fc0_b, s->vhb);
-    cpu_pool_for(&e->pool, (size_t)L * c->vision_intermediate, gelu_tanh_range, s->vhb);
+    gelu_task g = {e->kern.gelu_tanh, s->vhb};
+    cpu_pool_for(&e->pool, (size_t)L * c->vision_intermediate, gelu_tanh_range, &g);
     cpu_gemm_wt(e, s->vhb, L, &b->fc1, b->fc1_b, tmp);
     add_rows(s->vx, tmp, (size_t)L * C);
 }

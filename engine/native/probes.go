@@ -61,6 +61,18 @@ func rowsProbe(set kernelSet, dtype checkpoint.DType, w []byte, rows, n int, x [
 	return y
 }
 
+// geluProbe and softmaxProbe run a set's vision GELU and attention softmax on a copy of x;
+// ok is false when this CPU can not run the set.
+func geluProbe(set kernelSet, x []float32) (y []float32, ok bool) {
+	y = append([]float32(nil), x...)
+	return y, C.cpu_activation_probe(C.int(set), 0, (*C.float)(unsafe.SliceData(y)), C.int(len(y))) == 0
+}
+
+func softmaxProbe(set kernelSet, x []float32) (y []float32, ok bool) {
+	y = append([]float32(nil), x...)
+	return y, C.cpu_activation_probe(C.int(set), 1, (*C.float)(unsafe.SliceData(y)), C.int(len(y))) == 0
+}
+
 // expsumProbe is the token-probability kernel: the sum of e^(x[i] - m) in double.
 func expsumProbe(set kernelSet, x []float32, m float32) float64 {
 	return float64(C.cpu_expsum_probe(C.int(set), (*C.float)(unsafe.SliceData(x)), C.int(len(x)), C.float(m)))
