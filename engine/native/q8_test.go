@@ -30,7 +30,11 @@ func q8Rows(rng *rand.Rand, rows, n int) ([]float32, []byte) {
 func TestQ8FormatRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	const rows, n = 5, 256
-	w, q := q8Rows(rng, rows, n)
+	w, _ := q8Rows(rng, rows, n)
+	// a block whose largest weight is 127, so that halves are exact ties: 2.5 must go to 3
+	// and -2.5 to -3 (away from zero), 0.5 to 1
+	copy(w[3*q8Block:], []float32{127, 2.5, -2.5, 0.5, -0.5, 126.5})
+	q := q8Quantize(w, n)
 	if len(q) != rows*(n+n/q8Block*4) || q8RowBytes(n) != n*9/8 {
 		t.Fatalf("q8 rows of %d weights take %d bytes, want %d (9/8 bytes a weight)", n, q8RowBytes(n), n*9/8)
 	}
@@ -53,6 +57,12 @@ func TestQ8FormatRoundTrip(t *testing.T) {
 				quant := int8(row[n/q8Block*4+b*q8Block+i])
 				if quant == 127 || quant == -127 {
 					hit127 = true
+				}
+				if scale > 0 { // nearest integer, ties away from zero, of w / scale in float32
+					inv := 1 / scale
+					if want := math.Max(-127, math.Min(127, math.Round(float64(v*inv)))); float64(quant) != want {
+						t.Fatalf("weight %d: %g / %g quantized to %d, want %g", k, v, scale, quant, want)
+					}
 				}
 				if back[k] != float32(quant)*scale {
 					t.Fatalf("weight %d: dequantized %g, want quant %d x scale %g", k, back[k], quant, scale)
