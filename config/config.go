@@ -370,6 +370,12 @@ func (c Worker) Validate() error {
 // Generator serves at most 32 users per device).
 const MaxBatchLimit = 32
 
+// TTNNKVPositions is the ttnn backend's paged KV pool: 1024 blocks of 32 positions shared
+// by every slot, the pool the port validated (engine/ttnn/la_ttnn_adapter.py,
+// docs/ttnn-backend.md). LA_MAX_BATCH x LA_MAX_SEQ_LEN must fit it; the adapter would
+// refuse at open, after the chip is up, so the configuration refuses first.
+const TTNNKVPositions = 1024 * 32
+
 // adder collects one complaint.
 type adder func(format string, args ...any)
 
@@ -384,6 +390,10 @@ func (e Engine) validate(add adder) {
 	}
 	if e.MaxBatch < 1 || e.MaxBatch > MaxBatchLimit {
 		add("LA_MAX_BATCH is %d, want 1..%d", e.MaxBatch, MaxBatchLimit)
+	}
+	if e.Backend == "ttnn" && e.MaxBatch*e.MaxSeqLen > TTNNKVPositions {
+		add("LA_MAX_BATCH x LA_MAX_SEQ_LEN is %d x %d = %d, more than the ttnn backend's paged KV pool of %d positions; lower one of them",
+			e.MaxBatch, e.MaxSeqLen, e.MaxBatch*e.MaxSeqLen, TTNNKVPositions)
 	}
 	positive(add, "LA_CHIPS", e.Chips)
 	notNegative(add, "LA_THREADS", e.Threads)

@@ -118,6 +118,29 @@ func TestWeightsQuantIsValidated(t *testing.T) {
 	}
 }
 
+// TestTTNNKVPoolBoundsTheBatch: on the ttnn backend LA_MAX_BATCH x LA_MAX_SEQ_LEN must
+// fit the adapter's paged KV pool, and the complaint names both variables; the cpu
+// backend has no such pool.
+func TestTTNNKVPoolBoundsTheBatch(t *testing.T) {
+	complaints := func(backend string, batch, seq int) []string {
+		var out []string
+		e := Engine{Backend: backend, GenerationMode: "ar", MaxBatch: batch, Chips: 1, MaxSeqLen: seq, MaxNewTokens: 1, MaxNewTokensCap: 1}
+		e.validate(func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) })
+		return out
+	}
+	if c := complaints("ttnn", 8, 4096); len(c) != 0 {
+		t.Errorf("ttnn at 8 x 4096 (the pool exactly) refused: %v", c)
+	}
+	c := complaints("ttnn", 16, 4096)
+	if len(c) != 1 || !strings.Contains(c[0], "LA_MAX_BATCH x LA_MAX_SEQ_LEN is 16 x 4096 = 65536") ||
+		!strings.Contains(c[0], "32768 positions") {
+		t.Errorf("ttnn at 16 x 4096: complaints %v, want one naming both variables and the pool", c)
+	}
+	if c := complaints("cpu", 16, 4096); len(c) != 0 {
+		t.Errorf("cpu at 16 x 4096 refused: %v", c)
+	}
+}
+
 // TestGenerationModeIsValidated: LA_GENERATION_MODE takes the engine's modes and nothing
 // else (the reference's "fast" mode is for tests, not served), and says which it wants.
 func TestGenerationModeIsValidated(t *testing.T) {
