@@ -138,7 +138,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer stopWork(nil)
 
 	watchCtx, stopWatch := context.WithCancel(workCtx)
-	watchDone, err := r.topo.State.WatchCancels(watchCtx, r.cancelRunning)
+	watchDone, err := r.topo.State.WatchCancels(watchCtx, r.cancelRunning, func(err error) {
+		r.log.Warn("cancel requests: watch lost", "err", err)
+	})
 	if err != nil {
 		stopWatch()
 		return fmt.Errorf("runner %s: %w", r.cfg.Worker, err)

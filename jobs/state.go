@@ -103,10 +103,20 @@ func (s *StateStore) CancelRequested(ctx context.Context, id string) (bool, erro
 	return true, nil
 }
 
+// rewatchPause is how long WatchCancels waits before watching again after its watch
+// ended on its own.
+const rewatchPause = time.Second
+
 // WatchCancels calls fn with the id of every cancel requested from now on, until ctx ends.
 // It returns once the watch is established; the watch itself runs on a goroutine that
 // ends with ctx (done is closed then).
-func (s *StateStore) WatchCancels(ctx context.Context, fn func(id string)) (done <-chan struct{}, err error) {
+//
+// A watch can end before ctx does: its subscription closes with the connection, and a
+// cluster can drop it. Then lost is called with why, and the bucket is watched again
+// (rewatchPause apart while that fails). The new watch first replays every cancel request
+// in the bucket, so one made while nothing watched still reaches fn; fn must accept ids
+// it has seen or does not run (the runner's does).
+func (s *StateStore) WatchCancels(ctx context.Context, fn func(id string), lost func(err error)) (done <-chan struct{}, err error) {
 	w, err := s.kv.Watch(ctx, CancelKeyPrefix+"*", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("watch cancel requests: %w", err)
@@ -114,20 +124,44 @@ func (s *StateStore) WatchCancels(ctx context.Context, fn func(id string)) (done
 	d := make(chan struct{})
 	go func() {
 		defer close(d)
-		defer w.Stop()
 		for {
-			select {
-			case <-ctx.Done():
+			followCancels(ctx, w, fn)
+			w.Stop()
+			if ctx.Err() != nil {
 				return
-			case e, ok := <-w.Updates():
-				if !ok {
+			}
+			lost(errors.New("the cancel watch ended; watching again"))
+			for w = nil; w == nil; {
+				select {
+				case <-ctx.Done():
 					return
+				case <-time.After(rewatchPause):
 				}
-				if e != nil {
-					fn(e.Key()[len(CancelKeyPrefix):])
+				again, err := s.kv.Watch(ctx, CancelKeyPrefix+"*", jetstream.IgnoreDeletes())
+				if err != nil {
+					lost(fmt.Errorf("watch cancel requests again: %w", err))
+					continue
 				}
+				w = again
 			}
 		}
 	}()
 	return d, nil
+}
+
+// followCancels passes w's cancel requests to fn until ctx ends or w's updates close.
+func followCancels(ctx context.Context, w jetstream.KeyWatcher, fn func(id string)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil { // nil marks the end of a replay
+				fn(e.Key()[len(CancelKeyPrefix):])
+			}
+		}
+	}
 }
