@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/internal/cli"
@@ -71,9 +74,24 @@ func detectFlags(o *detectOptions) *flag.FlagSet {
 		"decode in `MODE`: ar (one token per step) or hybrid (parallel box decoding: a whole box per step when the model is sure)")
 	fs.IntVar(&o.inTokenLimit, "in-token-limit", 0, "most image patches before the image is shrunk (0 = the checkpoint's)")
 	fs.StringVar(&o.grid, "grid", "native", "vision grid: native, or `HxW` in 14-px patches (even sides)")
-	fs.StringVar(&o.overlay, "overlay", "", "write the overlay PNG to `FILE`")
+	fs.StringVar(&o.overlay, "overlay", "", "write the overlay picture to `FILE`: JPEG when it ends in .jpg or .jpeg, PNG when .png")
 	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0 = one per CPU)")
 	return fs
+}
+
+// overlayFormatOf picks the overlay's encoding from --overlay's file name, so that a
+// picture.jpg is a JPEG; a name that says neither is refused before the model runs.
+func overlayFormatOf(name string) (overlay.Format, error) {
+	if name == "" { // no overlay asked for
+		return overlay.PNG, nil
+	}
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".png":
+		return overlay.PNG, nil
+	case ".jpg", ".jpeg":
+		return overlay.JPEG, nil
+	}
+	return "", fmt.Errorf("--overlay %q: name it .png, .jpg or .jpeg (the picture's format follows the name)", name)
 }
 
 // runDetect implements `worker detect`: one image, one query, straight through the engine,
@@ -91,6 +109,10 @@ func runDetect(args []string, stdout io.Writer) error {
 		return usageError{fmt.Errorf("detect needs --image and --query (worker detect --help)")}
 	case !engine.GenerationMode(o.mode).Valid():
 		return usageError{fmt.Errorf("--generation-mode %q is not one of %s", o.mode, config.GenerationModeList())}
+	}
+	format, err := overlayFormatOf(o.overlay)
+	if err != nil {
+		return usageError{err}
 	}
 	choice, err := chooseWeights(context.Background(), o.weights)
 	if err != nil {
@@ -133,11 +155,11 @@ func runDetect(args []string, stdout io.Writer) error {
 		return err
 	}
 	if o.overlay != "" {
-		png, err := p.Overlay(prep, pred)
+		pic, err := overlay.NewEncoder().Encode(overlay.Draw(prep.Image, pred.Detections, pred.Points), format)
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.overlay, png, 0o644); err != nil {
+		if err := os.WriteFile(o.overlay, pic, 0o644); err != nil {
 			return fmt.Errorf("writing the overlay: %w", err)
 		}
 	}

@@ -46,6 +46,31 @@ func TestDetectPrintsThePredictShapeWithTokens(t *testing.T) {
 	}
 }
 
+// TestDetectOverlayFollowsTheFileName: --overlay x.jpg writes a JPEG, x.png a PNG, and a
+// name that says neither is a usage error before any checkpoint is opened.
+func TestDetectOverlayFollowsTheFileName(t *testing.T) {
+	dir := t.TempDir()
+	for name, magic := range map[string]string{"out.jpg": "\xff\xd8\xff", "out.JPEG": "\xff\xd8\xff", "out.png": "\x89PNG"} {
+		path := filepath.Join(dir, name)
+		err := runDetect([]string{
+			"--weights", "../../testdata/checkpoints/tiny-bf16", "--image", "../../testdata/images/dog.jpg", "--query", "dog",
+			"--max-new-tokens", "4", "--in-token-limit", "64", "--threads", "1", "--overlay", path,
+		}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pic, err := os.ReadFile(path); err != nil || !bytes.HasPrefix(pic, []byte(magic)) {
+			t.Errorf("--overlay %s: %v, the file does not start with %q", name, err, magic)
+		}
+	}
+	err := runDetect([]string{"--weights", "../../testdata/checkpoints/absent", "--image", "x.png", "--query", "x",
+		"--overlay", filepath.Join(dir, "out.gif")}, &bytes.Buffer{})
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), ".png, .jpg or .jpeg") {
+		t.Errorf("--overlay out.gif: %v, want a usage error naming the formats", err)
+	}
+}
+
 func TestDetectRefusesMissingArguments(t *testing.T) {
 	if err := runDetect([]string{"--image", "../../testdata/images/dog.jpg"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--query") {
 		t.Errorf("got %v, want an error naming --query", err)
