@@ -316,6 +316,11 @@ func runCmd(ctx context.Context, args []string, cio IO) int {
 	if o.dryRun {
 		return dryRunCmd(ctx, rc, cfg, store, o.json, cio)
 	}
+	// List the inputs first: a missing file or an empty glob is the user's to fix, and
+	// must say so even when no NATS server is up yet.
+	if rc.expanded, err = Expand(ctx, rc.Inputs, store); err != nil {
+		return fail(cio, &InputError{Err: err})
+	}
 	js, closeNATS, err := connect(cfg)
 	if err != nil {
 		return fail(cio, err)

@@ -51,6 +51,18 @@ func TestMainUsageErrors(t *testing.T) {
 	}
 }
 
+// TestMainMissingInputBeforeNATS: inputs that do not exist are reported as such (exit 2),
+// not hidden behind a NATS server that is not up yet.
+func TestMainMissingInputBeforeNATS(t *testing.T) {
+	t.Setenv("LA_NATS_URL", "nats://127.0.0.1:1") // nothing listens
+	t.Setenv("LA_NATS_TIMEOUT", "2s")
+	missing := t.TempDir() + "/no-such-dir"
+	code, _, stderr := runMain(t, "--out", t.TempDir(), missing)
+	if code != ExitUsage || !strings.Contains(stderr, "no-such-dir") || strings.Contains(stderr, "connect to NATS") {
+		t.Fatalf("exit %d, stderr %q; want exit %d naming the missing input, not NATS", code, stderr, ExitUsage)
+	}
+}
+
 func TestMainUnreachableNATSIsExit3(t *testing.T) {
 	t.Setenv("LA_NATS_URL", "nats://127.0.0.1:1")
 	t.Setenv("LA_NATS_TIMEOUT", "2s")

@@ -41,6 +41,9 @@ type RunConfig struct {
 	ProgressEvery time.Duration // plain progress line period off a terminal; 0 = 10 s
 
 	dryRun bool // plan only (DryRun): read the output directory, write, upload and publish nothing
+	// expanded is Inputs already listed (Expand), by a caller that had to know they exist
+	// before connecting anywhere; nil: Run lists them.
+	expanded []Item
 }
 
 // Env is what a run talks to.
@@ -230,8 +233,11 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 		}
 	}
 
-	if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
-		return fail(&InputError{Err: err})
+	r.items = cfg.expanded
+	if r.items == nil {
+		if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
+			return fail(&InputError{Err: err})
+		}
 	}
 	assignStems(r.items, r.cfg.Defaults)
 	if env.JS == nil && cfg.dryRun {
