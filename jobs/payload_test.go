@@ -117,6 +117,9 @@ func TestOversizedDeadLetterRecordStoresTheJob(t *testing.T) {
 	if rec == nil {
 		t.Fatal("no dead-letter record")
 	}
+	if rec.Batch != DefaultBatch {
+		t.Errorf("record's batch %q, want %q (the job named none)", rec.Batch, DefaultBatch)
+	}
 	if rec.Job != nil || rec.JobBase64 != nil || rec.JobURL != JobURL(defaultOutput, j.ID) || rec.Code != CodeNotFound {
 		t.Fatalf("record: %d bytes of job, job_url %q, code %s; want the job left out and stored at %s",
 			len(rec.Job)+len(rec.JobBase64), rec.JobURL, rec.Code, JobURL(defaultOutput, j.ID))

@@ -23,7 +23,11 @@ import (
 
 // DLQRecord is the body of a message on la.dlq.<id> in LA_DLQ.
 type DLQRecord struct {
-	ID        string          `json:"id"`
+	ID string `json:"id"`
+	// Batch is the job's batch, as its result names it ("default" when the job named none,
+	// empty when the job could not be read), so that records can be sorted by batch even
+	// when the job's bytes are stored elsewhere (JobURL) or are not JSON.
+	Batch     string          `json:"batch,omitempty"`
 	Code      string          `json:"code"`
 	Reason    string          `json:"reason"`
 	Attempts  int             `json:"attempts"`
@@ -309,6 +313,7 @@ func (s *sink) publish(ctx context.Context, subject string, body []byte, msgID s
 func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgID, output string) error {
 	rec := DLQRecord{
 		ID:        res.ID,
+		Batch:     res.Batch,
 		Attempts:  res.Attempt,
 		Worker:    s.worker,
 		Subject:   orig.subject,

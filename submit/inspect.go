@@ -305,9 +305,13 @@ func imageURLs(src string) (urls []string, suffix string, err error) {
 	return urls, "sha256/" + h[:2] + "/" + h + strings.ToLower(filepath.Ext(abs)), nil
 }
 
-// dlqBatch is the batch of a dead-lettered job, read from the job it carries; "" when the
-// record does not carry it (stored at job_url, or not JSON).
+// dlqBatch is the batch of a dead-lettered job: the record's own field, else read from
+// the job it carries (records of older workers); "" when neither says (an older record
+// whose job is stored at job_url, or not JSON).
 func dlqBatch(rec jobs.DLQRecord) string {
+	if rec.Batch != "" {
+		return rec.Batch
+	}
 	raw := []byte(rec.Job)
 	if len(raw) == 0 {
 		raw = rec.JobBase64
