@@ -143,3 +143,35 @@ func TestAMXTokensAgreeWithExact(t *testing.T) {
 		}
 	}
 }
+
+// TestAMXVisionNearExact compares the image embeddings of every golden case on the exact
+// path and with AMX products (the vision tower's GEMMs and its bidirectional attention):
+// within 2% of the largest value, and not bit-identical.
+func TestAMXVisionNearExact(t *testing.T) {
+	skipWithoutAMX(t)
+	lockThread(t)
+	for _, ckpt := range []string{"tiny-bf16", "tiny-f32"} {
+		dir, idx := readGoldens(t, ckpt)
+		m := openModel(t, filepath.Join(checkpointsDir, ckpt))
+		o := Options{MaxBatch: 1, MaxSeqLen: 512, Threads: 2}
+		exact := openBackend(t, m, o)
+		o.BackendOptions = map[string]string{"matmul": "amx"}
+		amx := openBackend(t, m, o)
+		for _, c := range idx.Cases {
+			patches := readF32(t, dir, c.Files["patches"])
+			var emb [2][]float32
+			for i, b := range []*Backend{exact, amx} {
+				if err := b.Vision(patches, c.GridH, c.GridW); err != nil {
+					t.Fatalf("%s %s: vision: %v", ckpt, c.Name, err)
+				}
+				data, _, _ := b.ImageEmbeddings()
+				emb[i] = data
+			}
+			d := relDiff(emb[1], emb[0])
+			t.Logf("%s %s: image embeddings within %.3g relative", ckpt, c.Name, d)
+			if d > 0.02 || d == 0 {
+				t.Errorf("%s %s: AMX image embeddings differ by %.3g relative from the exact path's, want (0, 0.02]", ckpt, c.Name, d)
+			}
+		}
+	}
+}

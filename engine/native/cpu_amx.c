@@ -31,6 +31,7 @@
  * for it once per engine open and says no when the CPU or kernel lacks it, and the engine
  * then keeps OpenBLAS.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -335,6 +336,79 @@ void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float 
     cpu_pool_run(pool, gemm_slice, &g);
 }
 
+/* gemm_here is cpu_amx_gemm_wt on the calling thread alone, into rows ldy floats apart. */
+static void gemm_here(uint16_t *act, void *scratch, const float *x, int n, const cpu_matrix *w,
+                      float *y, size_t ldy) {
+    const size_t kpad = cpu_amx_kpad(w->cols);
+    const size_t rows_pad = rows_padded(n);
+    round_task r = {x, n, w->cols, kpad, rows_pad, act};
+    round_rows(&r, 0, rows_pad);
+    void *one[1] = {scratch};
+    gemm_task g = {w, act, n, kpad, rows_pad, one, y, ldy};
+    gemm_slice(&g, 0, 1);
+}
+
+/* ---- attention --------------------------------------------------------------------- */
+
+typedef struct {
+    la_engine *e;
+    const cpu_attn *a;
+} attn_task;
+
+/* attend_heads runs whole heads on one thread: heads thread, thread + nthreads, ... Per
+ * head, its keys are copied contiguous ([n_k, hd]) and its values transposed ([hd, n_k]),
+ * so that both products are "x W^T" products of the kind above; then per block of query
+ * rows: the rows times 1/sqrt(hd) copied contiguous, scores = Q K^T on AMX, the softmax
+ * (masked past each row's position when causal: those probabilities are zero), out = P V
+ * on AMX. Keys past a block's last position under a causal mask take part as zeros, which
+ * keeps the value matrix one shape for every block. */
+static void attend_heads(void *arg, int thread, int nthreads) {
+    const attn_task *t = arg;
+    const cpu_attn *a = t->a;
+    cpu_amx_attn_buffers *b = &t->e->s.amx_attn[thread];
+    const int hd = a->head_dim, group = a->heads / a->kv_heads, n_k = a->n_k;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int chunk = t->e->attn_chunk;
+    for (int h = thread; h < a->heads; h += nthreads) {
+        const int g = h / group;
+        for (int j = 0; j < n_k; j++) {
+            const float *kr = a->k + (size_t)j * a->ldkv + (size_t)g * hd;
+            const float *vr = a->v + (size_t)j * a->ldkv + (size_t)g * hd;
+            memcpy(b->k + (size_t)j * hd, kr, (size_t)hd * sizeof(float));
+            for (int d = 0; d < hd; d++)
+                b->vt[(size_t)d * n_k + j] = vr[d];
+        }
+        const cpu_matrix km = {b->k, LA_DTYPE_F32, n_k, hd};
+        const cpu_matrix vm = {b->vt, LA_DTYPE_F32, hd, n_k};
+        for (int r0 = 0; r0 < a->n_q; r0 += chunk) {
+            const int rows = a->n_q - r0 < chunk ? a->n_q - r0 : chunk;
+            for (int i = 0; i < rows; i++) {
+                const float *qr = a->q + (size_t)(r0 + i) * a->ldq + (size_t)h * hd;
+                for (int d = 0; d < hd; d++)
+                    b->q[(size_t)i * hd + d] = qr[d] * scale;
+            }
+            gemm_here(b->act, b->scratch, b->q, rows, &km, b->scores, (size_t)n_k);
+            for (int i = 0; i < rows; i++) {
+                float *row = b->scores + (size_t)i * n_k;
+                int valid = n_k;
+                if (a->causal && a->q_offset + r0 + i + 1 < valid)
+                    valid = a->q_offset + r0 + i + 1;
+                t->e->kern.softmax(row, valid);
+                memset(row + valid, 0, (size_t)(n_k - valid) * sizeof *row);
+            }
+            gemm_here(b->act, b->scratch, b->scores, rows, &vm, b->out, (size_t)hd);
+            for (int i = 0; i < rows; i++)
+                memcpy(a->out + (size_t)(r0 + i) * a->ldo + (size_t)h * hd, b->out + (size_t)i * hd,
+                       (size_t)hd * sizeof(float));
+        }
+    }
+}
+
+void cpu_amx_attention(la_engine *e, const cpu_attn *a) {
+    attn_task t = {e, a};
+    cpu_pool_run(&e->pool, attend_heads, &t);
+}
+
 #else /* no AMX on this architecture */
 
 int cpu_amx_available(void) { return 0; }
@@ -342,6 +416,11 @@ int cpu_amx_available(void) { return 0; }
 void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float *x, int n,
                      const cpu_matrix *w, float *y) {
     (void)pool, (void)act, (void)scratch, (void)x, (void)n, (void)w, (void)y;
+    abort(); /* never called: cpu_amx_available said no */
+}
+
+void cpu_amx_attention(la_engine *e, const cpu_attn *a) {
+    (void)e, (void)a;
     abort(); /* never called: cpu_amx_available said no */
 }
 

@@ -36,6 +36,10 @@ static void softmax_rows(void *arg, int thread, int nthreads) {
 }
 
 void cpu_attention(la_engine *e, const cpu_attn *a) {
+    if (e->matmul_amx) {
+        cpu_amx_attention(e, a);
+        return;
+    }
     const int hd = a->head_dim, group = a->heads / a->kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scores = e->s.scores;

@@ -381,12 +381,36 @@ static int alloc_amx(la_engine *e, char *err, size_t errlen) {
         }
     }
     scratch = (scratch + 63) / 64 * 64;
-    s->amx_act = aligned_alloc(64, act * sizeof(uint16_t));
+    /* attention: one head at a time per thread, blocks of attn_chunk query rows against
+     * up to every key (a patch of the longest image, or a position) */
+    const size_t chunk = (size_t)e->attn_chunk, keys = (size_t)(P > S ? P : S);
+    const int hd = e->vision_head_dim > c->head_dim ? e->vision_head_dim : c->head_dim;
+    size_t attn_act = cpu_amx_act_elems((int)chunk, (int)keys);
+    size_t attn_scratch = cpu_amx_thread_bytes((int)chunk, (int)keys);
+    if (cpu_amx_act_elems((int)chunk, hd) > attn_act)
+        attn_act = cpu_amx_act_elems((int)chunk, hd);
+    if (cpu_amx_thread_bytes((int)chunk, hd) > attn_scratch)
+        attn_scratch = cpu_amx_thread_bytes((int)chunk, hd);
+    attn_act = (attn_act * sizeof(uint16_t) + 63) / 64 * 64;
+    attn_scratch = (attn_scratch + 63) / 64 * 64;
+
+    s->amx_act = aligned_alloc(64, (act * sizeof(uint16_t) + 63) / 64 * 64);
     s->amx_scratch = calloc((size_t)e->pool.nthreads, sizeof *s->amx_scratch);
-    s->amx_threads = s->amx_scratch ? e->pool.nthreads : 0;
-    int ok = s->amx_act && s->amx_scratch;
-    for (int i = 0; ok && i < s->amx_threads; i++)
-        ok = (s->amx_scratch[i] = aligned_alloc(64, scratch)) != NULL;
+    s->amx_attn = calloc((size_t)e->pool.nthreads, sizeof *s->amx_attn);
+    s->amx_threads = s->amx_scratch && s->amx_attn ? e->pool.nthreads : 0;
+    int ok = s->amx_act && s->amx_scratch && s->amx_attn;
+    for (int i = 0; ok && i < s->amx_threads; i++) {
+        cpu_amx_attn_buffers *b = &s->amx_attn[i];
+        b->q = alloc_floats(chunk * (size_t)hd);
+        b->k = alloc_floats(keys * (size_t)hd);
+        b->vt = alloc_floats(keys * (size_t)hd);
+        b->scores = alloc_floats(chunk * keys);
+        b->out = alloc_floats(chunk * (size_t)hd);
+        b->act = aligned_alloc(64, attn_act);
+        b->scratch = aligned_alloc(64, attn_scratch);
+        ok = (s->amx_scratch[i] = aligned_alloc(64, scratch)) != NULL && b->q && b->k && b->vt &&
+             b->scores && b->out && b->act && b->scratch;
+    }
     if (!ok)
         return la_errorf(err, errlen, "matmul=amx: out of memory for %zu MB of tiles",
                           (act * sizeof(uint16_t) + scratch * (size_t)e->pool.nthreads) >> 20);
@@ -402,9 +426,14 @@ static void free_state(cpu_state *s) {
         free(bufs[i]);
     free(s->slots);
     free(s->amx_act);
-    for (int i = 0; s->amx_scratch && i < s->amx_threads; i++)
-        free(s->amx_scratch[i]);
+    for (int i = 0; i < s->amx_threads; i++) {
+        cpu_amx_attn_buffers *b = &s->amx_attn[i];
+        void *p[] = {s->amx_scratch[i], b->q, b->k, b->vt, b->scores, b->out, b->act, b->scratch};
+        for (size_t j = 0; j < sizeof p / sizeof p[0]; j++)
+            free(p[j]);
+    }
     free(s->amx_scratch);
+    free(s->amx_attn);
     memset(s, 0, sizeof *s);
 }
 

@@ -274,7 +274,17 @@ typedef struct {
     uint16_t *amx_act;
     void **amx_scratch;
     int amx_threads;
+    struct cpu_amx_attn_buffers *amx_attn; /* [amx_threads]: attention, one head per thread */
 } cpu_state;
+
+/* One pool thread's buffers for attention on AMX (cpu_amx_attention): a head's keys
+ * [keys, hd] and transposed values [hd, keys], a block of query rows, its scores and its
+ * output, and the product's tiles. */
+typedef struct cpu_amx_attn_buffers {
+    float *q, *k, *vt, *scores, *out;
+    uint16_t *act;
+    void *scratch;
+} cpu_amx_attn_buffers;
 
 /* The decode step, planned once at open: every batched matrix-vector product with its
  * input, output and bias fixed, replayed per step for however many rows the step has. */
@@ -412,6 +422,9 @@ typedef struct {
 } cpu_attn;
 
 void cpu_attention(la_engine *e, const cpu_attn *a);
+/* cpu_amx_attention is cpu_attention with both products on AMX tiles in bf16, heads split
+ * across the pool (matmul=amx). */
+void cpu_amx_attention(la_engine *e, const cpu_attn *a);
 
 /* cpu_bicubic_resize resizes a [ih, iw, c] table to [oh, ow, c] like torch's
  * F.interpolate(mode="bicubic", align_corners=False) without antialiasing. */
