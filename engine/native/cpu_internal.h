@@ -79,6 +79,9 @@ size_t cpu_row_bytes(la_dtype t, int cols);
 /* cpu_q8_quantize_row / cpu_q8_dequantize_row convert one row of cols (a multiple of 32)
  * float32 elements to and from the q8 row format. */
 void cpu_q8_quantize_row(const float *src, int cols, void *dst);
+/* cpu_q8_quantize_row_plain is the plain C quantizer cpu_q8_quantize_row must equal byte
+ * for byte (it takes AVX-512 where the CPU has it), for tests. */
+void cpu_q8_quantize_row_plain(const float *src, int cols, void *dst);
 void cpu_q8_dequantize_row(const void *row, int cols, float *dst);
 
 /* ---- matrices and kernels ----------------------------------------------------------- */

@@ -37,17 +37,16 @@ int cpu_q8_fits(const cpu_matrix *m) {
     return m->cols > 0 && m->cols % CPU_Q8_BLOCK == 0;
 }
 
-/* q8_quantize_row quantizes one float32 row of cols elements into dst (the row format
+/* quantize_row_plain quantizes one float32 row of cols elements into dst (the row format
  * above). */
-void cpu_q8_quantize_row(const float *src, int cols, void *dst) {
+static void quantize_row_plain(const float *src, int cols, void *dst) {
     const int nb = cols / CPU_Q8_BLOCK;
     float *scales = dst;
     int8_t *q = (int8_t *)(scales + nb);
     for (int b = 0; b < nb; b++) {
         const float *x = src + (size_t)b * CPU_Q8_BLOCK;
-        /* Plain comparisons and a truncation in double instead of fmaxf and lroundf: the
-         * same results (NaN weights aside), but the compiler vectorises them, and at 3B the
-         * libm calls made quantizing at open take several seconds. */
+        /* Plain comparisons and a truncation in double rather than fmaxf and lroundf: the
+         * same results (NaN weights aside) without a libm call per weight. */
         float amax = 0;
         for (int i = 0; i < CPU_Q8_BLOCK; i++) {
             const float a = fabsf(x[i]);
@@ -57,13 +56,72 @@ void cpu_q8_quantize_row(const float *src, int cols, void *dst) {
         const float inv = d > 0 ? 1.0f / d : 0.0f;
         scales[b] = d;
         for (int i = 0; i < CPU_Q8_BLOCK; i++) {
-            /* round half away from zero, as lroundf: v + 0.5 is exact in double */
+            /* round half away from zero, as lroundf: |v| + 0.5 is exact in double */
             const float v = x[i] * inv;
             const double r = v < 0 ? -trunc(0.5 - (double)v) : trunc((double)v + 0.5);
             /* v is at most 127 in magnitude up to rounding; clamp the rounding away */
             q[(size_t)b * CPU_Q8_BLOCK + i] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
         }
     }
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define Q8_AVX512 __attribute__((target("avx512f")))
+
+/* round_away16 is 16 floats rounded to the nearest integer, ties away from zero, clamped to
+ * [-127, 127], as int32: the same steps as quantize_row_plain (|v| + 0.5 in double, exact,
+ * truncated, the sign put back). */
+Q8_AVX512 static inline __m512i round_away16(__m512 v) {
+    const __m512d half = _mm512_set1_pd(0.5);
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m512d sign_lo = _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(lo), _mm512_set1_epi64((long long)0x8000000000000000ULL)));
+    const __m512d sign_hi = _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(hi), _mm512_set1_epi64((long long)0x8000000000000000ULL)));
+    lo = _mm512_roundscale_pd(_mm512_add_pd(_mm512_abs_pd(lo), half), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    hi = _mm512_roundscale_pd(_mm512_add_pd(_mm512_abs_pd(hi), half), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    lo = _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(lo), _mm512_castpd_si512(sign_lo)));
+    hi = _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(hi), _mm512_castpd_si512(sign_hi)));
+    const __m512d lim = _mm512_set1_pd(127.0), nlim = _mm512_set1_pd(-127.0);
+    lo = _mm512_max_pd(_mm512_min_pd(lo, lim), nlim);
+    hi = _mm512_max_pd(_mm512_min_pd(hi, lim), nlim);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epi32(lo)), _mm512_cvttpd_epi32(hi), 1);
+}
+
+/* quantize_row_avx512 is quantize_row_plain 16 lanes at a time, with the same bytes: the
+ * block's maximum is exact in any order, and every other step is one IEEE operation
+ * either way. The scalar loops made quantizing at open take about 15 s at 3B here. */
+Q8_AVX512 static void quantize_row_avx512(const float *src, int cols, void *dst) {
+    const int nb = cols / CPU_Q8_BLOCK;
+    float *scales = dst;
+    int8_t *q = (int8_t *)(scales + nb);
+    for (int b = 0; b < nb; b++) {
+        const float *x = src + (size_t)b * CPU_Q8_BLOCK;
+        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const float d = amax / 127.0f;
+        const float inv = d > 0 ? 1.0f / d : 0.0f;
+        scales[b] = d;
+        const __m512 iv = _mm512_set1_ps(inv);
+        int8_t *qb = q + (size_t)b * CPU_Q8_BLOCK;
+        _mm_storeu_si128((__m128i *)qb, _mm512_cvtepi32_epi8(round_away16(_mm512_mul_ps(x0, iv))));
+        _mm_storeu_si128((__m128i *)(qb + 16), _mm512_cvtepi32_epi8(round_away16(_mm512_mul_ps(x1, iv))));
+    }
+}
+#endif
+
+void cpu_q8_quantize_row(const float *src, int cols, void *dst) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        quantize_row_avx512(src, cols, dst);
+        return;
+    }
+#endif
+    quantize_row_plain(src, cols, dst);
+}
+
+void cpu_q8_quantize_row_plain(const float *src, int cols, void *dst) {
+    quantize_row_plain(src, cols, dst);
 }
 
 void cpu_q8_dequantize_row(const void *row, int cols, float *dst) {

@@ -31,6 +31,18 @@ func q8Quantize(w []float32, n int) []byte {
 	return out
 }
 
+// q8QuantizePlain is q8Quantize through the plain C quantizer, which the one open uses (AVX-512
+// where the CPU has it) must equal byte for byte.
+func q8QuantizePlain(w []float32, n int) []byte {
+	rows := len(w) / n
+	out := make([]byte, rows*q8RowBytes(n))
+	for r := range rows {
+		C.cpu_q8_quantize_row_plain((*C.float)(unsafe.SliceData(w[r*n:])), C.int(n),
+			unsafe.Pointer(unsafe.SliceData(out[r*q8RowBytes(n):])))
+	}
+	return out
+}
+
 // q8Dequantize converts q8 rows of n weights back to float32.
 func q8Dequantize(q []byte, n int) []float32 {
 	rows := len(q) / q8RowBytes(n)

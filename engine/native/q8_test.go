@@ -1,6 +1,7 @@
 package native
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -79,6 +80,40 @@ func TestQ8FormatRoundTrip(t *testing.T) {
 	// Quantizing the dequantized weights gives the same bytes: the format is a fixed point.
 	if again := q8Quantize(back, n); string(again) != string(q) {
 		t.Error("quantizing the dequantized rows changed them")
+	}
+}
+
+// TestQ8QuantizersAgree: the quantizer open uses (AVX-512 here) writes the plain C one's
+// bytes exactly, on weights with exact ties, an all-zero block, outliers, tiny and huge
+// magnitudes.
+func TestQ8QuantizersAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const rows, n = 64, 256
+	w := make([]float32, rows*n)
+	for b := range len(w) / q8Block {
+		block := w[b*q8Block : (b+1)*q8Block]
+		for i := range block {
+			switch b % 5 {
+			case 0: // the largest weight 127 makes the scale exactly 1: every x.5 is a tie
+				block[i] = float32(rng.IntN(254)-127) + 0.5
+				block[0] = 127
+			case 1:
+				block[i] = float32(rng.NormFloat64()) * 1e-30
+			case 2:
+				block[i] = float32(rng.NormFloat64()) * 1e30
+			case 3:
+				block[i] = 0
+			default:
+				block[i] = float32(rng.NormFloat64())
+			}
+		}
+	}
+	if got, want := q8Quantize(w, n), q8QuantizePlain(w, n); !bytes.Equal(got, want) {
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("byte %d of the q8 rows: %d, the plain quantizer writes %d", i, got[i], want[i])
+			}
+		}
 	}
 }
 
