@@ -355,8 +355,14 @@ func (b *Backend) PrefillLength(n int) int {
 }
 
 // failure turns the C error buffer into a Go error.
+// The C side's messages mostly name their stage already ("prefill: slot 0 is live"); the
+// stage is added only where they do not, so no message says it twice.
 func (b *Backend) failure(op string) error {
-	return fmt.Errorf("native %s: %s: %s", b.name, op, C.GoString(b.errBuf))
+	msg := C.GoString(b.errBuf)
+	if !strings.HasPrefix(msg, op+": ") {
+		msg = op + ": " + msg
+	}
+	return fmt.Errorf("native %s: %s", b.name, msg)
 }
 
 // Vision runs the vision tower on patches [gridH*gridW, 3, p, p] and keeps the image

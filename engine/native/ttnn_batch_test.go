@@ -273,9 +273,9 @@ func TestTTNNSlotRules(t *testing.T) {
 		t.Fatalf("slot 1 first token %d, alone %d", first1, want[0])
 	}
 	_, _, err := b.Prefill(0, prompt, false)
-	wantError(t, err, "native ttnn: prefill: prefill: slot 0 is live (release it first)")
+	wantError(t, err, "native ttnn: prefill: slot 0 is live (release it first)")
 	_, err = decode(b, []int{0, 2}, []int32{first0, first0})
-	wantError(t, err, "native ttnn: decode: decode: slot 2 is free (prefill it first)")
+	wantError(t, err, "native ttnn: decode: slot 2 is free (prefill it first)")
 	_, err = decode(b, []int{1, 1}, []int32{first1, first1})
 	wantError(t, err, "decode: slot 1 appears twice")
 	_, err = decode(b, []int{0, 1}, []int32{first0, 152681})

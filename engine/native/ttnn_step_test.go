@@ -317,7 +317,7 @@ func TestTTNNStepOneRowIsADecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = b.Step([]engine.StepSlot{{Slot: 0, Pending: []int32{tok}}}, 4, nil, one)
-	wantError(t, err, fmt.Sprintf("native ttnn: step: step: slot 0 is full (%d positions, 1 pending, a block of 0, max_seq_len %d)", maxSeq, maxSeq))
+	wantError(t, err, fmt.Sprintf("native ttnn: step: slot 0 is full (%d positions, 1 pending, a block of 0, max_seq_len %d)", maxSeq, maxSeq))
 }
 
 // stepResultsAdapter answers step by the first pending token of its first slot: 0 is a
@@ -446,9 +446,9 @@ func TestTTNNStepChecksTheAdaptersAnswer(t *testing.T) {
 		watch []int32
 		want  string
 	}{
-		{[]engine.StepSlot{{Slot: 0, Pending: []int32{0}}}, []int32{152681}, "step: watched id 152681 outside the vocabulary of 152681"},
-		{[]engine.StepSlot{{Slot: 0, Pending: []int32{-1}}}, []int32{3}, "step: token -1 of slot 0 outside the vocabulary"},
-		{[]engine.StepSlot{{Slot: 0, Pending: []int32{0}}, {Slot: 0, Pending: []int32{0}}}, []int32{3}, "step: slot 0 appears twice"},
+		{[]engine.StepSlot{{Slot: 0, Pending: []int32{0}}}, []int32{152681}, "watched id 152681 outside the vocabulary of 152681"},
+		{[]engine.StepSlot{{Slot: 0, Pending: []int32{-1}}}, []int32{3}, "token -1 of slot 0 outside the vocabulary"},
+		{[]engine.StepSlot{{Slot: 0, Pending: []int32{0}}, {Slot: 0, Pending: []int32{0}}}, []int32{3}, "slot 0 appears twice"},
 	} {
 		r := engine.NewStepRows(engine.StepRows(c.slots), k, 1)
 		wantError(t, b.Step(c.slots, k, c.watch, r), "native ttnn: step: "+c.want)
@@ -487,7 +487,7 @@ func TestTTNNStepChecksTheAdaptersAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantError(t, nostep.Step([]engine.StepSlot{{Slot: 0, Pending: []int32{1}}}, 1, nil, engine.NewStepRows(1, 1, 0)),
-		"native ttnn: step: step: the adapter has no function step()")
+		"native ttnn: step: the adapter has no function step()")
 }
 
 // TestTTNNStepMatchesReferenceShapes replays scenes of the block-trained test model's
