@@ -20,25 +20,24 @@ const q8Block = C.CPU_Q8_BLOCK
 // q8RowBytes is the size of one q8 row of n weights.
 func q8RowBytes(n int) int { return int(C.cpu_row_bytes(C.CPU_DTYPE_Q8, C.int(n))) }
 
-// q8Quantize converts rows of n float32 weights (n a multiple of q8Block) to q8 rows.
-func q8Quantize(w []float32, n int) []byte {
-	rows := len(w) / n
-	out := make([]byte, rows*q8RowBytes(n))
-	for r := range rows {
-		C.cpu_q8_quantize_row((*C.float)(unsafe.SliceData(w[r*n:])), C.int(n),
-			unsafe.Pointer(unsafe.SliceData(out[r*q8RowBytes(n):])))
-	}
-	return out
-}
+// q8Quantize converts rows of n float32 weights (n a multiple of q8Block) to q8 rows with
+// the quantizer open uses (AVX-512 where the CPU has it).
+func q8Quantize(w []float32, n int) []byte { return q8QuantizeWith(w, n, false) }
 
-// q8QuantizePlain is q8Quantize through the plain C quantizer, which the one open uses (AVX-512
-// where the CPU has it) must equal byte for byte.
-func q8QuantizePlain(w []float32, n int) []byte {
+// q8QuantizePlain is q8Quantize through the plain C quantizer, which the other must equal
+// byte for byte.
+func q8QuantizePlain(w []float32, n int) []byte { return q8QuantizeWith(w, n, true) }
+
+func q8QuantizeWith(w []float32, n int, plain bool) []byte {
 	rows := len(w) / n
 	out := make([]byte, rows*q8RowBytes(n))
 	for r := range rows {
-		C.cpu_q8_quantize_row_plain((*C.float)(unsafe.SliceData(w[r*n:])), C.int(n),
-			unsafe.Pointer(unsafe.SliceData(out[r*q8RowBytes(n):])))
+		src, dst := (*C.float)(unsafe.SliceData(w[r*n:])), unsafe.Pointer(unsafe.SliceData(out[r*q8RowBytes(n):]))
+		if plain {
+			C.cpu_q8_quantize_row_plain(src, C.int(n), dst)
+		} else {
+			C.cpu_q8_quantize_row(src, C.int(n), dst)
+		}
 	}
 	return out
 }

@@ -189,6 +189,20 @@ type q8Agreement struct {
 	maxLogitErr  float64 // the largest first-step relDiff of the logits
 }
 
+// checkLogits logs the agreement and holds the first-step logits within 5% of the exact
+// path's, and not equal to them bit for bit (what, the lossy change, must be in use).
+func (a q8Agreement) checkLogits(t *testing.T, what string) {
+	t.Helper()
+	t.Logf("%d/%d cases identical, %d/%d tokens differ, first-step logits within %.3g relative",
+		a.same, a.cases, a.diff, a.tokens, a.maxLogitErr)
+	if a.maxLogitErr > 0.05 {
+		t.Errorf("first-step logits differ from the exact path by %.3g relative, want under 0.05", a.maxLogitErr)
+	}
+	if a.maxLogitErr == 0 {
+		t.Errorf("logits equal the exact path's bit for bit: %s are not in use", what)
+	}
+}
+
 // compareQ8 runs every golden case of ckpt on the exact path and on q8 weights through
 // the given kernel set.
 func compareQ8(t *testing.T, ckpt string, kernels string) q8Agreement {
@@ -263,16 +277,9 @@ func TestQ8TokensAgreeWithBF16(t *testing.T) {
 				m := openModel(t, filepath.Join(checkpointsDir, ckpt))
 				openKernels(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, Threads: 1}, kernels) // skips without the ISA
 				a := compareQ8(t, ckpt, kernels)
-				t.Logf("%d/%d cases identical, %d/%d tokens differ, first-step logits within %.3g relative",
-					a.same, a.cases, a.diff, a.tokens, a.maxLogitErr)
+				a.checkLogits(t, "the int8 weights")
 				if 2*a.same <= a.cases {
 					t.Errorf("only %d of %d cases decode the same tokens as the exact path", a.same, a.cases)
-				}
-				if a.maxLogitErr > 0.05 {
-					t.Errorf("first-step logits differ from the exact path by %.3g relative, want under 0.05", a.maxLogitErr)
-				}
-				if a.maxLogitErr == 0 {
-					t.Error("q8 logits equal the exact path's bit for bit: the int8 weights are not in use")
 				}
 			})
 		}
