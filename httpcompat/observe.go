@@ -6,12 +6,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/decodemetrics"
 )
 
 // Metrics are the Prometheus series of /predict. A nil *Metrics records nothing.
 type Metrics struct {
 	requests *prometheus.CounterVec   // la_predict_requests_total{status}
 	duration *prometheus.HistogramVec // la_predict_request_seconds{status}
+	decode   decodemetrics.Series     // la_predict_decode_steps, la_predict_tokens_per_step
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -27,8 +31,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 17), // 5 ms .. ~5.5 min
 		}, []string{"status"}),
 	}
+	m.decode = decodemetrics.New("la_predict", "/predict answer")
 	reg.MustRegister(m.requests, m.duration)
+	reg.MustRegister(m.decode.Collectors()...)
 	return m
+}
+
+// decoded records how an answered /predict was decoded.
+func (m *Metrics) decoded(p *engine.Prediction) {
+	if m != nil {
+		m.decode.Observe(p.GenerationMode, p.DecodeSteps, p.NumGeneratedTokens)
+	}
 }
 
 // statusRecorder remembers the status a handler wrote (200 when it wrote none).

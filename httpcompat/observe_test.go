@@ -81,6 +81,26 @@ func TestPredictMetricsCountByStatus(t *testing.T) {
 	if fmt.Sprint(requests) != fmt.Sprint(want) || fmt.Sprint(timed) != fmt.Sprint(want) {
 		t.Fatalf("la_predict_requests_total %v and la_predict_request_seconds counts %v; want %v for both", requests, timed, want)
 	}
+	// The two answers are counted in the decode series too, as ar (the double names no
+	// mode); the refusals are not.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := map[string]uint64{}
+	for _, f := range families {
+		if f.GetName() != "la_predict_decode_steps" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				answers[l.GetValue()] = m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if fmt.Sprint(answers) != fmt.Sprint(map[string]uint64{"ar": 2, "hybrid": 0}) {
+		t.Errorf("la_predict_decode_steps counts %v, want ar 2 and hybrid 0", answers)
+	}
 }
 
 // TestLivezAndReadyz: /livez is 200 from the start; /readyz is 503 while the engine loads

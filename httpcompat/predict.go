@@ -76,6 +76,7 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.opts.Metrics.decoded(pred)
 	var overlay *string
 	if wantOverlay {
 		png, err := eng.Overlay(prep, pred)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/decodemetrics"
 )
 
 // Outcomes counted by Metrics.Jobs.
@@ -33,6 +33,7 @@ type Metrics struct {
 	// step committed on average (about 1 for ar; up to 6 for hybrid, a box per step).
 	DecodeSteps   *prometheus.HistogramVec // la_job_decode_steps{generation_mode}
 	TokensPerStep *prometheus.HistogramVec // la_job_tokens_per_step{generation_mode}
+	decode        decodemetrics.Series     // the two above
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -58,22 +59,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		DeadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "la_jobs_dead_lettered_total", Help: "Records written to LA_DLQ.",
 		}),
-		DecodeSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "la_job_decode_steps",
-			Help:    "Device steps after the prefill of each answered job, by generation mode (ar, hybrid).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 11), // 1 .. 1024, the largest budget
-		}, []string{"generation_mode"}),
-		TokensPerStep: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "la_job_tokens_per_step",
-			Help:    "Generated tokens per device step after the prefill of each answered job, by generation mode.",
-			Buckets: []float64{1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6},
-		}, []string{"generation_mode"}),
 	}
-	for _, mode := range engine.GenerationModes { // every mode's series from the start, at zero
-		m.DecodeSteps.WithLabelValues(string(mode))
-		m.TokensPerStep.WithLabelValues(string(mode))
-	}
-	reg.MustRegister(m.Jobs, m.Stage, m.Held, m.Running, m.Retries, m.DeadLettered, m.DecodeSteps, m.TokensPerStep)
+	decode := decodemetrics.New("la_job", "answered job")
+	m.decode = decode
+	m.DecodeSteps, m.TokensPerStep = decode.Steps, decode.PerStep
+	reg.MustRegister(m.Jobs, m.Stage, m.Held, m.Running, m.Retries, m.DeadLettered)
+	reg.MustRegister(decode.Collectors()...)
 	return m
 }
 
@@ -104,16 +95,10 @@ func (m *Metrics) running(delta float64) {
 	}
 }
 
-// decoded records an answered job's decode steps and tokens per step. An answer of one
-// token took no step after the prefill and has no rate.
+// decoded records an answered job's decode steps and tokens per step.
 func (m *Metrics) decoded(a Answer) {
-	if m == nil {
-		return
-	}
-	mode := string(a.GenerationMode)
-	m.DecodeSteps.WithLabelValues(mode).Observe(float64(a.DecodeSteps))
-	if a.DecodeSteps > 0 {
-		m.TokensPerStep.WithLabelValues(mode).Observe(float64(a.NumGeneratedTokens) / float64(a.DecodeSteps))
+	if m != nil {
+		m.decode.Observe(a.GenerationMode, a.DecodeSteps, a.NumGeneratedTokens)
 	}
 }
 
