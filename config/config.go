@@ -57,7 +57,8 @@ type Engine struct {
 	// the validated deployment's) or hybrid (parallel box decoding, docs/hybrid-decoding.md).
 	GenerationMode string `envconfig:"LA_GENERATION_MODE" default:"ar"`
 	// WeightsQuant is the cpu backend's decoder and LM head weights: bf16 (the
-	// checkpoint's, the exact path) or q8 (int8 blocks made at open, docs/cpu-backend.md).
+	// checkpoint's, the exact path) or q8, the fast path (int8 blocks made at open, and
+	// prefill and vision in bf16 on AMX where the CPU has it; docs/cpu-backend.md).
 	WeightsQuant string `envconfig:"LA_WEIGHTS_QUANT" default:"bf16"`
 }
 
