@@ -21,6 +21,7 @@
  * The conversion runs at open from the checkpoint's bf16/f16/f32 rows, on the engine's thread
  * pool, straight into the resident allocation (make_resident): no second copy exists.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,18 +48,21 @@ static void quantize_row_plain(const float *src, int cols, void *dst) {
         const float *x = src + (size_t)b * CPU_Q8_BLOCK;
         /* Plain comparisons and a truncation in double rather than fmaxf and lroundf: the
          * same results (NaN weights aside) without a libm call per weight. */
-        float amax = 0;
+        float amax = 0; /* NaN weights are skipped: a comparison with NaN is false */
         for (int i = 0; i < CPU_Q8_BLOCK; i++) {
             const float a = fabsf(x[i]);
             amax = a > amax ? a : amax;
         }
         const float d = amax / 127.0f;
-        const float inv = d > 0 ? 1.0f / d : 0.0f;
+        /* A subnormal scale has no finite inverse: such a block (every weight below about
+         * 1.5e-36) quantizes to zeros. */
+        const float inv = d >= FLT_MIN ? 1.0f / d : 0.0f;
         scales[b] = d;
         for (int i = 0; i < CPU_Q8_BLOCK; i++) {
-            /* round half away from zero, as lroundf: |v| + 0.5 is exact in double */
+            /* round half away from zero, as lroundf: |v| + 0.5 is exact in double; a NaN
+             * (a NaN weight, or an infinite one times the zero inverse) quantizes to 0 */
             const float v = x[i] * inv;
-            const double r = v < 0 ? -trunc(0.5 - (double)v) : trunc((double)v + 0.5);
+            const double r = v != v ? 0 : v < 0 ? -trunc(0.5 - (double)v) : trunc((double)v + 0.5);
             /* v is at most 127 in magnitude up to rounding; clamp the rounding away */
             q[(size_t)b * CPU_Q8_BLOCK + i] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
         }
@@ -76,6 +80,8 @@ Q8_AVX512 static inline __m512i round_away16(__m512 v) {
     const __m512d half = _mm512_set1_pd(0.5);
     __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
     __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __mmask8 number_lo = _mm512_cmp_pd_mask(lo, lo, _CMP_ORD_Q);
+    const __mmask8 number_hi = _mm512_cmp_pd_mask(hi, hi, _CMP_ORD_Q);
     const __m512d sign_lo = _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(lo), _mm512_set1_epi64((long long)0x8000000000000000ULL)));
     const __m512d sign_hi = _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(hi), _mm512_set1_epi64((long long)0x8000000000000000ULL)));
     lo = _mm512_roundscale_pd(_mm512_add_pd(_mm512_abs_pd(lo), half), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -85,12 +91,15 @@ Q8_AVX512 static inline __m512i round_away16(__m512 v) {
     const __m512d lim = _mm512_set1_pd(127.0), nlim = _mm512_set1_pd(-127.0);
     lo = _mm512_max_pd(_mm512_min_pd(lo, lim), nlim);
     hi = _mm512_max_pd(_mm512_min_pd(hi, lim), nlim);
+    /* a NaN lane is 0, as in the plain quantizer (the clamp made it 127) */
+    lo = _mm512_maskz_mov_pd(number_lo, lo);
+    hi = _mm512_maskz_mov_pd(number_hi, hi);
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epi32(lo)), _mm512_cvttpd_epi32(hi), 1);
 }
 
 /* quantize_row_avx512 is quantize_row_plain 16 lanes at a time, with the same bytes: the
- * block's maximum is exact in any order, and every other step is one IEEE operation
- * either way. The scalar loops made quantizing at open take about 15 s at 3B here. */
+ * block's maximum is exact in any order (NaN weights left out of it), and every other
+ * step is one IEEE operation either way. The scalar loops made quantizing at open take about 15 s at 3B here. */
 Q8_AVX512 static void quantize_row_avx512(const float *src, int cols, void *dst) {
     const int nb = cols / CPU_Q8_BLOCK;
     float *scales = dst;
@@ -98,9 +107,13 @@ Q8_AVX512 static void quantize_row_avx512(const float *src, int cols, void *dst)
     for (int b = 0; b < nb; b++) {
         const float *x = src + (size_t)b * CPU_Q8_BLOCK;
         const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        /* NaN weights count as 0 in the maximum, as the plain loop skips them */
+        const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+        const __m512 n0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a0, a0, _CMP_ORD_Q), a0);
+        const __m512 n1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a1, a1, _CMP_ORD_Q), a1);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(n0, n1));
         const float d = amax / 127.0f;
-        const float inv = d > 0 ? 1.0f / d : 0.0f;
+        const float inv = d >= FLT_MIN ? 1.0f / d : 0.0f;
         scales[b] = d;
         const __m512 iv = _mm512_set1_ps(inv);
         int8_t *qb = q + (size_t)b * CPU_Q8_BLOCK;

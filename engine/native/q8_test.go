@@ -101,8 +101,16 @@ func TestQ8QuantizersAgree(t *testing.T) {
 				block[i] = float32(rng.NormFloat64()) * 1e-30
 			case 2:
 				block[i] = float32(rng.NormFloat64()) * 1e30
-			case 3:
+			case 3: // zeros, and blocks the scale can not invert: an infinity, a NaN, a subnormal scale
 				block[i] = 0
+				switch b % 4 {
+				case 1:
+					block[i%3] = float32(math.Inf(1 - 2*(i%2)))
+				case 2:
+					block[i%5] = float32(math.NaN())
+				case 3:
+					block[i%4] = 1e-37
+				}
 			default:
 				block[i] = float32(rng.NormFloat64())
 			}
