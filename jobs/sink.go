@@ -24,9 +24,9 @@ import (
 // DLQRecord is the body of a message on la.dlq.<id> in LA_DLQ.
 type DLQRecord struct {
 	ID string `json:"id"`
-	// Batch is the job's batch, as its result names it ("default" when the job named none,
-	// empty when the job could not be read), so that records can be sorted by batch even
-	// when the job's bytes are stored elsewhere (JobURL) or are not JSON.
+	// Batch is the job's batch, as its result names it ("default" when the job named none
+	// or could not be read), so that records can be sorted by batch even when the job's
+	// bytes are stored elsewhere (JobURL) or are not JSON.
 	Batch     string          `json:"batch,omitempty"`
 	Code      string          `json:"code"`
 	Reason    string          `json:"reason"`

@@ -112,7 +112,7 @@ const rewatchPause = time.Second
 // ends with ctx (done is closed then).
 //
 // A watch can end before ctx does: its subscription closes with the connection, and a
-// cluster can drop it. Then lost is called with why, and the bucket is watched again
+// cluster can drop it. Then lost (required) is called with why, and the bucket is watched again
 // (rewatchPause apart while that fails). The new watch first replays every cancel request
 // in the bucket, so one made while nothing watched still reaches fn; fn must accept ids
 // it has seen or does not run (the runner's does).
@@ -139,7 +139,9 @@ func (s *StateStore) WatchCancels(ctx context.Context, fn func(id string), lost 
 				}
 				again, err := s.kv.Watch(ctx, CancelKeyPrefix+"*", jetstream.IgnoreDeletes())
 				if err != nil {
-					lost(fmt.Errorf("watch cancel requests again: %w", err))
+					if ctx.Err() == nil { // not the shutdown itself
+						lost(fmt.Errorf("watch cancel requests again: %w", err))
+					}
 					continue
 				}
 				w = again
