@@ -22,7 +22,8 @@ func skipWithoutAMX(t *testing.T) {
 
 // TestAMXGemmMatchesBF16Reference holds the AMX product to a float64 sum of the same bf16
 // inputs, for every weight dtype (q8 included) and for shapes that leave partial tiles
-// in every direction; and the result must not depend on the number of threads.
+// in every direction; and the result must not depend on the number of threads (1 to 7,
+// so that some shapes have fewer weight panels than threads).
 func TestAMXGemmMatchesBF16Reference(t *testing.T) {
 	skipWithoutAMX(t)
 	rng := rand.New(rand.NewPCG(7, 17))
@@ -69,13 +70,15 @@ func TestAMXGemmMatchesBF16Reference(t *testing.T) {
 					}
 				}
 			}
-			one, err := amxGemmProbe(dt, raw, s.rows, s.cols, x, s.n, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range one {
-				if math.Float32bits(one[i]) != math.Float32bits(got[i]) {
-					t.Fatalf("dtype %d, %v: element %d differs between one thread and two", dt, s, i)
+			for _, threads := range []int{1, 3, 7} { // fewer panels than threads split the rows too
+				other, err := amxGemmProbe(dt, raw, s.rows, s.cols, x, s.n, threads)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range other {
+					if math.Float32bits(other[i]) != math.Float32bits(got[i]) {
+						t.Fatalf("dtype %d, %v: element %d differs between %d threads and two", dt, s, i, threads)
+					}
 				}
 			}
 		}
@@ -164,6 +167,43 @@ func TestAMXVisionNearExact(t *testing.T) {
 			t.Logf("%s %s: image embeddings within %.3g relative", ckpt, c.Name, d)
 			if d > 0.02 || d == 0 {
 				t.Errorf("%s %s: AMX image embeddings differ by %.3g relative from the exact path's, want (0, 0.02]", ckpt, c.Name, d)
+			}
+		}
+	}
+}
+
+// TestAMXRunDoesNotDependOnThreads: a whole request with AMX products and attention gives
+// the same image embeddings and first-step logits bit for bit on 1, 2 and 5 threads (the
+// products and the attention split their work differently for each).
+func TestAMXRunDoesNotDependOnThreads(t *testing.T) {
+	skipWithoutAMX(t)
+	lockThread(t)
+	dir, idx := readGoldens(t, "tiny-bf16")
+	m := openModel(t, filepath.Join(checkpointsDir, "tiny-bf16"))
+	c := idx.Cases[len(idx.Cases)-1]
+	patches := readF32(t, dir, c.Files["patches"])
+	ids := readI32(t, dir, c.Files["prompt_ids"])
+	var first [2][]float32
+	for n, threads := range []int{1, 2, 5} {
+		b := openBackend(t, m, Options{MaxBatch: 1, MaxSeqLen: 512, Threads: threads,
+			BackendOptions: map[string]string{"matmul": "amx", "weights_quant": "q8"}})
+		if err := b.Vision(patches, c.GridH, c.GridW); err != nil {
+			t.Fatal(err)
+		}
+		emb, _, _ := b.ImageEmbeddings()
+		if _, err := prefill1(b, ids); err != nil {
+			t.Fatal(err)
+		}
+		got := [2][]float32{emb, b.Logits(0)}
+		if n == 0 {
+			first = got
+			continue
+		}
+		for k, what := range []string{"image embeddings", "first-step logits"} {
+			for i := range got[k] {
+				if math.Float32bits(got[k][i]) != math.Float32bits(first[k][i]) {
+					t.Fatalf("%s: element %d differs between 1 and %d threads", what, i, threads)
+				}
 			}
 		}
 	}

@@ -21,10 +21,12 @@
  *    columns 2kk, 2kk+1 (the pair layout TDPBF16PS reads). A panel is the weights' own
  *    bf16 values, or the q8 int8 values times their scale rounded to bf16, or float32
  *    rounded to bf16; packing reads each weight once per call.
- *  - Each thread takes a contiguous share of the panels; for each it packs the panel
- *    (32 x K x 2 bytes, at most 704 KB, which stays in L2) and walks every activation strip
- *    pair against it: four accumulator tiles (2 strips x 2 halves of the panel), two A and
- *    two B tiles loaded per chunk of 32 columns.
+ *  - Each thread takes a contiguous share of the panels (and of blocks of activation
+ *    rows too when there are fewer panels than threads); for each panel it packs the panel
+ *    (128 x K x 2 bytes, 2.8 MB at K = 11008) and walks its activation strip pairs
+ *    against it in blocks of 256 columns, so the slice in use stays in L1/L2: four
+ *    accumulator tiles (2 strips x 32 weight rows) at a time, two A and two B tiles
+ *    loaded per chunk of 32 columns.
  *
  * The kernel needs the process's permission to use the AMX tile data state, which Linux
  * grants per process on request (arch_prctl ARCH_REQ_XCOMP_PERM); cpu_amx_available asks
@@ -280,17 +282,25 @@ AMX_TARGET static inline void multiply_pair(const uint16_t *a0, const uint16_t *
     _tile_stored(3, c10 + AMX_ROWS, ld);
 }
 
-/* gemm_slice computes this thread's share of the panels. For each panel, the columns are
- * taken in blocks of AMX_KBLOCK chunks so that the block's slice of the panel (AMX_PANEL x
- * 256 bf16, 64 KB) and of one strip pair (16 KB) stay in L1/L2 while every strip pair and
+/* gemm_slice computes this thread's share of the work. The work is panels times blocks of
+ * activation rows: one block per panel when there are panels enough for every thread,
+ * more when there are not (a k or v projection has two panels), so that every thread has
+ * some; a thread takes a contiguous run of (panel, block) items and packs a panel once
+ * for the items of it that it holds. Each output element is one item's, summed in one
+ * order, so the thread count never changes a result. For each item the columns are taken
+ * in blocks of AMX_KBLOCK chunks so that the block's slice of the panel (AMX_PANEL x 256
+ * bf16, 64 KB) and of one strip pair (16 KB) stay in L1/L2 while every strip pair and
  * every tile pair of the panel meet them; the float32 sums wait in the thread's scratch
- * between blocks. */
+ * between column blocks. */
 AMX_TARGET static void gemm_slice(void *arg, int thread, int nthreads) {
     const gemm_task *g = arg;
     const int N = g->w->rows, npanels = (N + AMX_PANEL - 1) / AMX_PANEL;
-    const int p0 = (int)((int64_t)npanels * thread / nthreads);
-    const int p1 = (int)((int64_t)npanels * (thread + 1) / nthreads);
-    if (p0 >= p1)
+    const int pairs = (int)(g->rows_pad / (AMX_STRIPS * AMX_ROWS)); /* strip pairs */
+    int blocks = (2 * nthreads + npanels - 1) / npanels; /* row blocks per panel */
+    blocks = blocks < 1 ? 1 : blocks > pairs ? pairs : blocks;
+    const int64_t items = (int64_t)npanels * blocks;
+    const int64_t i0 = items * thread / nthreads, i1 = items * (thread + 1) / nthreads;
+    if (i0 >= i1)
         return;
     const int nkc = (int)(g->kpad / AMX_K);
     const size_t strip_elems = (size_t)nkc * AMX_TILE;
@@ -306,12 +316,23 @@ AMX_TARGET static void gemm_slice(void *arg, int thread, int nthreads) {
         cfg.colsb[t] = 64;
     }
     _tile_loadconfig(&cfg);
-    for (int p = p0; p < p1; p++) {
+    int packed = -1;
+    for (int64_t it = i0; it < i1; it++) {
+        const int p = (int)(it / blocks), blk = (int)(it % blocks);
         const int c0 = p * AMX_PANEL;
-        pack_panel(g->w, c0, g->kpad, panel);
+        /* rows of this block: whole strip pairs, clipped to the n rows that exist */
+        const int m_lo = (int)((int64_t)pairs * blk / blocks) * AMX_STRIPS * AMX_ROWS;
+        int m_hi = (int)((int64_t)pairs * (blk + 1) / blocks) * AMX_STRIPS * AMX_ROWS;
+        m_hi = m_hi < g->n ? m_hi : g->n;
+        if (m_lo >= m_hi)
+            continue;
+        if (p != packed) {
+            pack_panel(g->w, c0, g->kpad, panel);
+            packed = p;
+        }
         for (int kc0 = 0; kc0 < nkc; kc0 += AMX_KBLOCK) {
             const int kc1 = kc0 + AMX_KBLOCK < nkc ? kc0 + AMX_KBLOCK : nkc;
-            for (size_t m0 = 0; (int)m0 < g->n; m0 += AMX_STRIPS * AMX_ROWS) {
+            for (size_t m0 = (size_t)m_lo; (int)m0 < m_hi; m0 += AMX_STRIPS * AMX_ROWS) {
                 const uint16_t *a0 = g->a + (m0 / AMX_ROWS) * strip_elems;
                 for (int h = 0; h < AMX_HALVES; h++)
                     multiply_pair(a0, a0 + strip_elems, panel, h, kc0, kc1,
@@ -319,7 +340,7 @@ AMX_TARGET static void gemm_slice(void *arg, int thread, int nthreads) {
             }
         }
         const int cols = N - c0 < AMX_PANEL ? N - c0 : AMX_PANEL;
-        for (int m = 0; m < g->n; m++)
+        for (int m = m_lo; m < m_hi; m++)
             memcpy(g->y + (size_t)m * g->ldy + (size_t)c0, acc + (size_t)m * AMX_PANEL,
                    (size_t)cols * sizeof(float));
     }
@@ -355,52 +376,58 @@ typedef struct {
     const cpu_attn *a;
 } attn_task;
 
-/* attend_heads runs whole heads on one thread: heads thread, thread + nthreads, ... Per
- * head, its keys are copied contiguous ([n_k, hd]) and its values transposed ([hd, n_k]),
- * so that both products are "x W^T" products of the kind above; then per block of query
- * rows: the rows times 1/sqrt(hd) copied contiguous, scores = Q K^T on AMX, the softmax
- * (masked past each row's position when causal: those probabilities are zero), out = P V
- * on AMX. Keys past a block's last position under a causal mask take part as zeros, which
- * keeps the value matrix one shape for every block. */
+/* attend_heads runs this thread's share of (head, block of query rows) items, a
+ * contiguous run in head order, so a thread holds few heads and the heads of one key/value
+ * group come together. For each group it meets, the group's keys are copied contiguous
+ * ([n_k, hd]) and its values transposed ([hd, n_k]), so that both products are "x W^T"
+ * products of the kind above; then per item: the rows times 1/sqrt(hd) copied contiguous,
+ * scores = Q K^T on AMX, the softmax (masked past each row's position when causal: those
+ * probabilities are zero), out = P V on AMX. Keys past a block's last position under a
+ * causal mask take part as zeros, which keeps the value matrix one shape for every block. */
 static void attend_heads(void *arg, int thread, int nthreads) {
     const attn_task *t = arg;
     const cpu_attn *a = t->a;
     cpu_amx_attn_buffers *b = &t->e->s.amx_attn[thread];
     const int hd = a->head_dim, group = a->heads / a->kv_heads, n_k = a->n_k;
     const float scale = 1.0f / sqrtf((float)hd);
-    const int chunk = t->e->attn_chunk;
-    for (int h = thread; h < a->heads; h += nthreads) {
+    const int chunk = t->e->attn_chunk, qblocks = (a->n_q + chunk - 1) / chunk;
+    const int64_t items = (int64_t)a->heads * qblocks;
+    const int64_t i0 = items * thread / nthreads, i1 = items * (thread + 1) / nthreads;
+    const cpu_matrix km = {b->k, LA_DTYPE_F32, n_k, hd};
+    const cpu_matrix vm = {b->vt, LA_DTYPE_F32, hd, n_k};
+    int copied = -1; /* the key/value group now in b->k and b->vt */
+    for (int64_t it = i0; it < i1; it++) {
+        const int h = (int)(it / qblocks), r0 = (int)(it % qblocks) * chunk;
         const int g = h / group;
-        for (int j = 0; j < n_k; j++) {
-            const float *kr = a->k + (size_t)j * a->ldkv + (size_t)g * hd;
-            const float *vr = a->v + (size_t)j * a->ldkv + (size_t)g * hd;
-            memcpy(b->k + (size_t)j * hd, kr, (size_t)hd * sizeof(float));
-            for (int d = 0; d < hd; d++)
-                b->vt[(size_t)d * n_k + j] = vr[d];
-        }
-        const cpu_matrix km = {b->k, LA_DTYPE_F32, n_k, hd};
-        const cpu_matrix vm = {b->vt, LA_DTYPE_F32, hd, n_k};
-        for (int r0 = 0; r0 < a->n_q; r0 += chunk) {
-            const int rows = a->n_q - r0 < chunk ? a->n_q - r0 : chunk;
-            for (int i = 0; i < rows; i++) {
-                const float *qr = a->q + (size_t)(r0 + i) * a->ldq + (size_t)h * hd;
+        if (g != copied) {
+            for (int j = 0; j < n_k; j++) {
+                const float *kr = a->k + (size_t)j * a->ldkv + (size_t)g * hd;
+                const float *vr = a->v + (size_t)j * a->ldkv + (size_t)g * hd;
+                memcpy(b->k + (size_t)j * hd, kr, (size_t)hd * sizeof(float));
                 for (int d = 0; d < hd; d++)
-                    b->q[(size_t)i * hd + d] = qr[d] * scale;
+                    b->vt[(size_t)d * n_k + j] = vr[d];
             }
-            gemm_here(b->act, b->scratch, b->q, rows, &km, b->scores, (size_t)n_k);
-            for (int i = 0; i < rows; i++) {
-                float *row = b->scores + (size_t)i * n_k;
-                int valid = n_k;
-                if (a->causal && a->q_offset + r0 + i + 1 < valid)
-                    valid = a->q_offset + r0 + i + 1;
-                t->e->kern.softmax(row, valid);
-                memset(row + valid, 0, (size_t)(n_k - valid) * sizeof *row);
-            }
-            gemm_here(b->act, b->scratch, b->scores, rows, &vm, b->out, (size_t)hd);
-            for (int i = 0; i < rows; i++)
-                memcpy(a->out + (size_t)(r0 + i) * a->ldo + (size_t)h * hd, b->out + (size_t)i * hd,
-                       (size_t)hd * sizeof(float));
+            copied = g;
         }
+        const int rows = a->n_q - r0 < chunk ? a->n_q - r0 : chunk;
+        for (int i = 0; i < rows; i++) {
+            const float *qr = a->q + (size_t)(r0 + i) * a->ldq + (size_t)h * hd;
+            for (int d = 0; d < hd; d++)
+                b->q[(size_t)i * hd + d] = qr[d] * scale;
+        }
+        gemm_here(b->act, b->scratch, b->q, rows, &km, b->scores, (size_t)n_k);
+        for (int i = 0; i < rows; i++) {
+            float *row = b->scores + (size_t)i * n_k;
+            int valid = n_k;
+            if (a->causal && a->q_offset + r0 + i + 1 < valid)
+                valid = a->q_offset + r0 + i + 1;
+            t->e->kern.softmax(row, valid);
+            memset(row + valid, 0, (size_t)(n_k - valid) * sizeof *row);
+        }
+        gemm_here(b->act, b->scratch, b->scores, rows, &vm, b->out, (size_t)hd);
+        for (int i = 0; i < rows; i++)
+            memcpy(a->out + (size_t)(r0 + i) * a->ldo + (size_t)h * hd, b->out + (size_t)i * hd,
+                   (size_t)hd * sizeof(float));
     }
 }
 
