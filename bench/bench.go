@@ -92,7 +92,7 @@ func Run(args []string, weights string, stdout io.Writer) error {
 		return err
 	}
 	defer b.Close()
-	u := setup{o: o, m: m, backend: b.Name(), sh: sh, mf: mf}
+	u := setup{o: o, m: m, backend: b.Name(), matmul: b.Matmul(), sh: sh, mf: mf}
 	if len(o.batches) > 0 {
 		fill, sruns, err := runSweep(b, makeInputs(m.Config, o, sh), o)
 		if err != nil {
@@ -132,7 +132,7 @@ func defineFlags(o *options, weights string) (fs *flag.FlagSet, grid, batch *str
 	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
-	fs.StringVar(&o.quant, "quant", "bf16", "decoder weights: bf16 (the checkpoint's) or q8 (int8 blocks made at open; LA_WEIGHTS_QUANT)")
+	fs.StringVar(&o.quant, "quant", "bf16", "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
 	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
 	return fs, grid, batch
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/locateanything/detect/engine/native"
 )
 
 func TestBenchReportsEveryStage(t *testing.T) {
@@ -80,8 +82,15 @@ func TestBenchQ8(t *testing.T) {
 			t.Errorf("q8 report: no line matching %q", want)
 		}
 	}
-	if !strings.Contains(bf16.String(), "decoder weights bf16") || strings.Contains(bf16.String(), "kernel/q8") {
-		t.Error("the bf16 report does not say bf16, or measures the int8 kernel")
+	if !strings.Contains(bf16.String(), "decoder weights bf16, prefill/vision products f32") || strings.Contains(bf16.String(), "kernel/q8") {
+		t.Error("the bf16 report does not say bf16 with f32 products, or measures the int8 kernel")
+	}
+	wantMatmul := "f32"
+	if native.AMXAvailable() {
+		wantMatmul = "amx"
+	}
+	if !strings.Contains(report, "decoder weights q8, prefill/vision products "+wantMatmul) {
+		t.Errorf("the q8 report does not say its products are %s", wantMatmul)
 	}
 	// 0.005 GB at three decimals: compare the ratio loosely.
 	if r := bytesPerToken(report) / bytesPerToken(bf16.String()); r < 0.5 || r > 0.65 {
