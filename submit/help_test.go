@@ -3,13 +3,12 @@ package submit
 import (
 	"context"
 	"flag"
-	"net"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/internal/tripwire"
 )
 
 // TestEveryCommandHasHelp runs every command and subcommand with --help (and -h, and
@@ -18,8 +17,8 @@ import (
 // the configuration is not even read, and the NATS address (a listener of the test's) gets
 // no connection.
 func TestEveryCommandHasHelp(t *testing.T) {
-	nats := newTripwire(t)
-	t.Setenv("LA_NATS_URL", "nats://"+nats.addr())
+	nats := tripwire.New(t)
+	t.Setenv("LA_NATS_URL", "nats://"+nats.Addr())
 	t.Setenv("LA_NATS_TIMEOUT", "1s")
 	var (
 		run     runOptions
@@ -88,7 +87,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			}
 		}
 	}
-	nats.noConnection(t)
+	nats.NoConnection(t, "the NATS address")
 }
 
 // The environment shown in --help is the process's, secrets redacted.
@@ -112,49 +111,5 @@ func TestVersion(t *testing.T) {
 			!strings.Contains(out.String(), "commit ") {
 			t.Errorf("submit %q: exit %d, %q", args, code, out.String())
 		}
-	}
-}
-
-// tripwire is a TCP listener that records whether anything connected to it.
-type tripwire struct {
-	ln        net.Listener
-	connected chan struct{}
-}
-
-func newTripwire(t *testing.T) *tripwire {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw := &tripwire{ln: ln, connected: make(chan struct{}, 1)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-			select {
-			case tw.connected <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return tw
-}
-
-func (tw *tripwire) addr() string { return tw.ln.Addr().String() }
-
-// noConnection fails the test if anything connected (waiting a moment for a late dial).
-func (tw *tripwire) noConnection(t *testing.T) {
-	t.Helper()
-	select {
-	case <-tw.connected:
-		t.Error("something connected to the NATS address")
-	case <-time.After(200 * time.Millisecond):
 	}
 }

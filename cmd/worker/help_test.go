@@ -15,6 +15,7 @@ import (
 	"github.com/locateanything/detect/bench/loadtest"
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/internal/freeport"
+	"github.com/locateanything/detect/internal/tripwire"
 )
 
 // TestEveryCommandHasHelp runs the worker and each of its subcommands with --help (and
@@ -23,10 +24,10 @@ import (
 // default, and starts nothing: no NATS connection to LA_NATS_URL (a listener of the
 // test's), no listener on LA_HTTP_ADDR or LA_METRICS_ADDR, no data directory.
 func TestEveryCommandHasHelp(t *testing.T) {
-	nats := newTripwire(t)
+	nats := tripwire.New(t)
 	httpAddr, metricsAddr := freeport.MustAddr(t), freeport.MustAddr(t)
 	dataDir := filepath.Join(t.TempDir(), "la-data")
-	t.Setenv("LA_NATS_URL", "nats://"+nats.ln.Addr().String())
+	t.Setenv("LA_NATS_URL", "nats://"+nats.Addr())
 	t.Setenv("LA_HTTP_ADDR", httpAddr)
 	t.Setenv("LA_METRICS_ADDR", metricsAddr)
 	t.Setenv("LA_DATA_DIR", dataDir)
@@ -91,7 +92,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			t.Errorf("worker %s --help lacks %q", want[0], want[1])
 		}
 	}
-	nats.noConnection(t)
+	nats.NoConnection(t, "the NATS address")
 	for _, addr := range []string{httpAddr, metricsAddr} {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -128,47 +129,5 @@ func runWithin(t *testing.T, d time.Duration, args []string) (code int, stdout, 
 	case <-time.After(d):
 		t.Fatalf("worker %q did not return within %s: it started something", args, d)
 		return 0, "", ""
-	}
-}
-
-// tripwire is a TCP listener that records whether anything connected to it.
-type tripwire struct {
-	ln        net.Listener
-	connected chan struct{}
-}
-
-func newTripwire(t *testing.T) *tripwire {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw := &tripwire{ln: ln, connected: make(chan struct{}, 1)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-			select {
-			case tw.connected <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return tw
-}
-
-// noConnection fails the test if anything connected (waiting a moment for a late dial).
-func (tw *tripwire) noConnection(t *testing.T) {
-	t.Helper()
-	select {
-	case <-tw.connected:
-		t.Error("something connected to the NATS address")
-	case <-time.After(200 * time.Millisecond):
 	}
 }
