@@ -133,7 +133,7 @@ func runAndProbe(t *testing.T, cfg config.Worker, producer map[string]string, sa
 		return strings.Contains(logged.String(), "worker started")
 	})
 
-	js := authPublisher(t, loadSubmitNATS(t, producer))
+	js := authPublisher(t, loadSubmitNATS(t, producer), nil) // the start is watched above
 	b, _ := json.Marshal(jobs.Job{ID: "s3-refused", Image: "s3://images/dog.jpg", Query: "dog"})
 	if _, err := js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), b); err != nil {
 		t.Fatal(err)

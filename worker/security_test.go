@@ -153,12 +153,12 @@ func TestEmbeddedServerAuthenticatesClients(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			startWorker(t, cfg, enginetest.New())
+			w := startWorker(t, cfg, enginetest.New())
 			url := c.scheme + "://127.0.0.1:" + port
 
 			t.Setenv("LA_NATS_URL", url)
 			good := loadSubmitNATS(t, c.client)
-			js := authPublisher(t, good)
+			js := authPublisher(t, good, w)
 			publishJob(t, js, "auth-"+strings.ReplaceAll(c.name, " ", "-"), "dog")
 			testwait.Until(t, time.Minute, "the job's result", func() bool {
 				r, ok := readResult(t, dataDir, "auth-"+strings.ReplaceAll(c.name, " ", "-"))
@@ -191,10 +191,22 @@ func TestEmbeddedServerAuthenticatesClients(t *testing.T) {
 }
 
 // authPublisher connects with cfg once the worker's server is up and has its streams.
-func authPublisher(t *testing.T, cfg natsconn.Config) jetstream.JetStream {
+// When w (nil: a worker the caller watches itself) stops first, it fails at once with
+// the worker's error instead of waiting out the minute.
+func authPublisher(t *testing.T, cfg natsconn.Config, w *workerRun) jetstream.JetStream {
 	t.Helper()
+	stopped := func() {
+		t.Helper()
+		if w == nil {
+			return
+		}
+		if ended, err := w.exited(); ended {
+			t.Fatalf("the worker stopped before its consumer existed: %v", err)
+		}
+	}
 	var nc *nats.Conn
 	testwait.Until(t, time.Minute, "the worker's NATS server", func() bool {
+		stopped()
 		var err error
 		nc, err = cfg.Connect("", "la-test", nil)
 		return err == nil
@@ -205,6 +217,7 @@ func authPublisher(t *testing.T, cfg natsconn.Config) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	testwait.Until(t, time.Minute, "the worker's consumer", func() bool {
+		stopped()
 		_, err := js.Consumer(context.Background(), jobs.JobsStream, jobs.ConsumerName)
 		return err == nil
 	})
@@ -246,8 +259,8 @@ func TestWorkerAgainstSecuredServers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			startWorker(t, cfg, enginetest.New())
-			js := authPublisher(t, loadSubmitNATS(t, c.vars))
+			w := startWorker(t, cfg, enginetest.New())
+			js := authPublisher(t, loadSubmitNATS(t, c.vars), w)
 			id := "external-" + strings.ReplaceAll(c.name, " ", "-")
 			publishJob(t, js, id, "dog")
 			testwait.Until(t, time.Minute, "the job's result", func() bool {

@@ -91,6 +91,17 @@ func (w *workerRun) wait() error {
 	return w.err
 }
 
+// exited says whether Run has returned by now, and with what.
+func (w *workerRun) exited() (bool, error) {
+	select {
+	case err := <-w.done:
+		w.once.Do(func() { w.err = err })
+		return true, w.err
+	default:
+		return false, nil
+	}
+}
+
 func startWorker(t *testing.T, cfg config.Worker, eng engine.Engine) *workerRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
