@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "cpu_tiles.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -165,35 +166,6 @@ static ALWAYS_INLINE void tile_plain(la_dtype t, const void *w, size_t ldw, int 
         for (int c = 0; c < C; c++)
             y[(size_t)c * ldy + (size_t)r] = acc[r][c];
 }
-
-/* The tile walk, shared by every instruction set: rows in tiles of RMAX (single rows for
- * the remainder), sequences in groups of up to CMAX, each (R, C) pair a constant so the
- * tile's loops unroll into straight register code. All the sequence groups of one row tile
- * run back to back, so its weights come from DRAM once and from L1/L2 after. */
-#define TILE_WALK(TILE, RMAX, CMAX, t, w, ldw, rows, n, x, ldx, nx, y, ldy)                      \
-    do {                                                                                       \
-        const size_t es_ = cpu_dtype_size(t);                                                  \
-        for (int r_ = 0; r_ < (rows);) {                                                       \
-            const int R_ = (rows) - r_ >= (RMAX) ? (RMAX) : 1;                                 \
-            const void *wr_ = (const char *)(w) + (size_t)r_ * (ldw) * es_;                    \
-            for (int c_ = 0; c_ < (nx); c_ += (CMAX)) {                                        \
-                const int C_ = (nx) - c_ < (CMAX) ? (nx) - c_ : (CMAX);                        \
-                const float *xc_ = (x) + (size_t)c_ * (ldx);                                   \
-                float *yc_ = (y) + (size_t)c_ * (ldy) + (size_t)r_;                            \
-                switch (R_ * 16 + C_) {                                                        \
-                case (RMAX) * 16 + 1: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, RMAX, 1); break; \
-                case (RMAX) * 16 + 2: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, RMAX, 2); break; \
-                case (RMAX) * 16 + 3: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, RMAX, 3); break; \
-                case (RMAX) * 16 + 4: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, RMAX, 4); break; \
-                case 1 * 16 + 1: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 1); break;         \
-                case 1 * 16 + 2: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 2); break;         \
-                case 1 * 16 + 3: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 3); break;         \
-                case 1 * 16 + 4: TILE(t, wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 4); break;         \
-                }                                                                              \
-            }                                                                                  \
-            r_ += R_;                                                                          \
-        }                                                                                      \
-    } while (0)
 
 _Static_assert(TILE_C_LIMIT == 4 && TILE_C_AVX512 <= TILE_C_LIMIT && TILE_C_AVX2 <= TILE_C_LIMIT &&
                    TILE_C_PLAIN <= TILE_C_LIMIT,

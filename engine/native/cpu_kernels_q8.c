@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "cpu_tiles.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -49,8 +50,10 @@ static ALWAYS_INLINE const int8_t *q8_quants(const void *w, size_t ldw, int r) {
 
 /* ---- plain C ---------------------------------------------------------------------- */
 
+/* The tiles take TILE_WALK's signature (cpu_tiles.h); t is always CPU_DTYPE_Q8 here. */
+
 /* tile_q8_plain: s = 0; s += (q[i] * d[i / 32]) * x[i] for i in order. */
-static ALWAYS_INLINE void tile_q8_plain(const void *w, size_t ldw, int n, const float *x, size_t ldx,
+static ALWAYS_INLINE void tile_q8_plain(la_dtype t, const void *w, size_t ldw, int n, const float *x, size_t ldx,
                                         float *y, size_t ldy, const int R, const int C) {
     float acc[Q8_R][Q8_C_LIMIT];
     const float *d[Q8_R];
@@ -76,38 +79,11 @@ static ALWAYS_INLINE void tile_q8_plain(const void *w, size_t ldw, int n, const 
             y[(size_t)c * ldy + (size_t)r] = acc[r][c];
 }
 
-/* The tile walk: rows in tiles of Q8_R (single rows for the remainder), sequences in groups
- * of up to CMAX, each (R, C) a constant so the tile unrolls into straight register code. */
-#define Q8_WALK(TILE, CMAX, w, ldw, rows, n, x, ldx, nx, y, ldy)                                 \
-    do {                                                                                       \
-        const size_t stride_ = cpu_row_bytes(CPU_DTYPE_Q8, (int)(ldw));                        \
-        for (int r_ = 0; r_ < (rows);) {                                                       \
-            const int R_ = (rows) - r_ >= Q8_R ? Q8_R : 1;                                     \
-            const void *wr_ = (const char *)(w) + (size_t)r_ * stride_;                        \
-            for (int c_ = 0; c_ < (nx); c_ += (CMAX)) {                                        \
-                const int C_ = (nx) - c_ < (CMAX) ? (nx) - c_ : (CMAX);                        \
-                const float *xc_ = (x) + (size_t)c_ * (ldx);                                   \
-                float *yc_ = (y) + (size_t)c_ * (ldy) + (size_t)r_;                            \
-                switch (R_ * 16 + C_) {                                                        \
-                case Q8_R * 16 + 1: TILE(wr_, ldw, n, xc_, ldx, yc_, ldy, Q8_R, 1); break;     \
-                case Q8_R * 16 + 2: TILE(wr_, ldw, n, xc_, ldx, yc_, ldy, Q8_R, 2); break;     \
-                case Q8_R * 16 + 3: TILE(wr_, ldw, n, xc_, ldx, yc_, ldy, Q8_R, 3); break;     \
-                case Q8_R * 16 + 4: TILE(wr_, ldw, n, xc_, ldx, yc_, ldy, Q8_R, 4); break;     \
-                case 1 * 16 + 1: TILE(wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 1); break;           \
-                case 1 * 16 + 2: TILE(wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 2); break;           \
-                case 1 * 16 + 3: TILE(wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 3); break;           \
-                case 1 * 16 + 4: TILE(wr_, ldw, n, xc_, ldx, yc_, ldy, 1, 4); break;           \
-                }                                                                              \
-            }                                                                                  \
-            r_ += R_;                                                                          \
-        }                                                                                      \
-    } while (0)
-
 /* Every kernel here reads whole rows: ldw (the row length the stride is computed from)
  * equals n, as cpu_matmat_run passes it. */
 void cpu_q8_rows_plain(const void *w, size_t ldw, int rows, int n, const float *x, size_t ldx,
                        int nx, float *y, size_t ldy) {
-    Q8_WALK(tile_q8_plain, Q8_C_LIMIT, w, ldw, rows, n, x, ldx, nx, y, ldy);
+    TILE_WALK(tile_q8_plain, Q8_R, Q8_C_LIMIT, CPU_DTYPE_Q8, w, ldw, rows, n, x, ldx, nx, y, ldy);
 }
 
 #ifdef LA_X86
@@ -118,7 +94,7 @@ void cpu_q8_rows_plain(const void *w, size_t ldw, int rows, int n, const float *
  * scale, then two FMAs per sequence; the lanes are summed at the end of the row. Each
  * block also prefetches into L2 the same bytes Q8_PREFETCH_TILES tiles ahead (see
  * tile_avx512 in cpu_kernels.c for why). */
-AVX512 static ALWAYS_INLINE void tile_q8_avx512(const void *w, size_t ldw, int n, const float *x,
+AVX512 static ALWAYS_INLINE void tile_q8_avx512(la_dtype t, const void *w, size_t ldw, int n, const float *x,
                                                 size_t ldx, float *y, size_t ldy, const int R,
                                                 const int C) {
     const size_t stride = cpu_row_bytes(CPU_DTYPE_Q8, (int)ldw);
@@ -166,7 +142,7 @@ AVX512 static ALWAYS_INLINE void tile_q8_avx512(const void *w, size_t ldw, int n
 
 AVX512 void cpu_q8_rows_avx512(const void *w, size_t ldw, int rows, int n, const float *x,
                                size_t ldx, int nx, float *y, size_t ldy) {
-    Q8_WALK(tile_q8_avx512, Q8_C_LIMIT, w, ldw, rows, n, x, ldx, nx, y, ldy);
+    TILE_WALK(tile_q8_avx512, Q8_R, Q8_C_LIMIT, CPU_DTYPE_Q8, w, ldw, rows, n, x, ldx, nx, y, ldy);
 }
 
 /* ---- AVX2 + FMA ------------------------------------------------------------------- */
@@ -182,7 +158,7 @@ AVX2 static ALWAYS_INLINE float q8_hsum256(__m256 v) {
 /* tile_q8_avx2: per 8 weights, widen and scale, then one FMA per sequence into an 8-lane
  * accumulator; lanes summed at the end of the row (n is a whole number of blocks, so there
  * is no tail). */
-AVX2 static ALWAYS_INLINE void tile_q8_avx2(const void *w, size_t ldw, int n, const float *x,
+AVX2 static ALWAYS_INLINE void tile_q8_avx2(la_dtype t, const void *w, size_t ldw, int n, const float *x,
                                             size_t ldx, float *y, size_t ldy, const int R,
                                             const int C) {
     const float *d[Q8_R];
@@ -214,6 +190,6 @@ AVX2 static ALWAYS_INLINE void tile_q8_avx2(const void *w, size_t ldw, int n, co
 
 AVX2 void cpu_q8_rows_avx2(const void *w, size_t ldw, int rows, int n, const float *x, size_t ldx,
                            int nx, float *y, size_t ldy) {
-    Q8_WALK(tile_q8_avx2, Q8_C_AVX2, w, ldw, rows, n, x, ldx, nx, y, ldy);
+    TILE_WALK(tile_q8_avx2, Q8_R, Q8_C_AVX2, CPU_DTYPE_Q8, w, ldw, rows, n, x, ldx, nx, y, ldy);
 }
 #endif /* LA_X86 */
