@@ -2,14 +2,11 @@ package tinymodel
 
 import (
 	"bytes"
-	"context"
+	"fmt"
 	"image/png"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 
-	"github.com/locateanything/detect/engine"
-	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
 
@@ -27,16 +24,7 @@ const (
 // TestFreshGoScenes draws new scenes with tools/tinymodel/shapes, encodes them as PNG and
 // runs every query through the engine, scoring the answers against the true boxes.
 func TestFreshGoScenes(t *testing.T) {
-	runtime.LockOSThread() // the native backend binds to its OS thread
-	defer runtime.UnlockOSThread()
-	p, err := pipeline.Open(pipeline.OpenOptions{
-		WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1, CanonGrid: "native",
-		MaxNewTokens: 48, MaxNewTokensCap: 48, // what the trainer and evaluate.py decode
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := openBundled(t, 48, "") // 48 tokens: what the trainer and evaluate.py decode
 
 	perTask := map[string]*shapes.Tally{}
 	var all shapes.Tally
@@ -48,15 +36,7 @@ func TestFreshGoScenes(t *testing.T) {
 		if err := png.Encode(&buf, s.Image); err != nil {
 			t.Fatal(err)
 		}
-		ctx := context.Background()
-		prep, err := p.Prepare(ctx, engine.Request{Image: buf.Bytes(), Query: q.Text, Task: engine.Task(q.Task)})
-		if err != nil {
-			t.Fatalf("scene %d (%s %q): prepare: %v", i, q.Task, q.Text, err)
-		}
-		pred, err := p.Generate(ctx, prep)
-		if err != nil {
-			t.Fatalf("scene %d (%s %q): generate: %v", i, q.Task, q.Text, err)
-		}
+		_, pred := predict(t, p, buf.Bytes(), q.Text, q.Task, fmt.Sprintf("scene %d (%s %q)", i, q.Task, q.Text))
 		if perTask[q.Task] == nil {
 			perTask[q.Task] = &shapes.Tally{}
 		}

@@ -1,16 +1,12 @@
 package tinymodel
 
 import (
-	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 
-	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/native"
-	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
 
@@ -30,21 +26,7 @@ func TestHeldoutScenesQ8(t *testing.T) {
 		t.Skip("runs the model twice on every held-out scene")
 	}
 	set := loadHeldout(t)
-	runtime.LockOSThread() // the native backend binds to its OS thread
-	defer runtime.UnlockOSThread()
-	open := func(quant string) *pipeline.Pipeline {
-		p, err := pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
-			CanonGrid: "native", MaxNewTokens: set.MaxNewTokens, MaxNewTokensCap: set.MaxNewTokens,
-			WeightsQuant: quant,
-		})
-		if err != nil {
-			t.Fatalf("open with weights %s: %v", quant, err)
-		}
-		t.Cleanup(func() { p.Close() })
-		return p
-	}
-	exact, q8 := open("bf16"), open("q8")
+	exact, q8 := openBundled(t, set.MaxNewTokens, "bf16"), openBundled(t, set.MaxNewTokens, "q8")
 	// Where the CPU has AMX, the fast path multiplies prefill and vision in bf16 too, and
 	// this is what it is measured on.
 	wantPrecision := "int8 decoder weights (q8, blocks of 32), f32 compute"
@@ -64,19 +46,8 @@ func TestHeldoutScenesQ8(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run := func(p *pipeline.Pipeline) engine.Prediction {
-			ctx := context.Background()
-			prep, err := p.Prepare(ctx, engine.Request{Image: data, Query: sc.Query, Task: engine.Task(sc.Task)})
-			if err != nil {
-				t.Fatalf("%s: prepare: %v", sc.File, err)
-			}
-			pred, err := p.Generate(ctx, prep)
-			if err != nil {
-				t.Fatalf("%s: generate: %v", sc.File, err)
-			}
-			return *pred
-		}
-		want, got := run(exact), run(q8)
+		_, want := predict(t, exact, data, sc.Query, sc.Task, sc.File)
+		_, got := predict(t, q8, data, sc.Query, sc.Task, sc.File)
 		if slices.Equal(got.Tokens, want.Tokens) {
 			same++
 		} else {

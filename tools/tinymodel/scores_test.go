@@ -3,16 +3,14 @@ package tinymodel
 import (
 	"bytes"
 	"cmp"
-	"context"
+	"fmt"
 	"image/png"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"testing"
 
 	"github.com/locateanything/detect/engine"
-	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
 
@@ -41,16 +39,7 @@ type scoredBox struct {
 // that a true box outscores a false one. It also logs the other ways a score could be made
 // from the same tokens, which is how the rule was chosen (docs/scores.md).
 func TestScoresRankTrueBoxesAboveFalse(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	p, err := pipeline.Open(pipeline.OpenOptions{
-		WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1, CanonGrid: "native",
-		MaxNewTokens: 48, MaxNewTokensCap: 48,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := openBundled(t, 48, "")
 
 	var boxes []scoredBox
 	objects := 0
@@ -65,14 +54,7 @@ func TestScoresRankTrueBoxesAboveFalse(t *testing.T) {
 		if err := png.Encode(&buf, s.Image); err != nil {
 			t.Fatal(err)
 		}
-		prep, err := p.Prepare(context.Background(), engine.Request{Image: buf.Bytes(), Query: q.Text, Task: engine.Task(q.Task)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pred, err := p.Generate(context.Background(), prep)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, pred := predict(t, p, buf.Bytes(), q.Text, q.Task, fmt.Sprintf("scene %d", i))
 		got := boxesOf(t, pred)
 		markTrue(got, pred.Detections, q.Truth)
 		boxes = append(boxes, got...)

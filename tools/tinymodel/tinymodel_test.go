@@ -2,12 +2,10 @@ package tinymodel
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 
@@ -15,7 +13,6 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/checkpoint"
-	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/engine/tokenizer"
 	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
@@ -137,22 +134,7 @@ func TestHeldoutScenes(t *testing.T) {
 		t.Skip("runs the model on every held-out scene")
 	}
 	set := loadHeldout(t)
-	runtime.LockOSThread() // the native backend binds to its OS thread
-	defer runtime.UnlockOSThread()
-	p, err := pipeline.Open(pipeline.OpenOptions{
-		WeightsDir:      checkpointDir,
-		Backend:         "cpu",
-		Threads:         1,
-		MaxSeqLen:       512,
-		MaxBatch:        1,
-		CanonGrid:       "native",
-		MaxNewTokens:    set.MaxNewTokens,
-		MaxNewTokensCap: set.MaxNewTokens,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := openBundled(t, set.MaxNewTokens, "")
 
 	var tally shapes.Tally
 	for _, sc := range set.Scenes {
@@ -160,17 +142,9 @@ func TestHeldoutScenes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := context.Background()
-		prep, err := p.Prepare(ctx, engine.Request{Image: data, Query: sc.Query, Task: engine.Task(sc.Task)})
-		if err != nil {
-			t.Fatalf("%s: prepare: %v", sc.File, err)
-		}
+		prep, pred := predict(t, p, data, sc.Query, sc.Task, sc.File)
 		if !slices.Equal(prep.PromptIDs, sc.PromptIDs) {
 			t.Errorf("%s: prompt ids differ from the Python trainer's\n got %v\nwant %v", sc.File, prep.PromptIDs, sc.PromptIDs)
-		}
-		pred, err := p.Generate(ctx, prep)
-		if err != nil {
-			t.Fatalf("%s: generate: %v", sc.File, err)
 		}
 		if !slices.Equal(pred.Tokens, sc.TorchIDs) {
 			t.Errorf("%s (%s %q): C engine and PyTorch disagree\n   C %v %q\ntorch %v %q (margins %v)",
