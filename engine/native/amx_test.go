@@ -52,7 +52,7 @@ func TestAMXGemmMatchesBF16Reference(t *testing.T) {
 			for i := range x {
 				x[i] = 4*rng.Float32() - 2
 			}
-			got, err := amxGemmProbe(dt, raw, s.rows, s.cols, x, s.n, 2)
+			got, _, err := amxGemmProbe(dt, raw, s.rows, s.cols, x, s.n, 2, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestAMXGemmMatchesBF16Reference(t *testing.T) {
 				}
 			}
 			for _, threads := range []int{1, 3, 7} { // fewer panels than threads split the rows too
-				other, err := amxGemmProbe(dt, raw, s.rows, s.cols, x, s.n, threads)
+				other, _, err := amxGemmProbe(dt, raw, s.rows, s.cols, x, s.n, threads, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -206,5 +206,63 @@ func TestAMXRunDoesNotDependOnThreads(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkAMXAgainstSGEMM times the products of 3B's prefill and vision tower both ways,
+// side by side in one run: on AMX tiles (matmul=amx, packing and rounding included) and
+// through cblas_sgemm on weights already widened to float32 (what matmul=f32 runs, less
+// its widening). It reports each rate and their ratio, the best of five runs each per
+// iteration (docs/cpu-backend.md, Prefill and vision on AMX tiles):
+//
+//	go test -run - -bench AMXAgainstSGEMM -benchtime 1x ./engine/native
+func BenchmarkAMXAgainstSGEMM(b *testing.B) {
+	if !AMXAvailable() {
+		b.Skip("this CPU or kernel has no AMX (bf16 tiles)")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, s := range []struct {
+		name          string
+		n, rows, cols int
+		q8            bool
+	}{
+		{"q-o-295x2048x2048", 295, 2048, 2048, false},
+		{"gate-up-q8-295x11008x2048", 295, 11008, 2048, true},
+		{"down-q8-300x2048x11008", 300, 2048, 11008, true},
+		{"vision-fc0-1024x4304x1152", 1024, 4304, 1152, false},
+		{"patch-1024x1152x588", 1024, 1152, 588, false},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			w := make([]float32, s.rows*s.cols)
+			for i := range w {
+				w[i] = (2*rng.Float32() - 1) * 0.05
+			}
+			dt, raw := checkpoint.BF16, []byte(nil)
+			if s.q8 {
+				dt, raw = q8dtype, q8Quantize(w, s.cols)
+			} else {
+				raw, _ = encodeRow(w, checkpoint.BF16)
+			}
+			x := make([]float32, s.n*s.cols)
+			for i := range x {
+				x[i] = 2*rng.Float32() - 1
+			}
+			var amx, sgemm float64
+			for range b.N {
+				_, ta, err := amxGemmProbe(dt, raw, s.rows, s.cols, x, s.n, 2, 5)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, ts, err := sgemmProbe(dt, raw, s.rows, s.cols, x, s.n, 5)
+				if err != nil {
+					b.Fatal(err)
+				}
+				amx, sgemm = max(amx, 1/ta), max(sgemm, 1/ts)
+			}
+			flop := 2 * float64(s.n) * float64(s.rows) * float64(s.cols)
+			b.ReportMetric(flop*amx/1e9, "amx-GFLOP/s")
+			b.ReportMetric(flop*sgemm/1e9, "sgemm-GFLOP/s")
+			b.ReportMetric(amx/sgemm, "amx/sgemm")
+		})
 	}
 }

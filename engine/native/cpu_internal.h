@@ -404,10 +404,15 @@ size_t cpu_amx_act_elems(int rows, int cols);
 size_t cpu_amx_thread_bytes(int rows, int cols);
 void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float *x, int n,
                      const cpu_matrix *w, float *y);
-/* cpu_amx_gemm_probe runs one cpu_amx_gemm_wt on its own pool and buffers, for tests:
- * 0, -1 where AMX is unavailable, -2 when out of memory. */
+/* cpu_amx_gemm_probe runs cpu_amx_gemm_wt reps times on its own pool and buffers, for
+ * tests and benchmarks, and sets best to the shortest run in seconds: 0, -1 where AMX is
+ * unavailable, -2 when out of memory. cpu_sgemm_probe times what matmul=f32 runs for the
+ * same product, cblas_sgemm on the weights widened to float32 beforehand (the widening
+ * itself not timed): 0, or -2 when out of memory. */
 int cpu_amx_gemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
-                       float *y, int threads);
+                       float *y, int threads, int reps, double *best);
+int cpu_sgemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
+                    float *y, int reps, double *best);
 
 /* Multi-head attention over float32 rows: out[i, h] = softmax(scale * q[i, h] . k[j, g]) v[j, g]
  * for query rows i < n_q and key rows j < n_k, where key/value head g = h / (heads /

@@ -2,8 +2,10 @@
  * cpu_probe.c - the engine's own figures for `worker bench`: the name of the decode
  * kernels this CPU gets, and their speed alone on the engine's thread pool. The machine's
  * figures (memory bandwidth, OpenBLAS sgemm) are measured in bench/machine. Nothing here
- * is used by inference.
+ * is used by inference. The product probes beside them (cpu_sgemm_probe here,
+ * cpu_amx_gemm_probe in cpu_amx.c) are for tests and benchmarks.
  */
+#include <cblas.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -52,5 +54,25 @@ int cpu_matvec_gbps(const void *w, la_dtype dtype, int rows, int cols, int mats,
     *gbps = (double)bytes * mats / best / 1e9;
     cpu_pool_destroy(&pool);
     free(xpack);
+    return 0;
+}
+
+int cpu_sgemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
+                    float *y, int reps, double *best) {
+    float *wf = malloc((size_t)rows * (size_t)cols * sizeof *wf);
+    if (!wf)
+        return -2;
+    const cpu_matrix m = {w, dtype, rows, cols};
+    cpu_rows_to_f32(&m, 0, rows, wf);
+    *best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_seconds();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, wf, cols,
+                    0.0f, y, rows);
+        double dt = now_seconds() - t0;
+        if (r == 0 || dt < *best)
+            *best = dt;
+    }
+    free(wf);
     return 0;
 }

@@ -12,15 +12,30 @@ import (
 	"github.com/locateanything/detect/engine/checkpoint"
 )
 
-// amxGemmProbe runs the AMX product (cpu_amx.c) once on its own pool of threads, for
-// tests: y[n, rows] = bf16(x[n, cols]) bf16(W[rows, cols])^T, W given as raw rows of dtype
-// (q8dtype included). Not part of the package's API.
-func amxGemmProbe(dtype checkpoint.DType, w []byte, rows, cols int, x []float32, n, threads int) ([]float32, error) {
+// amxGemmProbe runs the AMX product (cpu_amx.c) reps times on its own pool of threads,
+// for tests and benchmarks: y[n, rows] = bf16(x[n, cols]) bf16(W[rows, cols])^T, W given
+// as raw rows of dtype (q8dtype included), and the shortest run in seconds. Not part of
+// the package's API.
+func amxGemmProbe(dtype checkpoint.DType, w []byte, rows, cols int, x []float32, n, threads, reps int) ([]float32, float64, error) {
 	y := make([]float32, n*rows)
+	var best C.double
 	rc := C.cpu_amx_gemm_probe(C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(w)), C.int(rows), C.int(cols),
-		(*C.float)(unsafe.SliceData(x)), C.int(n), (*C.float)(unsafe.SliceData(y)), C.int(threads))
+		(*C.float)(unsafe.SliceData(x)), C.int(n), (*C.float)(unsafe.SliceData(y)), C.int(threads), C.int(reps), &best)
 	if rc != 0 {
-		return nil, fmt.Errorf("amx probe: rc %d", int(rc))
+		return nil, 0, fmt.Errorf("amx probe: rc %d", int(rc))
 	}
-	return y, nil
+	return y, float64(best), nil
+}
+
+// sgemmProbe times the same product as matmul=f32 runs it: cblas_sgemm on W widened to
+// float32 beforehand (the widening not timed); the shortest of reps runs in seconds.
+func sgemmProbe(dtype checkpoint.DType, w []byte, rows, cols int, x []float32, n, reps int) ([]float32, float64, error) {
+	y := make([]float32, n*rows)
+	var best C.double
+	rc := C.cpu_sgemm_probe(C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(w)), C.int(rows), C.int(cols),
+		(*C.float)(unsafe.SliceData(x)), C.int(n), (*C.float)(unsafe.SliceData(y)), C.int(reps), &best)
+	if rc != 0 {
+		return nil, 0, fmt.Errorf("sgemm probe: rc %d", int(rc))
+	}
+	return y, float64(best), nil
 }
