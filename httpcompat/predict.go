@@ -179,8 +179,8 @@ func checkRequest(req predictRequest, lim limits) (engine.Request, error) {
 	budget := 0 // the engine's default
 	if req.MaxNewTokens != nil {
 		n := *req.MaxNewTokens
-		if n < 1 || n > int64(lim.maxNewTokens) {
-			return engine.Request{}, fmt.Errorf("max_new_tokens must be between 1 and %d, got %d", lim.maxNewTokens, n)
+		if err := engine.BudgetError(float64(n), lim.maxNewTokens); err != nil {
+			return engine.Request{}, err
 		}
 		budget = int(n)
 	}

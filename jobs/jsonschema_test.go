@@ -91,6 +91,9 @@ func TestSchemaFilesMatchTheGoTypes(t *testing.T) {
 			t.Errorf("status %s is in the result schema but is not terminal", s)
 		}
 	}
+	if m := prop(job, "max_new_tokens"); m.Minimum == nil || *m.Minimum != 1 || m.Maximum == nil || *m.Maximum != engine.MaxNewTokensLimit {
+		t.Errorf("job max_new_tokens: range %v..%v, want 1..%d (engine.MaxNewTokensLimit)", m.Minimum, m.Maximum, engine.MaxNewTokensLimit)
+	}
 	if q := prop(job, "query"); q.MaxLength == nil || *q.MaxLength != MaxQueryChars || q.MinLength == nil || *q.MinLength != 1 {
 		t.Errorf("job query: length limits %v..%v, want 1..%d (MaxQueryChars)", q.MinLength, q.MaxLength, MaxQueryChars)
 	}
@@ -330,7 +333,9 @@ func TestJobSchemaAgreesWithDecodeJob(t *testing.T) {
 		{"query", strings.Repeat("é", MaxQueryChars+1), false}, {"query", []string{"a"}, false},
 		{"task", "segment", false}, {"task", "point", true}, {"task", "detect", true},
 		{"max_new_tokens", -1, false}, {"max_new_tokens", 1.5, false}, {"max_new_tokens", "8", false},
-		{"max_new_tokens", 0, true},
+		{"max_new_tokens", 0, false}, {"max_new_tokens", 1, true}, {"max_new_tokens", 48.0, true},
+		{"max_new_tokens", engine.MaxNewTokensLimit, true}, {"max_new_tokens", engine.MaxNewTokensLimit + 1, false},
+		{"max_new_tokens", 1e20, false},
 		{"generation_mode", "fast", false}, {"generation_mode", "AR", false}, {"generation_mode", 1, false},
 		{"generation_mode", "ar", true}, {"generation_mode", "hybrid", true},
 		{"overlay", "yes", false}, {"overlay", false, true},

@@ -1,14 +1,10 @@
 package jobs
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"regexp"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -213,28 +209,19 @@ var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 // [A-Za-z0-9_-], so it is a valid subject token and KV key.
 func ValidToken(s string) bool { return tokenRE.MatchString(s) }
 
-// DecodeJob parses a job message strictly (unknown fields are an error), fills defaults and
-// validates it. The error says which field is wrong. A job that fails here has no usable
-// id when the error is about the id itself; the caller then falls back to the message id.
+// DecodeJob parses a job message strictly (decodeJobFields: exact names, each once, no
+// unknown field, no null, the schema's types), fills defaults and validates it. The error
+// says which field is wrong. A job that fails here has no usable id when the error is
+// about the id itself; the caller then falls back to the message id.
 func DecodeJob(data []byte) (*Job, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var j Job
-	if err := dec.Decode(&j); err != nil {
-		// time.Time's errors do not say which field they are about; deadline is the one.
-		var perr *time.ParseError
-		if errors.As(err, &perr) || strings.HasPrefix(err.Error(), "Time.UnmarshalJSON: ") {
-			return nil, fmt.Errorf("field deadline: %w", err)
-		}
-		return nil, fmt.Errorf("job is not valid JSON of the job schema: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return &j, fmt.Errorf("job has trailing data after the JSON object")
+	j, err := decodeJobFields(data)
+	if err != nil {
+		return j, err
 	}
 	if err := j.Validate(); err != nil {
-		return &j, err
+		return j, err
 	}
-	return &j, nil
+	return j, nil
 }
 
 // Validate fills defaults and checks every field.

@@ -131,8 +131,8 @@ func (e *Engine) prepare(ctx context.Context, req engine.Request) (*engine.Prepa
 	if budget == 0 {
 		budget = info.MaxNewTokens
 	}
-	if budget < 1 || budget > info.MaxNewTokensCap {
-		return nil, engine.InputErrorf(engine.CodeBadBudget, "max_new_tokens must be 1-%d, got %d", info.MaxNewTokensCap, budget)
+	if err := engine.BudgetError(float64(budget), info.MaxNewTokensCap); err != nil {
+		return nil, err
 	}
 	// The header is enough to check the image and size the answer; Overlay decodes the
 	// pixels only when they are needed, which keeps tests under the race detector quick.

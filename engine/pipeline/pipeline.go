@@ -129,8 +129,8 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 	if budget == 0 {
 		budget = p.cfg.MaxNewTokens
 	}
-	if budget < 1 || budget > p.cfg.MaxNewTokensCap {
-		return nil, engine.InputErrorf(engine.CodeBadBudget, "max_new_tokens %d is outside 1..%d", req.MaxNewTokens, p.cfg.MaxNewTokensCap)
+	if err := engine.BudgetError(float64(budget), p.cfg.MaxNewTokensCap); err != nil {
+		return nil, err
 	}
 	mode, err := p.generationMode(req.GenerationMode)
 	if err != nil {

@@ -14,9 +14,13 @@
 //   - arrays: items, minItems, maxItems
 //   - strings: minLength, maxLength (in characters, as the standard counts them), pattern
 //     (Go's RE2 syntax, which agrees with ECMA 262 on the plain patterns the files use),
-//     format "date-time" (RFC 3339)
+//     format "date-time" (RFC 3339, exactly as ajv-formats reads it: strictjson.ParseDateTime)
 //   - numbers: minimum, maximum
 //   - boolean schemas (true accepts anything, false nothing)
+//
+// A document must be I-JSON (RFC 7493) as the wire contract requires: a member name given
+// twice in one object is an error, which general validators do not check (they see only
+// the last of the two).
 package jsonschema
 
 import (
@@ -30,8 +34,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
+
+	"github.com/locateanything/detect/internal/strictjson"
 )
 
 // Schema is one schema object of the supported subset. Its fields are the keywords; a
@@ -226,6 +231,9 @@ func (s *Schema) Validate(data []byte) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("not JSON: trailing data after the value")
 	}
+	if dup := strictjson.FirstDuplicate(data); dup != nil {
+		return fmt.Errorf("not I-JSON: %w", dup)
+	}
 	return s.ValidateValue(v)
 }
 
@@ -326,7 +334,7 @@ func (s *Schema) checkString(str string, fail func(string, ...any)) {
 		fail("%s does not match %s", show(str), s.Pattern)
 	}
 	if s.Format == "date-time" {
-		if _, err := time.Parse(time.RFC3339Nano, str); err != nil {
+		if _, err := strictjson.ParseDateTime(str); err != nil {
 			fail("%s is not an RFC 3339 date-time", show(str))
 		}
 	}
@@ -352,7 +360,7 @@ func kindOf(v any) string {
 	case string:
 		return "string"
 	case json.Number, float64:
-		if f := toFloat(x); f == math.Trunc(f) && !math.IsInf(f, 0) {
+		if strictjson.IsInteger(toFloat(x)) {
 			return "integer"
 		}
 		return "number"

@@ -200,9 +200,10 @@ func hostileCatalogue(t *testing.T, images, data, outside, workDir string) []hos
 	add("query-blank", job("query-blank", map[string]any{"query": "   "}), failed(""))
 
 	// Budgets.
-	add("budget-negative", job("budget-negative", map[string]any{"max_new_tokens": -1}), invalid)
+	add("budget-negative", job("budget-negative", map[string]any{"max_new_tokens": -1}), failed(engine.CodeBadBudget))
+	add("budget-zero", job("budget-zero", map[string]any{"max_new_tokens": 0}), failed(engine.CodeBadBudget))
 	add("budget-billion", job("budget-billion", map[string]any{"max_new_tokens": 1_000_000_000}), failed(engine.CodeBadBudget))
-	add("budget-overflow", []byte(`{"id":"budget-overflow","image":"`+goodImage+`","query":"x","max_new_tokens":1e30}`), invalid)
+	add("budget-overflow", []byte(`{"id":"budget-overflow","image":"`+goodImage+`","query":"x","max_new_tokens":1e30}`), failed(engine.CodeBadBudget))
 	add("budget-fraction", job("budget-fraction", map[string]any{"max_new_tokens": 1.5}), invalid)
 	add("budget-string", job("budget-string", map[string]any{"max_new_tokens": "64"}), invalid)
 	add("budget-cap", job("budget-cap", map[string]any{"max_new_tokens": 1024}), succeeded)
