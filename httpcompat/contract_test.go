@@ -282,6 +282,7 @@ func TestPredictRequestModelErrors(t *testing.T) {
 		wantLoc  string
 	}{
 		{"invalid JSON", `{"image": "x", "query": `, "json_invalid", `["body",24]`},
+		{"a name given twice", `{"image":"x","query":"a","query":"b"}`, "json_invalid", `["body",25]`},
 		{"not an object", `["dog"]`, "model_attributes_type", `["body"]`},
 		{"null body", `null`, "model_attributes_type", `["body"]`},
 		{"missing image", map[string]any{"query": "dog"}, "missing", `["body","image"]`},

@@ -12,11 +12,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/strictjson"
 )
 
 // predictRequest is the /predict body after it has been checked against the request model
 // (pydantic's PredictRequest in the Python server). Unknown fields are ignored, as pydantic
-// does by default.
+// does by default; a name given twice is refused (Python keeps the last).
 type predictRequest struct {
 	Image         string      // base64, required
 	Query         string      // required
@@ -45,6 +46,14 @@ func parsePredictRequest(body []byte) (predictRequest, []fieldError) {
 			Type: "model_attributes_type", Loc: []any{"body"},
 			Msg:   "Input should be a valid dictionary or object to extract fields from",
 			Input: shortInput(bytes.TrimSpace(body)),
+		}}
+	}
+	// Python's json keeps the last of a name given twice; this server refuses the body, as
+	// the worker refuses such a job, so that a proxy that reads the first sees what runs.
+	if dup := strictjson.FirstDuplicate(body); dup != nil {
+		return req, []fieldError{{
+			Type: "json_invalid", Loc: []any{"body", dup.Offset}, Msg: "JSON decode error",
+			Input: json.RawMessage(`{}`), Ctx: map[string]any{"error": dup.Error()},
 		}}
 	}
 

@@ -1,7 +1,9 @@
 package httpcompat
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -14,7 +16,6 @@ func TestParsePredictRequestValues(t *testing.T) {
 	}{
 		{`{"image":"eA==","query":"d\u006fg"}`, "dog", -1, false}, // escapes are unquoted
 		{`{"image":"eA==","query":"caf\u00e9</c>car"}`, "café</c>car", -1, false},
-		{`{"image":"eA==","query":"x","query":"last wins"}`, "last wins", -1, false}, // as in Python's json
 		{`{"image":"eA==","query":"q","max_new_tokens":" 64 ","return_overlay":1}`, "q", 64, true},
 		{`{"image":"eA==","query":"q","max_new_tokens":1e2,"return_overlay":"YES"}`, "q", 100, true},
 		{`{"image":"eA==","query":"q","max_new_tokens":1e300}`, "q", math.MaxInt64, false},
@@ -32,6 +33,22 @@ func TestParsePredictRequestValues(t *testing.T) {
 		}
 		if req.Image != "eA==" || req.Query != c.query || budget != c.budget || req.ReturnOverlay != c.overlay {
 			t.Errorf("%s: got %+v (budget %d)", c.body, req, budget)
+		}
+	}
+}
+
+// TestParsePredictRequestRefusesANameGivenTwice: Python's json keeps the last of a name
+// given twice, so a proxy that reads the first would be shown another image or query than
+// the one that runs (#23, defect 6); the body is refused as JSON that is not I-JSON.
+func TestParsePredictRequestRefusesANameGivenTwice(t *testing.T) {
+	for _, body := range []string{
+		`{"image":"eA==","query":"x","query":"last wins"}`,
+		`{"image":"eA==","\u0069mage":"eB==","query":"q"}`,
+		`{"image":"eA==","query":"q","extra":{"a":1,"a":2}}`,
+	} {
+		_, errs := parsePredictRequest([]byte(body))
+		if len(errs) != 1 || errs[0].Type != "json_invalid" || !strings.Contains(fmt.Sprint(errs[0].Ctx), "appears twice") {
+			t.Errorf("%s: %+v, want one json_invalid entry about the name given twice", body, errs)
 		}
 	}
 }
