@@ -9,10 +9,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/engine/prompt"
+	"github.com/locateanything/detect/engine/sim"
 )
 
 // TestPredictAdditionsOnTheBundledModel: /predict on the real engine (the bundled model on
@@ -79,5 +82,45 @@ func TestPredictAdditionsOnTheBundledModel(t *testing.T) {
 		case q.warn && (got.Warnings == nil || len(*got.Warnings) != 1 || !strings.Contains((*got.Warnings)[0], q.query)):
 			t.Errorf("%q: warnings %v, want one about the query", q.query, got.Warnings)
 		}
+	}
+}
+
+// TestPredictWarningsAreBounded: a query of 250 </c> answered 251 warnings, each quoting
+// the whole query (#23, defect 10); the answer, from the simulated chip on the bundled
+// model, now has a few short ones.
+func TestPredictWarningsAreBounded(t *testing.T) {
+	c, err := chip.Open(func() (engine.Engine, error) {
+		return pipeline.Open(pipeline.OpenOptions{
+			WeightsDir: "../models/tiny-shapes", Backend: sim.Name, MaxSeqLen: 4096, MaxBatch: 1,
+			MaxNewTokens: 128, MaxNewTokensCap: 1024, MaxPixels: 40_000_000,
+			Sim: sim.Costs{Vision: time.Millisecond, Prefill: time.Millisecond, Decode: time.Millisecond, Speed: 10},
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := newServer(t, Config{}, Options{})
+	if err := srv.SetReady(c); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	status, body := postPredict(t, t.Context(), ts.URL, map[string]any{"image": dogB64(t), "query": strings.Repeat("</c>", 250)})
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %.300s", status, body)
+	}
+	var got struct {
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for _, w := range got.Warnings {
+		size += len(w)
+	}
+	if len(got.Warnings) == 0 || len(got.Warnings) > prompt.MaxWarnings || size > 2000 {
+		t.Errorf("%d warnings of %d bytes in all, want 1..%d short ones: %.300s", len(got.Warnings), size, prompt.MaxWarnings, body)
 	}
 }

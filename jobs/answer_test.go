@@ -8,6 +8,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/engine/prompt"
 )
 
 // TestResultCarriesScoresAndWarnings: a job's result has the score of every box, the
@@ -64,6 +65,29 @@ func TestResultCarriesScoresAndWarnings(t *testing.T) {
 			if id != "plain" && (len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], q)) {
 				t.Errorf("%s %s: warnings %q for %q, want one about it", where, id, res.Warnings, q)
 			}
+		}
+	}
+}
+
+// TestResultWarningsAreBounded: a 1 KB job whose query is 250 </c> made a 279 KB result,
+// 251 warnings each quoting the whole query (#23, defect 10); its result now carries a few
+// short warnings.
+func TestResultWarningsAreBounded(t *testing.T) {
+	e := newTestEnv(t, testTopology())
+	image := e.putImage(t, "dog.jpg", photo(t, "dog.jpg"))
+	startRunnerWith(t, e.topo, e.store, openSim(1), e.runnerConfig("w1"))
+	e.publishJob(t, Job{ID: "empties", Image: image, Query: strings.Repeat("</c>", 250)})
+	for where, res := range map[string]Result{
+		"published": e.publishedResult(t, DefaultBatch, "empties"),
+		"stored":    e.storedResult(t, defaultOutput, "empties"),
+	} {
+		size := 0
+		for _, w := range res.Warnings {
+			size += len(w)
+		}
+		if res.Status != StatusSucceeded || len(res.Warnings) == 0 || len(res.Warnings) > prompt.MaxWarnings || size > 2000 {
+			t.Errorf("%s: %s %+v, %d warnings of %d bytes in all, want 1..%d short ones", where, res.Status, res.Error,
+				len(res.Warnings), size, prompt.MaxWarnings)
 		}
 	}
 }

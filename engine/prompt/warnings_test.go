@@ -47,3 +47,37 @@ func TestQueryWarnings(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryWarningsAreBounded: a query of 250 </c> gave 251 warnings, each quoting the
+// whole query: a 1 KB job made a 279 KB result (#23, defect 10). Warnings are now few and
+// short whatever the query.
+func TestQueryWarningsAreBounded(t *testing.T) {
+	long := strings.Repeat("x", engine.MaxQueryChars-10)
+	for _, c := range []struct {
+		task  engine.Task
+		query string
+		more  string // the last warning, when some were left out
+	}{
+		{engine.TaskDetect, strings.Repeat("</c>", 250), "and 247 more warnings"},
+		{engine.TaskDetect, strings.Repeat("a,</c>", 166), "and 163 more warnings"},
+		{engine.TaskDetect, strings.Repeat("a, ", 333), ""},
+		{engine.TaskDetect, long + "</c>", ""},
+		{engine.TaskDetect, "</c>" + long + ",b</c></c>", ""},
+		{engine.TaskPoint, long + "</c>", ""},
+	} {
+		got := QueryWarnings(c.task, c.query)
+		size := 0
+		for _, w := range got {
+			size += len(w)
+			if len(w) > 400 {
+				t.Errorf("%.40q: a warning of %d bytes: %.100q", c.query, len(w), w)
+			}
+		}
+		if len(got) == 0 || len(got) > MaxWarnings || size > MaxWarnings*400 {
+			t.Errorf("%.40q: %d warnings of %d bytes in all, want 1..%d", c.query, len(got), size, MaxWarnings)
+		}
+		if c.more != "" && !strings.HasPrefix(got[len(got)-1], c.more) {
+			t.Errorf("%.40q: last warning %q, want it to say %q", c.query, got[len(got)-1], c.more)
+		}
+	}
+}
