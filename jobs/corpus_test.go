@@ -90,8 +90,8 @@ func TestDecodeJobReadsIntegersAndDateTimesAsTheSchemaDoes(t *testing.T) {
 	for lit, want := range map[string]time.Time{
 		"2099-12-02t10:00:00z":              time.Date(2099, 12, 2, 10, 0, 0, 0, time.UTC),
 		"2099-12-02 10:00:00Z":              time.Date(2099, 12, 2, 10, 0, 0, 0, time.UTC),
-		"2098-12-31T23:59:60Z":              time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC),
-		"2099-01-01T00:59:60+01:00":         time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC),
+		"2098-12-31T23:59:60Z":              time.Date(2098, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		"2099-01-01T00:59:60+01:00":         time.Date(2098, 12, 31, 23, 59, 59, 999999999, time.UTC),
 		"2099-12-02T10:00:00+0530":          time.Date(2099, 12, 2, 4, 30, 0, 0, time.UTC),
 		"2099-12-02T10:00:00.1234567891-01": time.Date(2099, 12, 2, 11, 0, 0, 123456789, time.UTC),
 	} {

@@ -35,6 +35,8 @@ var jobSeeds = []string{
 	`{"id":"a","image":"b","query":"c","overlay":true,"overlay_format":"JPG"}`,
 	`{"id":"a","image":"b","query":"c"} {"id":"d"}`,
 	`[]`, `null`, `"job"`, ``,
+	`{"id":"a","image":"b","query":"c","deadline":"9999-12-31T23:59:60Z","max_new_tokens":4.8e1}`,
+	`{"id":"a","image":"b","query":"c","metadata":{"k":1,"k":2}}`,
 }
 
 // jobFields are the job's JSON field names, as its struct tags spell them.

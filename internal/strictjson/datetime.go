@@ -26,7 +26,7 @@ var (
 )
 
 // ParseDateTime reads s as the schema's date-time format (see above). A leap second is
-// read as the first instant of the next minute, the nearest one Go's time can hold.
+// read as the last instant before the next minute (Go's time has no second 60).
 func ParseDateTime(s string) (time.Time, error) {
 	bad := func(why string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%s is not an RFC 3339 date-time: %s", shortQuote(s), why)
@@ -75,12 +75,21 @@ func ParseDateTime(s string) (time.Time, error) {
 		digits := (frac[1:] + "000000000")[:9]
 		nanos = atoi(digits)
 	}
+	if sec == 60 {
+		sec, nanos = 59, int(time.Second-1) // the last instant before the next minute
+	}
 	zone := time.UTC
 	if offset != 0 || !strings.EqualFold(t[5], "z") {
 		zone = time.FixedZone("", offset)
 	}
-	// time.Date carries a second of 60 into the next minute.
-	return time.Date(year, time.Month(month), day, hour, minute, sec, nanos, zone), nil
+	// time.Date carries an hour of 24 or more, or a minute of 60, that ajv's leap-second
+	// arithmetic lets by into the next day or hour. Such a time is 23:59 in UTC, so UTC
+	// keeps it within the years JSON can write (9999-12-31T24:59:60+01:00).
+	at := time.Date(year, time.Month(month), day, hour, minute, sec, nanos, zone)
+	if at.Year() > 9999 {
+		at = at.UTC()
+	}
+	return at, nil
 }
 
 // leapSecondMinute reports whether hh:mm at the given offset is 23:59 in UTC, the only

@@ -61,8 +61,9 @@ func TestParseDateTimeFollowsAjvFormats(t *testing.T) {
 		"2099-12-02t10:00:00z":           time.Date(2099, 12, 2, 10, 0, 0, 0, time.UTC),
 		"2099-12-02 10:00:00Z":           time.Date(2099, 12, 2, 10, 0, 0, 0, time.UTC),
 		"2099-12-02\u300010:00:00Z":      time.Date(2099, 12, 2, 10, 0, 0, 0, time.UTC),
-		"2098-12-31T23:59:60Z":           time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC),
-		"2098-12-31T18:59:60.5-05:00":    time.Date(2099, 1, 1, 0, 0, 0, 500000000, time.UTC),
+		"2098-12-31T23:59:60Z":           time.Date(2098, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		"2098-12-31T18:59:60.5-05:00":    time.Date(2098, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		"9999-12-31T24:59:60+01:00":      time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
 		"2099-12-02T24:59:30+01:00":      time.Date(2099, 12, 2, 23, 59, 30, 0, time.UTC), // ajv's leap arithmetic lets it by
 		"2099-12-02T10:00:00+05":         time.Date(2099, 12, 2, 5, 0, 0, 0, time.UTC),
 		"2099-12-02T10:00:00.000000001Z": time.Date(2099, 12, 2, 10, 0, 0, 1, time.UTC),
@@ -70,6 +71,9 @@ func TestParseDateTimeFollowsAjvFormats(t *testing.T) {
 		got, err := ParseDateTime(s)
 		if err != nil || !got.Equal(want) {
 			t.Errorf("%q: %v, %v; want %v", s, got, err, want)
+		}
+		if _, err := got.MarshalJSON(); err != nil {
+			t.Errorf("%q: %v does not encode: %v", s, got, err)
 		}
 	}
 	for _, s := range []string{
