@@ -75,7 +75,7 @@ type sink struct {
 	metrics       *Metrics
 	tracer        trace.Tracer // nil: no spans
 	// lastWord is set for the max-deliveries watcher: no delivery follows its write, so
-	// the default output refusing access is final there (onDefaultOutput), not a retry.
+	// the default output refusing access is final there (classifyWrite), not a retry.
 	lastWord bool
 }
 
