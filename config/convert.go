@@ -43,6 +43,16 @@ func (s Storage) Store() storage.Config {
 	}
 }
 
+// JobStorage is the storage settings the worker serves jobs with: Store, with the embedded
+// JetStream store (LA_DATA_DIR/jetstream) hidden from file://, whatever the roots, so no
+// job reads or writes it even when the data directory lies below a root (as it does on
+// the single-machine default, below the working directory).
+func (c Worker) JobStorage() storage.Config {
+	s := c.Storage.Store()
+	s.Hidden = []string{c.EmbeddedServer().StoreDir}
+	return s
+}
+
 // Server is the /predict server's settings.
 func (h HTTP) Server() httpcompat.Config {
 	return httpcompat.Config{

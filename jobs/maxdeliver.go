@@ -85,6 +85,7 @@ func NewMaxDeliveriesWatcher(nc *nats.Conn, topo *Topology, store storage.Store,
 	return &MaxDeliveriesWatcher{nc: nc, sink: &sink{
 		topo: topo, store: store, worker: cfg.Worker, defaultOutput: cfg.DefaultOutput,
 		opTimeout: cfg.OpTimeout, log: log.With("component", "max-deliveries"), metrics: cfg.Metrics,
+		lastWord: true,
 	}, retryDelay: deadLetterRetryDelay, retryDelayMax: deadLetterRetryDelayMax}, nil
 }
 

@@ -226,6 +226,9 @@ func DecodeJob(data []byte) (*Job, error) {
 
 // Validate fills defaults and checks every field.
 func (j *Job) Validate() error {
+	if err := j.checkOutput(); err != nil { // first: a failure is never stored below it
+		return err
+	}
 	if j.V != 0 && j.V != SchemaVersion {
 		return fmt.Errorf("field v: schema version %d is not supported (this worker reads %d)", j.V, SchemaVersion)
 	}

@@ -74,6 +74,9 @@ type sink struct {
 	log           *slog.Logger
 	metrics       *Metrics
 	tracer        trace.Tracer // nil: no spans
+	// lastWord is set for the max-deliveries watcher: no delivery follows its write, so
+	// the default output refusing access is final there (classifyWrite), not a retry.
+	lastWord bool
 }
 
 // span starts a child span of the job's span in ctx.
@@ -101,9 +104,11 @@ func isTransient(err error) bool {
 	return errors.As(err, &te)
 }
 
-// output is the result prefix of job (the worker default when the job names none).
+// output is the result prefix of job (the worker default when the job names none). An
+// output that could squat another job's result (checkOutput) is never used, even by a job
+// that failed before its output was checked.
 func (s *sink) output(job *Job) string {
-	if job != nil && job.Output != "" {
+	if job != nil && job.Output != "" && squattingName(job.Output) == "" {
 		return job.Output
 	}
 	return s.defaultOutput
@@ -111,11 +116,12 @@ func (s *sink) output(job *Job) string {
 
 // putOverlay stores the overlay picture, encoded as f, and returns its URL.
 func (s *sink) putOverlay(ctx context.Context, job *Job, f overlay.Format, pic []byte) (string, error) {
-	url := OverlayURL(s.output(job), job.ID, f)
+	output := s.output(job)
+	url := OverlayURL(output, job.ID, f)
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	if err := s.store.Put(ctx, url, pic, f.ContentType()); err != nil {
-		return "", classifyStoreWrite(fmt.Errorf("store overlay %s: %w", url, err))
+		return "", s.classifyWrite(output, fmt.Errorf("store overlay %s: %w", url, err))
 	}
 	return url, nil
 }
@@ -178,8 +184,13 @@ func (s *sink) storeResult(ctx context.Context, job *Job, res *Result) (output s
 	if !refusedForGood(err) {
 		return output, false, err
 	}
-	// The output prefix is unusable: report that instead.
-	msg := "field output: " + err.Error()
+	// The output prefix is unusable: report that instead, blaming the job's field only
+	// when the job set it.
+	msg := "result location (the worker's default output, LA_RESULTS_URL): " + err.Error()
+	if output != s.defaultOutput {
+		msg = "field output: " + err.Error()
+	}
+	s.removeOrphanOverlay(ctx, res)
 	if res.Error != nil {
 		msg += fmt.Sprintf(" (the job had failed before that: %s: %s)", res.Error.Code, res.Error.Message)
 	}
@@ -211,7 +222,7 @@ func (s *sink) putResult(ctx context.Context, output string, res *Result) error 
 	if err != nil {
 		return fmt.Errorf("encode result of job %s: %w", res.ID, err)
 	}
-	return s.put(ctx, "result", res.ResultURL, body, "application/json")
+	return s.put(ctx, "result", output, res.ResultURL, body, "application/json")
 }
 
 // payloadHeadroom is what a message body leaves of the connection's max payload for the
@@ -285,12 +296,13 @@ func encodeJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-// put stores body at url; what names it in the error ("result", "job").
-func (s *sink) put(ctx context.Context, what, url string, body []byte, contentType string) error {
+// put stores body at url, below the output prefix output; what names it in the error
+// ("result", "job").
+func (s *sink) put(ctx context.Context, what, output, url string, body []byte, contentType string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	if err := s.store.Put(ctx, url, body, contentType); err != nil {
-		return classifyStoreWrite(fmt.Errorf("store %s %s: %w", what, url, err))
+		return s.classifyWrite(output, fmt.Errorf("store %s %s: %w", what, url, err))
 	}
 	return nil
 }
@@ -363,7 +375,7 @@ func (s *sink) putJob(ctx context.Context, id string, data []byte, output string
 			continue
 		}
 		url := JobURL(prefix, id)
-		if err = s.put(ctx, "job", url, data, contentType); err == nil {
+		if err = s.put(ctx, "job", prefix, url, data, contentType); err == nil {
 			return url, nil
 		}
 		if isTransient(err) {
@@ -372,6 +384,18 @@ func (s *sink) putJob(ctx context.Context, id string, data []byte, output string
 	}
 	s.log.Error("dead-letter record without its job: too large to carry, and no output takes it", "id", id, "err", err)
 	return "", nil
+}
+
+// classifyWrite classifies a failed write below the output prefix output. The worker's
+// default output refusing access (EACCES, EPERM, a read-only file system, S3's
+// AccessDenied) is the worker's trouble, not the job's: transient, so the job waits for
+// it to be fixed instead of failing for good (but on the max-deliveries watcher's last
+// word, where nothing follows). Everything else is classifyStoreWrite.
+func (s *sink) classifyWrite(output string, err error) error {
+	if output == s.defaultOutput && !s.lastWord && errors.Is(err, storage.ErrAccessDenied) {
+		return transient(err)
+	}
+	return classifyStoreWrite(err)
 }
 
 // classifyStoreWrite makes a write that can never succeed (a bad or refused location, a

@@ -42,6 +42,10 @@ type Config struct {
 	// OutputRoots, when set, are the only directories file:// may write below (results,
 	// overlays); reads stay below FileRoots. A directory may be in both. Each must exist.
 	OutputRoots []string
+	// Hidden are folders file:// never reads, writes or lists, whatever the roots, even a
+	// root that names one or lies below one: the worker hides its JetStream store
+	// (LA_DATA_DIR/jetstream) this way. A folder need not exist yet.
+	Hidden []string
 	// MaxImageBytes is the limit Get applies when called with maxBytes <= 0.
 	MaxImageBytes int64
 }
@@ -51,9 +55,9 @@ const redacted = "[redacted]"
 // String describes the configuration with credentials redacted, fit for logs.
 func (c Config) String() string {
 	return fmt.Sprintf("storage.Config{Endpoint:%q Region:%q AccessKey:%s SecretKey:%s CredentialsFile:%q "+
-		"Secure:%t PathStyle:%q CAFile:%q FileRoots:%q OutputRoots:%q MaxImageBytes:%d}",
+		"Secure:%t PathStyle:%q CAFile:%q FileRoots:%q OutputRoots:%q Hidden:%q MaxImageBytes:%d}",
 		c.Endpoint, c.Region, redact(c.AccessKey), redact(c.SecretKey), c.CredentialsFile,
-		c.Secure, c.PathStyle, c.CAFile, c.FileRoots, c.OutputRoots, c.MaxImageBytes)
+		c.Secure, c.PathStyle, c.CAFile, c.FileRoots, c.OutputRoots, c.Hidden, c.MaxImageBytes)
 }
 
 // GoString keeps %#v from printing the credentials.
@@ -72,6 +76,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("ca_file", c.CAFile),
 		slog.Any("file_roots", c.FileRoots),
 		slog.Any("output_roots", c.OutputRoots),
+		slog.Any("hidden", c.Hidden),
 		slog.Int64("max_image_bytes", c.MaxImageBytes),
 	)
 }

@@ -29,6 +29,7 @@ import (
 // instead of using it.
 type fileStore struct {
 	roots            []*fileRoot
+	hidden           []string // resolved folders never served, whatever the roots
 	reading, writing access
 	swept            sweeper // when Put last removed orphan temporary files from each folder
 }
@@ -62,7 +63,8 @@ const tempPrefix = ".la-tmp-"
 
 // newFileStore opens the roots: reads below fileRoots; writes below outputRoots, or below
 // fileRoots when there are none. A directory in both lists is one root allowing both.
-func newFileStore(fileRoots, outputRoots []string) (*fileStore, error) {
+// Nothing in the hidden folders is served, whatever the roots.
+func newFileStore(fileRoots, outputRoots, hidden []string) (*fileStore, error) {
 	s := &fileStore{
 		reading: access{variable: "LA_FILE_ROOTS"},
 		writing: access{write: true, variable: "LA_FILE_ROOTS"},
@@ -97,6 +99,14 @@ func newFileStore(fileRoots, outputRoots []string) (*fileStore, error) {
 	}
 	if len(s.roots) == 0 {
 		return nil, nil
+	}
+	for _, h := range nonEmpty(hidden) {
+		real, err := resolveHidden(h)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.hidden = append(s.hidden, real)
 	}
 	return s, nil
 }
@@ -180,6 +190,9 @@ func (s *fileStore) regular(p string) (resolved, error) {
 	if err := kindError(p, t.info, false); err != nil {
 		return resolved{}, err
 	}
+	if err := hardLinkError(p, t.info); err != nil {
+		return resolved{}, err
+	}
 	return t, nil
 }
 
@@ -216,8 +229,12 @@ func (s *fileStore) get(_ context.Context, loc Location, maxBytes int64) ([]byte
 	if !os.SameFile(info, t.info) {
 		return nil, fmt.Errorf("%s changed while it was being opened; try again", loc.Path)
 	}
+	if err := hardLinkError(loc.Path, info); err != nil {
+		return nil, err // a name added since the check
+	}
 	if info.Size() > maxBytes {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, info.Size(), maxBytes)
+		// Not the size itself: the message reaches whoever named the file.
+		return nil, fmt.Errorf("%w: over the limit of %d bytes", ErrTooLarge, maxBytes)
 	}
 	data, err := readLimited(f, maxBytes)
 	if err != nil && !errors.Is(err, ErrTooLarge) {
@@ -241,14 +258,17 @@ func (s *fileStore) put(_ context.Context, loc Location, data []byte) error {
 	if t.rel == "." {
 		return fmt.Errorf("%w: %s is a root directory, not a file", ErrNotAllowed, loc.Path)
 	}
+	if t.link {
+		return fmt.Errorf("%w: %s is a symbolic link; a file is never written through one", ErrNotAllowed, loc.Path)
+	}
 	if t.info != nil {
 		if err := kindError(loc.Path, t.info, true); err != nil {
 			return err
 		}
 	}
 	dirRel, name := filepath.Dir(t.rel), filepath.Base(t.rel)
-	if err := t.root.root.MkdirAll(dirRel, 0o755); err != nil {
-		return fileFailure(loc.Path, fmt.Errorf("create folder: %w", err), true)
+	if err := makeFolders(loc.Path, t.root.root, dirRel); err != nil {
+		return err
 	}
 	dir, err := s.openFolder(loc.Path, t.root, dirRel)
 	if err != nil {
@@ -385,8 +405,8 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 		}
 		full := path.Join(dir, below) // as the caller named it, not as resolved
 		if d.IsDir() {
-			if _, bad := denied(filepath.Join(t.root.resolved, filepath.FromSlash(p)), t.root); bad {
-				return fs.SkipDir // /proc and the like below a root of "/"
+			if _, bad := s.refused(filepath.Join(t.root.resolved, filepath.FromSlash(p)), t.root); bad {
+				return fs.SkipDir // /proc and the like below a root of "/", a hidden folder
 			}
 			if !strings.HasPrefix(full+"/", prefix) && !strings.HasPrefix(prefix, full+"/") {
 				return fs.SkipDir // nothing below can match the prefix
@@ -409,8 +429,8 @@ func (s *fileStore) list(ctx context.Context, loc Location, fn func(Object) bool
 			}
 			return err
 		}
-		if !info.Mode().IsRegular() {
-			return nil // a device, a socket, a FIFO, a link to a folder
+		if !info.Mode().IsRegular() || hardLinkError(full, info) != nil {
+			return nil // a device, a socket, a FIFO, a link to a folder, a file with other names
 		}
 		objs = append(objs, fileObject(full, info.Size()))
 		return nil

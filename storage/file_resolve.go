@@ -18,6 +18,9 @@ type resolved struct {
 	root *fileRoot
 	rel  string      // below root.resolved; "." for the root itself
 	info fs.FileInfo // Lstat of the place; nil when it does not exist (yet)
+	// link is set when the path's last name is a symbolic link (followed to info): a Put
+	// never writes through one.
+	link bool
 }
 
 // path is the resolved absolute path.
@@ -78,8 +81,23 @@ func (s *fileStore) serving(real string, a access) (r *fileRoot, rel string, ok 
 	if r == nil {
 		return nil, "", false, ""
 	}
-	d, _ := denied(real, r)
+	d, _ := s.refused(real, r)
 	return r, rel, true, d
+}
+
+// refused reports the folder that the resolved path real lies in when file:// may not
+// serve it from root r: a denied folder (denied), or one of the store's hidden folders,
+// which are never served whatever the roots (the worker's JetStream store).
+func (s *fileStore) refused(real string, r *fileRoot) (string, bool) {
+	if d, bad := denied(real, r); bad {
+		return d, true
+	}
+	for _, h := range s.hidden {
+		if _, in := within(h, real); in {
+			return h, true
+		}
+	}
+	return "", false
 }
 
 // leadsToRoot reports whether the resolved path real is a folder above some root allowing
@@ -112,6 +130,7 @@ func (s *fileStore) resolve(p string, a access) (resolved, error) {
 		todo = ""
 	}
 	links := 0
+	finalLink := false
 	serve := func(real string) (*fileRoot, string, error) {
 		r, rel, ok, d := s.serving(real, a)
 		switch {
@@ -147,12 +166,17 @@ func (s *fileStore) resolve(p string, a access) (resolved, error) {
 		}
 		info, err := r.root.Lstat(nextRel)
 		if errors.Is(err, fs.ErrNotExist) {
-			return s.missing(p, next, todo, serve)
+			t, err := s.missing(p, next, todo, serve)
+			t.link = finalLink // a dangling link
+			return t, err
 		}
 		if err != nil {
 			return resolved{}, fileFailure(p, fmt.Errorf("resolve: %w", err), a.write)
 		}
 		if info.Mode()&fs.ModeSymlink != 0 {
+			// With nothing left after it, this is the path's last name, or the last name of
+			// the link it was, and so on: the path names a link.
+			finalLink = finalLink || todo == ""
 			if links++; links > maxLinks {
 				return resolved{}, fmt.Errorf("%w: %s: more than %d symbolic links (a loop?)", ErrNotAllowed, p, maxLinks)
 			}
@@ -180,7 +204,7 @@ func (s *fileStore) resolve(p string, a access) (resolved, error) {
 			return resolved{}, fileFailure(p, fmt.Errorf("resolve: %w", err), a.write)
 		}
 	}
-	return resolved{root: r, rel: curRel, info: curInfo}, nil
+	return resolved{root: r, rel: curRel, info: curInfo, link: finalLink}, nil
 }
 
 // missing resolves a path whose component next does not exist: next and the rest of the

@@ -3,6 +3,7 @@
 package storage
 
 import (
+	"io/fs"
 	"os"
 	"syscall"
 )
@@ -12,3 +13,11 @@ import (
 // and a terminal does not become the process's controlling one. Reads of a regular file
 // ignore O_NONBLOCK.
 const openReadFlags = os.O_RDONLY | syscall.O_NONBLOCK | syscall.O_NOCTTY
+
+// linkCount is the number of names (hard links) the file of info has.
+func linkCount(info fs.FileInfo) uint64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}

@@ -29,7 +29,7 @@ func Open(cfg Config) (*Router, error) {
 		}
 		r.s3 = s3
 	}
-	file, err := newFileStore(cfg.FileRoots, cfg.OutputRoots)
+	file, err := newFileStore(cfg.FileRoots, cfg.OutputRoots, cfg.Hidden)
 	if err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
@@ -105,6 +105,25 @@ func (r *Router) Put(ctx context.Context, url string, data []byte, contentType s
 	}
 	if err != nil {
 		return fmt.Errorf("put %s: %w", url, err)
+	}
+	return nil
+}
+
+// Delete removes the object at url; one that does not exist is no error. file:// removes
+// only a regular file, never a folder, a special file or a link (nor through one), and
+// only below the roots it may write.
+func (r *Router) Delete(ctx context.Context, url string) error {
+	loc, err := r.route(url, false)
+	if err != nil {
+		return err
+	}
+	if loc.Scheme == SchemeS3 {
+		err = r.s3.remove(ctx, loc)
+	} else {
+		err = r.file.remove(ctx, loc)
+	}
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", url, err)
 	}
 	return nil
 }

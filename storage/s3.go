@@ -155,7 +155,7 @@ func (s *s3Store) get(ctx context.Context, loc Location, maxBytes int64) ([]byte
 	}
 	defer body.Close()
 	if info.Size > maxBytes {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, info.Size, maxBytes)
+		return nil, fmt.Errorf("%w: over the limit of %d bytes", ErrTooLarge, maxBytes) // not the size: as file://
 	}
 	data, err := readLimited(body, maxBytes)
 	if err != nil && !errors.Is(err, ErrTooLarge) {
@@ -168,9 +168,38 @@ func (s *s3Store) put(ctx context.Context, loc Location, data []byte, contentTyp
 	if err := checkNames(loc, false); err != nil {
 		return err
 	}
+	if err := fileLikePrefix(loc); err != nil {
+		return err
+	}
 	_, err := s.client.PutObject(ctx, loc.Bucket, loc.Key, bytes.NewReader(data), int64(len(data)),
 		minio.PutObjectOptions{ContentType: contentType})
 	if err != nil {
+		return classifyS3(err)
+	}
+	return nil
+}
+
+// fileLikePrefix refuses a key below a prefix segment shaped like a file a worker writes
+// (FileLikeName), as file:// refuses to create such a folder: on a service that keeps
+// objects as files (versitygw's posix backend, a file-system gateway) the folder
+// victim-1.json/ would take the place of the object victim-1.json.
+func fileLikePrefix(loc Location) error {
+	segments := strings.Split(loc.Key, "/")
+	for _, seg := range segments[:len(segments)-1] {
+		if FileLikeName(seg) {
+			return fmt.Errorf("%w: s3://%s/%s: will not write below %q: a file a worker writes (a result, an overlay) "+
+				"may have that name", ErrNotAllowed, loc.Bucket, loc.Key, seg+"/")
+		}
+	}
+	return nil
+}
+
+// remove deletes the object; one that does not exist is no error (S3 says nothing either).
+func (s *s3Store) remove(ctx context.Context, loc Location) error {
+	if err := checkNames(loc, false); err != nil {
+		return err
+	}
+	if err := s.client.RemoveObject(ctx, loc.Bucket, loc.Key, minio.RemoveObjectOptions{}); err != nil {
 		return classifyS3(err)
 	}
 	return nil

@@ -59,6 +59,8 @@ type Store interface {
 	Get(ctx context.Context, url string, maxBytes int64) ([]byte, error)
 	// Put writes data at url with the given content type, replacing any object there.
 	Put(ctx context.Context, url string, data []byte, contentType string) error
+	// Delete removes the object at url; one that does not exist is no error.
+	Delete(ctx context.Context, url string) error
 	// List calls fn for every object whose URL starts with prefix, in key order, until fn
 	// returns false or an error occurs.
 	List(ctx context.Context, prefix string, fn func(Object) bool) error

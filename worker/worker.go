@@ -204,7 +204,7 @@ func (s *service) openStorage(context.Context) error {
 			return fmt.Errorf("results directory (LA_RESULTS_URL): %w", err)
 		}
 	}
-	store, err := storage.Open(s.cfg.Storage.Store())
+	store, err := storage.Open(s.cfg.JobStorage())
 	if err != nil {
 		return err
 	}
@@ -321,7 +321,7 @@ func (s *service) startRunners(context.Context) error {
 	}
 	s.log.Info("worker started", "chips", len(s.chips), "results", s.cfg.Runner.ResultsURL,
 		"jobs", jobs.JobsStream+"/"+jobs.ConsumerName, "prefetch", s.cfg.Runner.Prefetch,
-		"storage", s.cfg.Storage.Store())
+		"storage", s.cfg.JobStorage())
 	return nil
 }
 

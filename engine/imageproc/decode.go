@@ -92,10 +92,10 @@ func decode(data []byte, maxPixels int64, checkSize func(w, h int) error) (img i
 	format = Sniff(data)
 	c, ok := codecs[format]
 	if !ok {
-		// The size only, never the bytes: this message reaches results and dead-letter
+		// Neither the bytes nor their number: this message reaches results and dead-letter
 		// records, and the "image" may be any file the worker can read.
 		return nil, "", engine.InputErrorf(engine.CodeBadImage,
-			"unrecognised image format (%d bytes); accepted: JPEG, PNG, GIF, WebP", len(data))
+			"unrecognised image format; accepted: JPEG, PNG, GIF, WebP")
 	}
 	// The decoders return errors on bad input; this guard only makes sure that a decoder
 	// bug on hostile bytes fails the one request instead of the whole worker.
