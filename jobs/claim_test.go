@@ -353,3 +353,32 @@ func TestMaxDeliveriesWatcherRespectsTheClaim(t *testing.T) {
 		t.Errorf("the message is still in %s (%v)", JobsStream, err)
 	}
 }
+
+// A losing message too large for its dead-letter record to carry it is stored under a
+// worker-made name, <id>=lost-<seq>.job.json, never at the owner's <id>.job.json.
+func TestLostMessageTooLargeForItsRecordIsStoredUnderItsOwnName(t *testing.T) {
+	e := newTestEnv(t, TopologyConfig{})
+	startRunner(t, e.topo, e.store, enginetest.New(), e.runnerConfig("w1"))
+	if _, _, err := e.topo.State.claim(t.Context(), "big-loser", Claim{StreamSeq: 1 << 40, Batch: "first", Digest: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	j := Job{ID: "big-loser", Image: "s3://images/x.jpg", Query: "dog", Batch: "second", Metadata: json.RawMessage(`{}`)}
+	data, _ := json.Marshal(j)
+	j.Metadata = bigMetadata(t, int(e.js.Conn().MaxPayload())-len(data)-200) // the job just fits
+	data = encodeRaw(t, j)
+	seq := e.publishedAs(t, data, j.ID)
+
+	checkLost(t, e.publishedResult(t, "second", j.ID), "second", "first")
+	testwait.Until(t, 30*time.Second, "the message to end", func() bool { return e.queueDrained(t) })
+	recs := e.dlqRecords(t, j.ID)
+	want := JobURL(defaultOutput, j.ID+"=lost-"+fmt.Sprint(seq))
+	if len(recs) != 1 || recs[0].JobURL != want || recs[0].Job != nil || recs[0].Code != CodeDuplicateID {
+		t.Fatalf("DLQ records %+v; want one duplicate_id record naming %s", recs, want)
+	}
+	if stored, err := e.store.Get(t.Context(), want, 0); err != nil || string(stored) != string(data) {
+		t.Errorf("stored job: %d bytes (%v); want the %d bytes published", len(stored), err, len(data))
+	}
+	if _, err := e.store.Get(t.Context(), JobURL(defaultOutput, j.ID), 0); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("something was stored at the owner's %s (%v)", JobURL(defaultOutput, j.ID), err)
+	}
+}
