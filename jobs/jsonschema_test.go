@@ -100,10 +100,13 @@ func TestSchemaFilesMatchTheGoTypes(t *testing.T) {
 	for _, c := range []struct {
 		root *jsonschema.Schema
 		name string
-	}{{job, "id"}, {job, "batch"}, {result, "id"}, {result, "batch"}} {
+	}{{job, "id"}, {job, "batch"}, {result, "batch"}} {
 		if p := prop(c.root, c.name).Pattern; p != tokenRE.String() {
 			t.Errorf("%s pattern %q, want ValidToken's %q", c.name, p, tokenRE.String())
 		}
+	}
+	if p := prop(result, "id").Pattern; p != resultIDRE.String() {
+		t.Errorf("result id pattern %q, want ValidResultID's %q", p, resultIDRE.String())
 	}
 }
 

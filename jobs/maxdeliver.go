@@ -200,20 +200,25 @@ func (w *MaxDeliveriesWatcher) handle(ctx context.Context, a *advisoryTry) error
 	if decodeErr != nil {
 		job = fallbackJob(job, headerMsg{raw.Header}, adv.StreamSeq)
 	}
+	orig := &original{data: raw.Data, subject: raw.Subject, streamSeq: adv.StreamSeq}
+	// A message that does not own its job id ends as the Runner ends it (claim.go).
+	outcome, _, err := w.sink.settleClaim(ctx, job, orig, int(adv.Deliveries), decodeErr)
+	if err != nil {
+		return err
+	}
 	octx, cancel = context.WithTimeout(ctx, w.sink.opTimeout)
 	st, seen, err := w.sink.topo.State.Get(octx, job.ID)
 	cancel()
 	if err != nil {
 		return err
 	}
-	if !seen || !st.Status.Terminal() {
+	if outcome == claimOwned && (!seen || !st.Status.Terminal()) {
 		res := newResult(job, int(adv.Deliveries))
 		res.Status = StatusFailed
 		res.Error = &ErrorInfo{Code: CodeMaxDeliveries, Message: fmt.Sprintf("gave up after %d deliveries without success", adv.Deliveries)}
 		if st.LastError != "" {
 			res.Error.Message += "; the last (worker " + st.Worker + "): " + st.LastError
 		}
-		orig := &original{data: raw.Data, subject: raw.Subject, streamSeq: adv.StreamSeq}
 		if err := w.sink.finish(ctx, job, res, orig, true); err != nil {
 			return fmt.Errorf("job %s: %w", job.ID, err)
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -351,6 +350,7 @@ type attemptInfo struct {
 	attempt int
 	orig    original
 	timing  JobTiming
+	owner   bool // the message owns the job id (claimed): only then is the job's state written
 }
 
 // now is the time job deadlines are checked against.
@@ -377,6 +377,11 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 	a.id = job.ID
 	log := r.log.With("id", job.ID, "attempt", a.attempt)
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("la.job.id", job.ID), attribute.String("la.batch", job.Batch))
+
+	// One message owns each job id (claim.go); no other one writes anything of the job's.
+	if s, ok := r.claimed(ctx, log, job, &a, decodeErr); !ok {
+		return s
+	}
 
 	// A job that already ended is not run again (a redelivery, or the same id resubmitted).
 	octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
@@ -657,6 +662,9 @@ func (r *Runner) retry(ctx context.Context, log *slog.Logger, a attemptInfo, err
 	} else {
 		log.Warn("job failed for now; will retry", "err", err, "retry_in", delay)
 	}
+	if !a.owner {
+		return settlement{kind: settleNak, delay: delay} // the id's state is not this message's to write
+	}
 	// Best effort, briefly: the state says why the job is waiting, and a dead-letter record
 	// after the last delivery can say what kept failing. NATS itself may be what failed.
 	sctx, cancel := context.WithTimeout(ctx, min(r.cfg.OpTimeout, 2*time.Second))
@@ -681,7 +689,9 @@ func newResult(job *Job, attempt int) *Result {
 }
 
 // fallbackJob makes a job that failed to decode addressable: its id if valid, else the
-// Nats-Msg-Id if valid, else seq-<stream sequence>; the default batch unless valid.
+// Nats-Msg-Id if valid, else the worker-made SeqKey (seq=<stream sequence>), which no
+// producer id can be; the default batch unless valid. Whichever id it gets, the message
+// must claim it like any other (claim.go).
 func fallbackJob(j *Job, msg interface{ Headers() nats.Header }, seq uint64) *Job {
 	fb := &Job{}
 	if j != nil {
@@ -700,7 +710,7 @@ func fallbackJob(j *Job, msg interface{ Headers() nats.Header }, seq uint64) *Jo
 		if h := msg.Headers().Get(nats.MsgIdHdr); ValidToken(h) {
 			fb.ID = h
 		} else {
-			fb.ID = "seq-" + strconv.FormatUint(seq, 10)
+			fb.ID = SeqKey(seq)
 		}
 	}
 	if fb.Batch == "" {

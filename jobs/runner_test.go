@@ -170,6 +170,9 @@ func TestReplayedJobRunsAgainWithinTheDuplicateWindow(t *testing.T) {
 	if err := e.topo.State.Put(t.Context(), j.ID, State{Status: StatusQueued}); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.topo.State.ReleaseClaim(t.Context(), j.ID); err != nil {
+		t.Fatal(err)
+	}
 	b, _ := json.Marshal(j)
 	e.publish(t, b, j.ID+"-replay-1")
 	testwait.Until(t, 60*time.Second, "the replayed job's result", func() bool {

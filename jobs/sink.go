@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,6 +90,7 @@ type original struct {
 	data      []byte
 	subject   string
 	streamSeq uint64
+	spill     string // the name its bytes are stored under (<spill>.job.json) when a record cannot carry them; "" = the job id
 }
 
 // transientError marks an error that a later attempt may not meet (storage or NATS down).
@@ -346,7 +348,7 @@ func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgI
 	}
 	if len(body) > s.maxBody() {
 		rec.Job, rec.JobBase64 = nil, nil
-		if rec.JobURL, err = s.putJob(ctx, res.ID, orig.data, output); err != nil {
+		if rec.JobURL, err = s.putJob(ctx, cmp.Or(orig.spill, res.ID), orig.data, output); err != nil {
 			return err
 		}
 		rec.Reason = cut(rec.Reason, 4096)

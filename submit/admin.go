@@ -50,8 +50,8 @@ type JobStatus struct {
 
 // Status looks job id up in the state bucket and LA_RESULTS.
 func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
-	if !jobs.ValidToken(id) {
-		return JobStatus{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)}
+	if !jobs.ValidResultID(id) {
+		return JobStatus{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-], or seq=<n>", id)}
 	}
 	s := JobStatus{ID: id, Status: "unknown"}
 	state, hasState, err := a.state.Get(ctx, id)
@@ -331,8 +331,8 @@ func PrintDLQ(w io.Writer, entries []DLQEntry) {
 
 // DLQShow returns the latest dead-letter record of job id.
 func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
-	if !jobs.ValidToken(id) {
-		return DLQEntry{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-]", id)}
+	if !jobs.ValidResultID(id) {
+		return DLQEntry{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-], or seq=<n>", id)}
 	}
 	st, err := a.js.Stream(ctx, jobs.DLQStream)
 	if err != nil {
@@ -353,8 +353,8 @@ func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
 }
 
 // DLQReplay publishes the dead-lettered job id again, after its cause is fixed: it sets
-// the job's state back to queued and clears any cancel request (a worker skips a job whose
-// state is terminal), publishes the original job bytes (from the record, or from its
+// the job's state back to queued, clears any cancel request (a worker skips a job whose
+// state is terminal) and releases the id's claim (so that the new message owns it), publishes the original job bytes (from the record, or from its
 // job_url for a job too large to carry) to their original subject, and
 // removes every dead-letter record of the job. A `submit run` over the same inputs then
 // waits for the job's new result instead of reporting the old failure. The publish carries a fresh Nats-Msg-Id
@@ -368,6 +368,10 @@ func (a *Admin) DLQReplay(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if e.Record.Code == jobs.CodeDuplicateID {
+		return fmt.Errorf("job %s cannot be replayed: its latest record is of a message that lost the id to another job (%s); "+
+			"submit that job under an id of its own", id, jobs.CodeDuplicateID)
+	}
 	job, err := jobs.DecodeJob(data)
 	if err != nil {
 		return fmt.Errorf("job %s cannot be replayed: the job itself is invalid (%v); fix it and submit it again", id, err)
@@ -380,6 +384,11 @@ func (a *Admin) DLQReplay(ctx context.Context, id string) error {
 		return fmt.Errorf("replay job %s: clear its cancel request: %w", id, err)
 	}
 	if err := a.state.Put(ctx, job.ID, jobs.State{Status: jobs.StatusQueued}); err != nil {
+		return fmt.Errorf("replay job %s: %w", id, err)
+	}
+	// The message published now must own the id: the old one's claim would make it a
+	// resubmission, acknowledged without running.
+	if err := a.state.ReleaseClaim(ctx, job.ID); err != nil {
 		return fmt.Errorf("replay job %s: %w", id, err)
 	}
 	msgID := fmt.Sprintf("%s-replay-%d", id, e.Seq)
@@ -419,23 +428,29 @@ func (a *Admin) dlqJob(ctx context.Context, rec jobs.DLQRecord) ([]byte, error) 
 	return data, nil
 }
 
-// DLQReplayAll replays every dead-lettered job and returns the ids replayed. It stops at
-// the first failure.
+// DLQReplayAll replays every dead-lettered job and returns the ids replayed, leaving out
+// those whose latest record is a duplicate_id (DLQReplay refuses them). It stops at the
+// first failure.
 func (a *Admin) DLQReplayAll(ctx context.Context) ([]string, error) {
 	entries, err := a.DLQList(ctx)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
-	var order []string // oldest record first, each job once
+	lost := map[string]bool{} // the latest record is a duplicate_id loser's: not replayable
+	var order []string        // oldest record first, each job once
 	for _, e := range entries {
 		if !seen[e.Record.ID] {
 			seen[e.Record.ID] = true
 			order = append(order, e.Record.ID)
 		}
+		lost[e.Record.ID] = e.Record.Code == jobs.CodeDuplicateID
 	}
 	var done []string
 	for _, id := range order {
+		if lost[id] {
+			continue
+		}
 		if err := a.DLQReplay(ctx, id); err != nil {
 			return done, err
 		}

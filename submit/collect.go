@@ -62,7 +62,7 @@ func collectResults(ctx context.Context, js jetstream.JetStream, store storage.S
 			continue
 		}
 		var c collected
-		if err := json.Unmarshal(msg.Data(), &c.Result); err != nil || !jobs.ValidToken(c.Result.ID) {
+		if err := json.Unmarshal(msg.Data(), &c.Result); err != nil || !jobs.ValidResultID(c.Result.ID) {
 			c.Err = fmt.Errorf("result on %s is not a valid result: %v", msg.Subject(), err)
 		} else if c.Result.Truncated {
 			warn := func(err error) bool { return send(collected{Err: err}) }

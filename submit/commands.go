@@ -428,8 +428,9 @@ func dlqReplayHelp(cio IO) cli.Help {
 	return withEnv(cli.Help{
 		Usage: []string{"submit dlq replay ID", "submit dlq replay --all"},
 		Summary: "Publishes dead-lettered jobs again once the cause is fixed: sets the job's state back to\n" +
-			"queued, clears a cancel request, publishes the original job to its subject and removes its\n" +
-			"records from LA_DLQ. Rerun the original `submit run` to collect the new results.",
+			"queued, clears a cancel request, releases the id's claim, publishes the original job to its\n" +
+			"subject and removes its records from LA_DLQ. A duplicate_id record (the id is another job's)\n" +
+			"is not replayed. Rerun the original `submit run` to collect the new results.",
 		Flags: dlqReplayFlags(&all),
 	}, cio)
 }

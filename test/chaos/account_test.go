@@ -162,7 +162,7 @@ func (l *ledger) len() int {
 
 // submit publishes one job message and records it. id is what the worker keys the job
 // by: the job's own id, or "" for a job whose id is unusable, which is keyed by its
-// Nats-Msg-Id when that is a valid id and by seq-<stream sequence> otherwise (the wire
+// Nats-Msg-Id when that is a valid id and by seq=<stream sequence> otherwise (the wire
 // contract's fallback).
 func (l *ledger) submit(c *client, data []byte, msgID, id, output string, w want) error {
 	ack, err := c.publish(jobs.JobSubject(jobs.DefaultClass), data, msgID, 2*time.Minute)
@@ -172,7 +172,7 @@ func (l *ledger) submit(c *client, data []byte, msgID, id, output string, w want
 	if id == "" {
 		id = msgID
 		if !jobs.ValidToken(msgID) {
-			id = fmt.Sprintf("seq-%d", ack.Sequence)
+			id = jobs.SeqKey(ack.Sequence)
 		}
 	}
 	l.add(&tracked{id: id, msgID: msgID, seq: ack.Sequence, at: time.Now(), output: output, want: w})

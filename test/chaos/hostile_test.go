@@ -19,7 +19,7 @@ import (
 
 // hostile is one job of the catalogue: the message bytes, its Nats-Msg-Id, and the
 // outcome the wire contract promises for it. The worker keys a job by its own id when
-// valid, else by its Nats-Msg-Id when valid, else by seq-<stream sequence>.
+// valid, else by its Nats-Msg-Id when valid, else by seq=<stream sequence>.
 type hostile struct {
 	name   string // also the Nats-Msg-Id, unless msgID is set
 	msgID  string // "-" publishes without a Nats-Msg-Id
@@ -180,7 +180,7 @@ func hostileCatalogue(t *testing.T, images, data, outside, workDir string) []hos
 	add("json-bad-utf8", []byte(`{"id":"json-bad-utf8","image":"`+goodImage+"\",\"query\":\"red \xff\xfe circle\"}"), anyEnd)
 
 	// Subject-hostile ids: not usable as subject tokens or keys. A valid Nats-Msg-Id keys
-	// the job; otherwise its stream sequence does (seq-<n>).
+	// the job; otherwise its stream sequence does (seq=<n>).
 	for i, id := range []string{"a.b", "la.jobs.>", "*", " spaced id ", "../../etc/passwd", "ünïcödé",
 		strings.Repeat("x", 129), "$JS.API.STREAM.DELETE.LA_JOBS", "cancel.good-after"} {
 		cs = append(cs, hostile{name: fmt.Sprintf("id-hostile-%d", i), msgID: id, body: job(id, nil), want: invalid})
