@@ -191,6 +191,10 @@ type Runner struct {
 	RetryDelay    time.Duration `envconfig:"LA_RETRY_DELAY" default:"5s"`
 	RetryDelayMax time.Duration `envconfig:"LA_RETRY_DELAY_MAX" default:"5m"`
 	OpTimeout     time.Duration `envconfig:"LA_OP_TIMEOUT" default:"30s"`
+	// MaxDecodedBytes is the image memory all jobs of the worker (every chip's Runner)
+	// share, as estimated from each image's header before it is decoded; 0 = a quarter of
+	// the memory the worker may use (imagemem.DefaultSize).
+	MaxDecodedBytes int64 `envconfig:"LA_MAX_DECODED_BYTES" default:"0"`
 }
 
 // Observe is logging and metrics.
@@ -524,6 +528,9 @@ func (r Runner) validate(add adder) {
 		add("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", r.WorkerName)
 	}
 	notNegative(add, "LA_PREFETCH", r.Prefetch)
+	if r.MaxDecodedBytes < 0 {
+		add("LA_MAX_DECODED_BYTES is %d, want 0 (derived from the memory) or more", r.MaxDecodedBytes)
+	}
 	positiveDuration(add, "LA_GRACE", r.Grace)
 	positiveDuration(add, "LA_POLL_WAIT", r.PollWait)
 	positiveDuration(add, "LA_RETRY_DELAY", r.RetryDelay)

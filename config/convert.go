@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
 	"github.com/locateanything/detect/jobs/natsembed"
@@ -88,6 +89,15 @@ func (c Worker) RunnerConfig(name string, chip int) jobs.RunnerConfig {
 		MaxImageBytes: c.Storage.MaxImageBytes, Grace: r.Grace, PollWait: r.PollWait,
 		RetryDelay: r.RetryDelay, RetryDelayMax: r.RetryDelayMax, OpTimeout: r.OpTimeout,
 	}
+}
+
+// DecodedBytes is the size of the decoded-image budget the Runners share:
+// LA_MAX_DECODED_BYTES, or one derived from the machine when it is 0.
+func (r Runner) DecodedBytes() int64 {
+	if r.MaxDecodedBytes > 0 {
+		return r.MaxDecodedBytes
+	}
+	return imagemem.DefaultSize()
 }
 
 // Hub is where the pinned snapshot is looked for and fetched from.

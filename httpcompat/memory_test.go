@@ -9,13 +9,13 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/internal/testwait"
 )
 
@@ -40,104 +40,8 @@ func pngHeader(w, h int, depth, colorType, interlace byte) []byte {
 // Prepare's working copies.
 var bigPNG = pngHeader(6000, 6000, 16, 2, 0)
 
-const bigCost = 6000*6000*(8+prepareBytesPerPixel) + 33 // 33: the header's own bytes
+const bigCost = 6000*6000*(8+imagemem.PrepareBytesPerPixel) + 33 // 33: the header's own bytes
 
-func TestImageCostReadsTheHeaderOnly(t *testing.T) {
-	dog, err := os.ReadFile("testdata/dog.jpg") // 768x576 baseline YCbCr
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Frame headers alone: an APP0 segment, then SOF2 (progressive) or SOF9 (arithmetic
-	// coding, which libjpeg decodes and image/jpeg does not) for a 768x512 YCbCr image.
-	frame := func(sof byte) []byte {
-		return append([]byte("\xff\xd8\xff\xe0\x00\x04ab\xff"), sof,
-			0, 17, 8, 0x02, 0x00, 0x03, 0x00, 3, 1, 0x11, 0, 2, 0x11, 0, 3, 0x11, 0)
-	}
-	for _, c := range []struct {
-		name    string
-		img     []byte
-		overlay bool
-		want    int64
-	}{
-		{"16-bit RGB PNG", bigPNG, false, bigCost},
-		{"16-bit RGB PNG with an overlay", bigPNG, true, 6000*6000*(8+overlayBytesPerPixel) + 33},
-		{"8-bit RGB PNG", pngHeader(1000, 1000, 8, 2, 0), false, 1000*1000*(4+prepareBytesPerPixel) + 33},
-		{"8-bit gray PNG", pngHeader(1000, 1000, 8, 0, 0), false, 1000*1000*(1+prepareBytesPerPixel) + 33},
-		{"interlaced 16-bit PNG", pngHeader(1000, 1000, 16, 2, 1), false, 1000*1000*(16+prepareBytesPerPixel) + 33},
-		{"baseline JPEG", dog, false, 768*576*(4+prepareBytesPerPixel) + int64(len(dog))},
-		{"progressive JPEG", frame(0xC2), false, 768*512*(4+3*4+prepareBytesPerPixel) + 27},
-		{"arithmetic-coded JPEG", frame(0xC9), false, 768*512*(4+prepareBytesPerPixel) + 27},
-		{"no image", []byte("this is not a picture"), false, 21},
-		{"a truncated header", bigPNG[:20], false, 20},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got, _, _ := imageCost(c.img, c.overlay); got != c.want {
-				t.Errorf("imageCost = %d, want %d", got, c.want)
-			}
-		})
-	}
-	// A GIF whose first frame reaches past its logical screen is opened on a canvas that
-	// holds the frame.
-	gif := []byte("GIF89a\x0a\x00\x0a\x00\x00\x00\x00" + "\x21\xf9\x04\x00\x00\x00\x00\x00" +
-		"\x2c\x05\x00\x06\x00\x00\x10\x00\x08\x00")
-	if w, h := gifCanvas(gif, 10, 10); w != 5+4096 || h != 6+2048 {
-		t.Errorf("gifCanvas = %dx%d, want the frame's reach 4101x2054", w, h)
-	}
-}
-
-func TestMemoryBudgetGrantsWhatFitsAndHandsBackOnCancel(t *testing.T) {
-	b := newMemoryBudget(100)
-	ctx := t.Context()
-	if err := b.acquire(ctx, 60); err != nil {
-		t.Fatal(err)
-	}
-	bigGot := make(chan error, 1)
-	go func() { bigGot <- b.acquire(ctx, 70) }()
-	testwait.Until(t, time.Minute, "the large reservation to wait", func() bool { _, n := b.inUse(); return n == 1 })
-	if err := b.acquire(ctx, 40); err != nil { // fits beside the first, past the waiting one
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	gone := make(chan error, 1)
-	go func() { gone <- b.acquire(cctx, 50) }()
-	testwait.Until(t, time.Minute, "two reservations to wait", func() bool { _, n := b.inUse(); return n == 2 })
-	cancel()
-	if err := <-gone; err == nil {
-		t.Fatal("a cancelled wait reported success")
-	}
-	b.release(60)
-	b.release(40)
-	if err := <-bigGot; err != nil {
-		t.Fatal(err)
-	}
-	if used, waiting := b.inUse(); used != 70 || waiting != 0 {
-		t.Fatalf("in use %d, waiting %d; want 70 and 0", used, waiting)
-	}
-	b.release(70)
-
-	// Many holders and waiters, some giving up: every byte comes back.
-	var wg sync.WaitGroup
-	for i := range 200 {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%7)*time.Millisecond)
-			defer cancel()
-			n := int64(1 + i%60)
-			if b.acquire(ctx, n) == nil {
-				time.Sleep(time.Duration(i%3) * time.Millisecond)
-				b.release(n)
-			}
-		})
-	}
-	wg.Wait()
-	if used, waiting := b.inUse(); used != 0 || waiting != 0 {
-		t.Fatalf("after the crowd: in use %d, waiting %d; want nothing", used, waiting)
-	}
-}
-
-// TestLargeImagesWaitForTheMemoryBudgetAndSmallOnesPass: six 36-megapixel 16-bit PNGs at
-// once took 2.3 GB, and the 64 pending requests could have taken 16 GB: admission counted
-// requests, not their decoded size. Now only what fits in LA_HTTP_MAX_DECODED_BYTES is
-// prepared; the rest wait, while an ordinary photo that fits goes ahead.
 func TestLargeImagesWaitForTheMemoryBudgetAndSmallOnesPass(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan string, 16)
@@ -154,12 +58,12 @@ func TestLargeImagesWaitForTheMemoryBudgetAndSmallOnesPass(t *testing.T) {
 	}
 	<-started // one on the chip, one waiting for it, two waiting for memory
 	testwait.Until(t, time.Minute, "two large images admitted and two waiting", func() bool {
-		used, waiting := h.srv.memory.inUse()
+		used, waiting := inUse(h.srv.memory)
 		return used == 2*bigCost && waiting == larges-2 && h.chip.Waiting() == 1
 	})
 	replies = append(replies, asyncPredict(t.Context(), h.url, dogB64(t), "small"))
 	waitQueued(t, h.chip, 2) // the photo reached the chip past the large images waiting for memory
-	if used, waiting := h.srv.memory.inUse(); used > budget || waiting != larges-2 {
+	if used, waiting := inUse(h.srv.memory); used > budget || waiting != larges-2 {
 		t.Fatalf("in use %d (budget %d), waiting %d", used, budget, waiting)
 	}
 	close(release)
@@ -176,7 +80,7 @@ func TestLargeImagesWaitForTheMemoryBudgetAndSmallOnesPass(t *testing.T) {
 func waitBudgetFree(t *testing.T, h *harness) {
 	t.Helper()
 	testwait.Until(t, time.Minute, "the memory budget to be free", func() bool {
-		used, waiting := h.srv.memory.inUse()
+		used, waiting := inUse(h.srv.memory)
 		return used == 0 && waiting == 0 && h.srv.pending.Load() == 0
 	})
 }
@@ -222,11 +126,11 @@ func TestMemoryWaitEndsIn503OrWhenTheClientLeaves(t *testing.T) {
 	defer unblock()
 	big := base64.StdEncoding.EncodeToString(bigPNG)
 	holder := asyncPredict(t.Context(), h.url, big, "holder")
-	testwait.Until(t, time.Minute, "the holder to reserve", func() bool { used, _ := h.srv.memory.inUse(); return used == bigCost })
+	testwait.Until(t, time.Minute, "the holder to reserve", func() bool { used, _ := inUse(h.srv.memory); return used == bigCost })
 
 	ctx, hangUp := context.WithCancel(t.Context())
 	leaving := asyncPredict(ctx, h.url, big, "leaving")
-	testwait.Until(t, time.Minute, "a request to wait for memory", func() bool { _, n := h.srv.memory.inUse(); return n == 1 })
+	testwait.Until(t, time.Minute, "a request to wait for memory", func() bool { _, n := inUse(h.srv.memory); return n == 1 })
 	hangUp()
 	<-gone.seen
 	if got := <-leaving; !strings.HasPrefix(got, "error:") {
@@ -250,7 +154,7 @@ func TestMemoryWaitEndsIn503OrWhenTheClientLeaves(t *testing.T) {
 // back, and a crowd of large images over the budget is served one after another.
 func TestMemoryBudgetIsReleasedAfterManyRequests(t *testing.T) {
 	h := newHarness(t, setup{
-		cfg:       Config{MaxDecodedBytes: 6000*6000*(8+overlayBytesPerPixel) + 10<<20}, // one large image at a time
+		cfg:       Config{MaxDecodedBytes: 6000*6000*(8+imagemem.OverlayBytesPerPixel) + 10<<20}, // one large image at a time
 		configure: func(e *enginetest.Engine) { e.Description.MaxSeqLen = 1500 },
 	})
 	big := base64.StdEncoding.EncodeToString(bigPNG)
@@ -284,4 +188,10 @@ func TestMemoryBudgetIsReleasedAfterManyRequests(t *testing.T) {
 		t.Errorf("outcomes %v, want %v", counts, want)
 	}
 	waitBudgetFree(t, h)
+}
+
+// inUse is what the budget holds and how many wait for it.
+func inUse(b *imagemem.Budget) (used int64, waiting int) {
+	s := b.Stats()
+	return s.Used, s.Waiting
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/internal/imagemem"
 )
 
 // limits are what /predict checks before the engine sees a request.
@@ -63,7 +64,7 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer s.memory.release(reserved) // the decoded image and the overlay are dropped by then
+	defer s.memory.Release(reserved) // the decoded image and the overlay are dropped by then
 
 	eng := st.dev.Engine()
 	prep, err := eng.Prepare(ctx, ereq)
@@ -127,11 +128,11 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, st *readyState,
 }
 
 // reserveMemory takes from the memory budget (MaxDecodedBytes) what the request's image
-// will hold once decoded (imageCost), waiting for it as long as the request may take, and
+// will hold once decoded (imagemem.Cost), waiting for it as long as the request may take, and
 // returns the bytes to release. When it cannot it answers: 413 for an image that needs more
 // than the whole budget, 503 when the others did not leave room in time.
 func (s *Server) reserveMemory(ctx context.Context, w http.ResponseWriter, r *http.Request, img []byte, overlay bool) (int64, bool) {
-	cost, width, height := imageCost(img, overlay)
+	cost, width, height := imagemem.Cost(img, overlay)
 	what := fmt.Sprintf("the %dx%d image", width, height)
 	if width == 0 {
 		what = fmt.Sprintf("the %d-byte image", len(img))
@@ -144,7 +145,7 @@ func (s *Server) reserveMemory(ctx context.Context, w http.ResponseWriter, r *ht
 			what, cost, s.cfg.MaxDecodedBytes)
 		return 0, false
 	}
-	if err := s.memory.acquire(ctx, cost); err != nil {
+	if err := s.memory.Acquire(ctx, cost); err != nil {
 		if r.Context().Err() != nil {
 			s.fail(w, r, fmt.Errorf("waiting for image memory: %w", err))
 			return 0, false

@@ -28,6 +28,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/internal/imagemem"
 )
 
 // Device is the part of *chip.Chip the server uses.
@@ -67,7 +68,7 @@ type Config struct {
 	// MinBodyRate is the slowest average a /predict body may arrive at, in bytes per second.
 	MinBodyRate int64
 	// MaxDecodedBytes is the memory the pending /predict requests may hold for their images
-	// at once, as estimated from each image's header before it is decoded (imageCost). A
+	// at once, as estimated from each image's header before it is decoded (imagemem.Cost). A
 	// request that does not fit waits for it as long as it may wait for the chip; an image
 	// that alone needs more is refused with 413.
 	MaxDecodedBytes int64
@@ -131,7 +132,7 @@ type Server struct {
 	ready     atomic.Pointer[readyState] // nil while starting
 	uploading atomic.Int64               // /predict requests sending their body now
 	pending   atomic.Int64               // /predict requests past their body now
-	memory    *memoryBudget              // MaxDecodedBytes, shared by the pending requests
+	memory    *imagemem.Budget           // MaxDecodedBytes, shared by the pending requests
 
 	mu       sync.Mutex
 	hs       *http.Server // set by Serve
@@ -176,7 +177,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		log:     opts.Logger,
 		started: time.Now(),
 		source:  readSource(),
-		memory:  newMemoryBudget(cfg.MaxDecodedBytes),
+		memory:  imagemem.NewBudget(cfg.MaxDecodedBytes),
 		drained: make(chan struct{}),
 	}
 	s.handler = s.routes()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -49,6 +50,11 @@ type RunnerConfig struct {
 	Logger    *slog.Logger // nil discards
 	Metrics   *Metrics     // nil records nothing
 	Tracer    trace.Tracer // a span per job and per stage; nil records none
+
+	// ImageMemory is the decoded-image budget every Runner of the process shares
+	// (LA_MAX_DECODED_BYTES): a job reserves its image's decoded size in it before
+	// decoding. nil gives this Runner a budget of its own of imagemem.DefaultSize().
+	ImageMemory *imagemem.Budget
 
 	// Now is the clock job deadlines are checked against; nil means time.Now. A test moves
 	// it forward to let a deadline pass without waiting for it.
@@ -108,6 +114,9 @@ func NewRunner(topo *Topology, store storage.Store, c *chip.Chip, cfg RunnerConf
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ImageMemory == nil {
+		cfg.ImageMemory = imagemem.NewBudget(imagemem.DefaultSize())
 	}
 	if cfg.Heartbeat <= 0 || (ackWait > 0 && cfg.Heartbeat >= ackWait) {
 		return nil, fmt.Errorf("new runner: heartbeat %s must be positive and shorter than the ack wait %s", cfg.Heartbeat, ackWait)
@@ -351,6 +360,7 @@ type attemptInfo struct {
 	orig    original
 	timing  JobTiming
 	owner   bool // the message owns the job id (claimed): only then is the job's state written
+	image   *imageHold // the image's share of the decoded-bytes budget, once reserved
 }
 
 // now is the time job deadlines are checked against.
@@ -425,6 +435,7 @@ func (r *Runner) process(ctx context.Context, msg jetstream.Msg) settlement {
 		return r.retry(ctx, log, a, err)
 	}
 
+	defer func() { a.image.release() }() // with an overlay, held until it is drawn
 	res, prep, pred, err := r.run(jobCtx, job, &a)
 	if err != nil {
 		return r.stopped(ctx, jobCtx, log, job, a, err)
@@ -471,6 +482,9 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 		return nil, nil, nil, &jobError{code: CodeEmptyImage, err: fmt.Errorf("image %s is empty (0 bytes)", job.Image)}
 	}
 	a.timing.Fetch = ms(time.Since(t))
+	if a.image, err = r.reserveImage(ctx, job, img); err != nil {
+		return nil, nil, nil, err
+	}
 
 	r.cfg.Metrics.running(1)
 	defer r.cfg.Metrics.running(-1)
@@ -488,6 +502,10 @@ func (r *Runner) run(ctx context.Context, job *Job, a *attemptInfo) (*Result, *e
 		return nil, nil, nil, classifyEngine("prepare", err)
 	}
 	a.timing.Preprocess = prep.PreprocessMS
+	if !job.Overlay { // only the overlay reads the decoded image: it need not wait for the chip
+		prep.Image = nil
+		a.image.release()
+	}
 	if job.Deadline != nil && r.now().After(*job.Deadline) {
 		return nil, nil, nil, errExpired // it waited too long for a free slot or the fetch
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
 	"github.com/locateanything/detect/jobs/natsembed"
@@ -293,10 +294,15 @@ func (s *service) connectQueue(ctx context.Context) error {
 
 func (s *service) startRunners(context.Context) error {
 	name := s.cfg.Runner.WorkerName
+	imageMemory := imagemem.NewBudget(s.cfg.Runner.DecodedBytes()) // one for all chips
+	if s.reg != nil {
+		s.reg.MustRegister(jobs.ImageMemoryCollectors(imageMemory)...)
+	}
 	for i, c := range s.chips {
 		rc := s.cfg.RunnerConfig(name, i)
 		rc.Logger, rc.Metrics = s.opts.Log.With("chip", i), s.metrics // the Runner adds its own "worker"
 		rc.Tracer = s.tracer
+		rc.ImageMemory = imageMemory
 		r, err := jobs.NewRunner(s.topo, s.store, c, rc)
 		if err != nil {
 			return err
@@ -321,6 +327,7 @@ func (s *service) startRunners(context.Context) error {
 	}
 	s.log.Info("worker started", "chips", len(s.chips), "results", s.cfg.Runner.ResultsURL,
 		"jobs", jobs.JobsStream+"/"+jobs.ConsumerName, "prefetch", s.cfg.Runner.Prefetch,
+		"image_memory_bytes", imageMemory.Size(),
 		"storage", s.cfg.JobStorage())
 	return nil
 }

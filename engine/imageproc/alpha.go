@@ -2,6 +2,7 @@ package imageproc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"image"
 	"image/color"
@@ -39,8 +40,8 @@ const (
 	pngRGBA      = 6
 )
 
-func decodePNG(data []byte, _ image.Config) (image.Image, error) {
-	img, err := png.Decode(bytes.NewReader(data))
+func decodePNG(ctx context.Context, data []byte, _ image.Config) (image.Image, error) {
+	img, err := png.Decode(newCtxReader(ctx, data))
 	if err != nil {
 		return nil, err
 	}
@@ -130,8 +131,8 @@ func opaque(img image.Image) image.Image {
 
 func webpConfig(data []byte) (image.Config, error) { return webp.DecodeConfig(bytes.NewReader(data)) }
 
-func decodeWebPImage(data []byte, _ image.Config) (image.Image, error) {
-	img, err := webp.Decode(bytes.NewReader(data))
+func decodeWebPImage(ctx context.Context, data []byte, _ image.Config) (image.Image, error) {
+	img, err := webp.Decode(newCtxReader(ctx, data))
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package imageproc
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"image"
 
@@ -24,7 +25,7 @@ const (
 // the image.Image ToRGB turns into what PIL's to_rgb gives (see rgb.go).
 type codec struct {
 	config func(data []byte) (image.Config, error)
-	decode func(data []byte, cfg image.Config) (image.Image, error)
+	decode func(ctx context.Context, data []byte, cfg image.Config) (image.Image, error) // stops when ctx ends
 }
 
 // codecs is chosen by magic bytes, not by image.RegisterFormat, so that the set of
@@ -64,7 +65,7 @@ func Sniff(data []byte) string {
 // its first frame on PIL's canvas with PIL's palette. EXIF orientation is ignored, as it
 // is by the reference (PIL's Image.open).
 func Decode(data []byte, maxPixels int64) (image.Image, string, error) {
-	return decode(data, maxPixels, nil)
+	return decode(context.Background(), data, maxPixels, nil)
 }
 
 // Decode is the package's Decode with o.MaxPixels, which also refuses, from the header
@@ -72,7 +73,14 @@ func Decode(data []byte, maxPixels int64) (image.Image, string, error) {
 // a 1x40000000 strip is within a pixel budget but could never be preprocessed, so it
 // should not be decoded either.
 func (o Options) Decode(data []byte) (image.Image, string, error) {
-	return decode(data, o.MaxPixels, func(w, h int) error {
+	return o.DecodeContext(context.Background(), data)
+}
+
+// DecodeContext is Decode stopped by ctx: once ctx is done the decoder gives up at its
+// next read (or stripe of scanlines, for JPEG) and the error wraps ctx.Err(); it is not
+// an *engine.InputError.
+func (o Options) DecodeContext(ctx context.Context, data []byte) (image.Image, string, error) {
+	return decode(ctx, data, o.MaxPixels, func(w, h int) error {
 		if err := o.Validate(); err != nil {
 			return fmt.Errorf("image options: %w", err)
 		}
@@ -82,7 +90,7 @@ func (o Options) Decode(data []byte) (image.Image, string, error) {
 }
 
 // decode is Decode with an optional check of the header's size before any pixel is read.
-func decode(data []byte, maxPixels int64, checkSize func(w, h int) error) (img image.Image, format string, err error) {
+func decode(ctx context.Context, data []byte, maxPixels int64, checkSize func(w, h int) error) (img image.Image, format string, err error) {
 	if maxPixels <= 0 {
 		maxPixels = DefaultMaxPixels
 	}
@@ -123,7 +131,13 @@ func decode(data []byte, maxPixels int64, checkSize func(w, h int) error) (img i
 			return nil, format, err
 		}
 	}
-	img, err = c.decode(data, cfg)
+	if err := canceled(ctx, "decode "+format); err != nil {
+		return nil, format, err
+	}
+	img, err = c.decode(ctx, data, cfg)
+	if err := canceled(ctx, fmt.Sprintf("decode %s %dx%d", format, cfg.Width, cfg.Height)); err != nil {
+		return nil, format, err // the decoder's error, if any, is only that its input stopped
+	}
 	if err != nil {
 		return nil, format, &engine.InputError{Code: engine.CodeBadImage,
 			Err: fmt.Errorf("decode %s %dx%d: %w", format, cfg.Width, cfg.Height, err)}

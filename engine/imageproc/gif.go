@@ -2,6 +2,7 @@ package imageproc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -124,7 +125,7 @@ func (l gifLayout) pilPalette() color.Palette {
 	return p
 }
 
-func decodeGIF(data []byte, _ image.Config) (image.Image, error) {
+func decodeGIF(ctx context.Context, data []byte, _ image.Config) (image.Image, error) {
 	l, err := parseGIFLayout(data)
 	if err != nil {
 		return nil, err
@@ -135,7 +136,7 @@ func decodeGIF(data []byte, _ image.Config) (image.Image, error) {
 		binary.LittleEndian.PutUint16(data[6:], uint16(l.canvas.X))
 		binary.LittleEndian.PutUint16(data[8:], uint16(l.canvas.Y))
 	}
-	img, err := gif.Decode(bytes.NewReader(data))
+	img, err := gif.Decode(newCtxReader(ctx, data))
 	if err != nil {
 		return nil, err
 	}

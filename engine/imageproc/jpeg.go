@@ -1,6 +1,7 @@
 package imageproc
 
 import (
+	"context"
 	"fmt"
 	"image"
 
@@ -41,7 +42,7 @@ func jpegSupported(h libjpeg.Header) error {
 	return nil
 }
 
-func decodeJPEG(data []byte, _ image.Config) (image.Image, error) {
+func decodeJPEG(ctx context.Context, data []byte, _ image.Config) (image.Image, error) {
 	h, err := libjpeg.ReadHeader(data)
 	if err != nil {
 		return nil, err
@@ -53,13 +54,13 @@ func decodeJPEG(data []byte, _ image.Config) (image.Image, error) {
 	switch h.Components {
 	case 1:
 		m := image.NewGray(r)
-		return m, libjpeg.Decode(data, h, m.Pix, m.Stride)
+		return m, libjpeg.DecodeContext(ctx, data, h, m.Pix, m.Stride)
 	case 3:
 		m := image.NewRGBA(r) // libjpeg writes alpha 255
-		return m, libjpeg.Decode(data, h, m.Pix, m.Stride)
+		return m, libjpeg.DecodeContext(ctx, data, h, m.Pix, m.Stride)
 	default:
 		m := image.NewCMYK(r)
-		if err := libjpeg.Decode(data, h, m.Pix, m.Stride); err != nil {
+		if err := libjpeg.DecodeContext(ctx, data, h, m.Pix, m.Stride); err != nil {
 			return nil, err
 		}
 		for i, v := range m.Pix { // PIL's "CMYK;I" unpacker

@@ -7,6 +7,7 @@
 package imageproc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"image"
@@ -113,20 +114,29 @@ type Result struct {
 // the processor's two bicubic resizes (rescale to the token limit, stretch to multiples
 // of 28) and, with a canonical grid, a third that squashes it onto the grid's size.
 func ModelView(img image.Image, o Options) (*RGB, error) {
+	return ModelViewContext(context.Background(), img, o)
+}
+
+// ModelViewContext is ModelView stopped by ctx: the conversion and the resizes give up at
+// their next stripe of rows once ctx is done, with an error wrapping ctx.Err().
+func ModelViewContext(ctx context.Context, img image.Image, o Options) (*RGB, error) {
 	if m, ok := img.(*image.RGBA); ok && !m.Rect.Empty() {
 		// A decoded JPEG: the first resize reads its pixels where they are, as RGB,
 		// checking that each row it reads is opaque (ToRGB would blend one with alpha).
 		b := m.Rect
 		rgba := plane{pix: m.Pix[m.PixOffset(b.Min.X, b.Min.Y):], w: b.Dx(), h: b.Dy(), stride: m.Stride, bpp: 4}
-		if view, err := modelView(rgba, o); !errors.Is(err, errNotOpaque) {
+		if view, err := modelView(ctx, rgba, o); !errors.Is(err, errNotOpaque) {
 			return view, err
 		}
+	}
+	if err := canceled(ctx, "convert to RGB"); err != nil {
+		return nil, err
 	}
 	rgb, err := ToRGB(img)
 	if err != nil {
 		return nil, &engine.InputError{Code: engine.CodeBadImage, Err: err}
 	}
-	return modelView(rgb.plane(), o)
+	return modelView(ctx, rgb.plane(), o)
 }
 
 // ModelViewRGB is ModelView for pixels already converted to RGB.
@@ -134,10 +144,10 @@ func ModelViewRGB(rgb *RGB, o Options) (*RGB, error) {
 	if rgb == nil || rgb.W <= 0 || rgb.H <= 0 || len(rgb.Pix) != 3*rgb.W*rgb.H {
 		return nil, fmt.Errorf("model view: image is empty or malformed")
 	}
-	return modelView(rgb.plane(), o)
+	return modelView(context.Background(), rgb.plane(), o)
 }
 
-func modelView(src plane, o Options) (*RGB, error) {
+func modelView(ctx context.Context, src plane, o Options) (*RGB, error) {
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("image options: %w", err)
 	}
@@ -146,18 +156,18 @@ func modelView(src plane, o Options) (*RGB, error) {
 		return nil, err
 	}
 	if rw, rh, scaled := o.limitSize(src.w, src.h); scaled {
-		cur, err := resizePlane(src, rw, rh)
+		cur, err := resizePlane(ctx, src, rw, rh)
 		if err != nil {
 			return nil, fmt.Errorf("rescale to the token limit: %w", err)
 		}
 		src = cur.plane()
 	}
-	cur, err := resizePlane(src, tw, th)
+	cur, err := resizePlane(ctx, src, tw, th)
 	if err != nil {
 		return nil, fmt.Errorf("stretch to multiples of %d: %w", o.PatchSize*o.MergeKernel, err)
 	}
 	if g := o.CanonGrid; g != [2]int{} {
-		if cur, err = ResizeBicubic(cur, g[1]*o.PatchSize, g[0]*o.PatchSize); err != nil {
+		if cur, err = resizePlane(ctx, cur.plane(), g[1]*o.PatchSize, g[0]*o.PatchSize); err != nil {
 			return nil, fmt.Errorf("squash onto the canonical grid: %w", err)
 		}
 	}
@@ -166,7 +176,12 @@ func modelView(src plane, o Options) (*RGB, error) {
 
 // Preprocess runs ModelView, then normalizes and patchifies.
 func Preprocess(img image.Image, o Options) (*Result, error) {
-	view, err := ModelView(img, o)
+	return PreprocessContext(context.Background(), img, o)
+}
+
+// PreprocessContext is Preprocess stopped by ctx (ModelViewContext).
+func PreprocessContext(ctx context.Context, img image.Image, o Options) (*Result, error) {
+	view, err := ModelViewContext(ctx, img, o)
 	if err != nil {
 		return nil, err
 	}

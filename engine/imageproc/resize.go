@@ -1,6 +1,7 @@
 package imageproc
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -118,7 +119,7 @@ func ResizeBicubic(src *RGB, w, h int) (*RGB, error) {
 	if src == nil || src.W <= 0 || src.H <= 0 || len(src.Pix) != 3*src.W*src.H {
 		return nil, fmt.Errorf("resize: source image is empty or malformed")
 	}
-	return resizePlane(src.plane(), w, h)
+	return resizePlane(context.Background(), src.plane(), w, h)
 }
 
 // plane is the pixel layout a resize reads: 3 bytes a pixel (RGB) or 4 (an opaque RGBA
@@ -178,8 +179,9 @@ func opaqueRow(row []uint8) bool {
 	return true
 }
 
-// resizePlane is ResizeBicubic on any plane; the result is RGB.
-func resizePlane(src plane, w, h int) (*RGB, error) {
+// resizePlane is ResizeBicubic on any plane; the result is RGB. It stops, with an error
+// wrapping ctx.Err(), at the first stripe of rows after ctx is done.
+func resizePlane(ctx context.Context, src plane, w, h int) (*RGB, error) {
 	if w <= 0 || h <= 0 || w > MaxResizeSide || h > MaxResizeSide {
 		return nil, fmt.Errorf("resize: target %dx%d out of range 1..%d", w, h, MaxResizeSide)
 	}
@@ -193,7 +195,7 @@ func resizePlane(src plane, w, h int) (*RGB, error) {
 		firstRow := vert.first[0]
 		lastRow := vert.first[h-1] + vert.n[h-1]
 		var err error
-		if cur, err = resampleRows(src, pilWeights(src.w, w), firstRow, lastRow, h != src.h); err != nil {
+		if cur, err = resampleRows(ctx, src, pilWeights(src.w, w), firstRow, lastRow, h != src.h); err != nil {
 			return nil, err
 		}
 		for i := range vert.first {
@@ -207,9 +209,13 @@ func resizePlane(src plane, w, h int) (*RGB, error) {
 	}
 	if h != src.h {
 		tmp := cur
-		cur = resampleColumns(cur, vert)
+		var err error
+		cur, err = resampleColumns(ctx, cur, vert)
 		if w != src.w {
 			scratch.Put(&tmp.Pix)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return cur, nil
@@ -231,7 +237,7 @@ func scratchRGB(w, h int) *RGB {
 // resampleRows is the horizontal pass over source rows [firstRow, lastRow); with
 // intermediate, its buffer comes from the scratch pool (resizePlane returns it there).
 // It reads only those rows, and refuses a 4-byte row with alpha (errNotOpaque).
-func resampleRows(src plane, wt weights, firstRow, lastRow int, intermediate bool) (*RGB, error) {
+func resampleRows(ctx context.Context, src plane, wt weights, firstRow, lastRow int, intermediate bool) (*RGB, error) {
 	outW := len(wt.first)
 	var out *RGB
 	if intermediate {
@@ -240,7 +246,9 @@ func resampleRows(src plane, wt weights, firstRow, lastRow int, intermediate boo
 		out = NewRGB(outW, lastRow-firstRow)
 	}
 	if useAVX2 {
-		if !resampleRowsAVX2(out, src, wt, firstRow, lastRow) {
+		if opaque, err := resampleRowsAVX2(ctx, out, src, wt, firstRow, lastRow); err != nil {
+			return nil, err
+		} else if !opaque {
 			return nil, errNotOpaque
 		}
 		return out, nil
@@ -248,6 +256,11 @@ func resampleRows(src plane, wt weights, firstRow, lastRow int, intermediate boo
 	const half = int32(1) << (precisionBits - 1)
 	bpp := src.bpp
 	for y := firstRow; y < lastRow; y++ {
+		if (y-firstRow)%stripeRows == 0 {
+			if err := canceled(ctx, "resize"); err != nil {
+				return nil, err
+			}
+		}
 		in := src.row(y)[:bpp*src.w]
 		if bpp == 4 && !opaqueRow(in) {
 			return nil, errNotOpaque
@@ -276,8 +289,8 @@ func resampleRows(src plane, wt weights, firstRow, lastRow int, intermediate boo
 // last pixel (taps go in fours, those past the last against zero coefficients, and a
 // four of pixels is read as 16 bytes): bytes of the next row, except after the plane's
 // last row, which is read from a copy with room after it. It returns false on a 4-byte
-// row with alpha, which only ToRGB converts right.
-func resampleRowsAVX2(out *RGB, src plane, wt weights, firstRow, lastRow int) bool {
+// row with alpha, which only ToRGB converts right, and an error once ctx is done.
+func resampleRowsAVX2(ctx context.Context, out *RGB, src plane, wt weights, firstRow, lastRow int) (bool, error) {
 	outW := len(wt.first)
 	bounds := make([]int32, 2*outW)
 	k := quadTaps(wt, bounds, src.bpp)
@@ -286,6 +299,11 @@ func resampleRowsAVX2(out *RGB, src plane, wt weights, firstRow, lastRow int) bo
 	opaque := true // of a 4-byte plane: the kernel reports the alpha of what it read
 	y := firstRow
 	for ; y+4 <= lastRow && len(src.row(y+3)) >= rowLen+16; y += 4 {
+		if (y-firstRow)%stripeRows == 0 {
+			if err := canceled(ctx, "resize"); err != nil {
+				return false, err
+			}
+		}
 		a := hquadAVX2(&out.Pix[3*outW*(y-firstRow)], 3*outW, &src.row(y)[0], src.stride, &bounds[0], &k[0], outW, mask, bpp)
 		opaque = opaque && a
 	}
@@ -307,11 +325,11 @@ func resampleRowsAVX2(out *RGB, src plane, wt weights, firstRow, lastRow int) bo
 		// sub-image), so decide on the rows themselves.
 		for y := firstRow; y < lastRow; y++ {
 			if !opaqueRow(src.row(y)[:rowLen]) {
-				return false
+				return false, nil
 			}
 		}
 	}
-	return true
+	return true, nil
 }
 
 // quadTaps lays out the weights for hquadAVX2: for each output, its taps in fours (zero
@@ -343,7 +361,7 @@ func quadTaps(wt weights, bounds []int32, bpp int) []int16 {
 
 // resampleColumns is the vertical pass. It sweeps whole rows per tap, which reads memory
 // in order; integer sums do not depend on the order, so the result equals PIL's.
-func resampleColumns(src *RGB, wt weights) *RGB {
+func resampleColumns(ctx context.Context, src *RGB, wt weights) (*RGB, error) {
 	outH := len(wt.first)
 	rowLen := 3 * src.W
 	out := NewRGB(src.W, outH)
@@ -354,6 +372,11 @@ func resampleColumns(src *RGB, wt weights) *RGB {
 	acc := make([]int32, rowLen-done)
 	const half = int32(1) << (precisionBits - 1)
 	for y := 0; y < outH; y++ {
+		if y%stripeRows == 0 {
+			if err := canceled(ctx, "resize"); err != nil {
+				return nil, err
+			}
+		}
 		lo, n := wt.first[y], wt.n[y]
 		k := wt.k[y*wt.size : y*wt.size+n]
 		if done > 0 {
@@ -378,5 +401,5 @@ func resampleColumns(src *RGB, wt weights) *RGB {
 			dst[x] = clip8(v)
 		}
 	}
-	return out
+	return out, nil
 }

@@ -45,12 +45,12 @@ func TestResizeKernelsMatchScalar(t *testing.T) {
 		rgba := plane{pix: big.Pix[big.PixOffset(1, 2):], w: sw, h: sh, stride: big.Stride, bpp: 4}
 		for _, src := range []plane{rgb.plane(), rgba} {
 			useAVX2 = false
-			want, err := resizePlane(src, dw, dh)
+			want, err := resizePlane(t.Context(), src, dw, dh)
 			useAVX2 = true
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := resizePlane(src, dw, dh)
+			got, err := resizePlane(t.Context(), src, dw, dh)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -140,11 +140,13 @@ func (p *Pipeline) Prepare(ctx context.Context, req engine.Request) (*engine.Pre
 		return nil, err
 	}
 
-	img, _, err := p.cfg.Preprocess.Decode(req.Image)
+	// Decoding and resizing a large image take seconds: ctx (a cancel, a deadline, the
+	// end of a shutdown's grace) stops them between reads and stripes of rows.
+	img, _, err := p.cfg.Preprocess.DecodeContext(ctx, req.Image)
 	if err != nil {
 		return nil, err
 	}
-	res, err := imageproc.Preprocess(img, p.cfg.Preprocess)
+	res, err := imageproc.PreprocessContext(ctx, img, p.cfg.Preprocess)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ typedef struct {
 	int result;          // LA_JPEG_* to report after the longjmp
 	int scanlines_done;  // every row has been returned: only the trailer is left
 	int max_scans;
+	const int *stop;     // when set and non-zero, the caller has given up: stop at the next stripe
 } la_error_mgr;
 
 typedef struct {
@@ -66,9 +67,19 @@ static void la_output_message(j_common_ptr cinfo) {
 	(void)cinfo; // never print
 }
 
+// la_check_stop longjmps out with LA_JPEG_CANCELED once the caller has set its stop flag
+// (from another thread, hence the atomic load).
+static void la_check_stop(la_error_mgr *err) {
+	if (err->stop != NULL && __atomic_load_n(err->stop, __ATOMIC_RELAXED) != 0) {
+		err->result = LA_JPEG_CANCELED;
+		longjmp(err->jump, 1);
+	}
+}
+
 static void la_progress(j_common_ptr cinfo) {
 	la_progress_mgr *p = (la_progress_mgr *)cinfo->progress;
 	j_decompress_ptr d = (j_decompress_ptr)cinfo;
+	la_check_stop(p->err); // called per MCU row and per scan, also while a progressive file is read
 	if (p->err->max_scans > 0 && d->input_scan_number > p->err->max_scans) {
 		p->err->result = LA_JPEG_TOO_MANY_SCANS;
 		longjmp(p->err->jump, 1);
@@ -116,7 +127,7 @@ int la_jpeg_header(const unsigned char *data, size_t size, la_jpeg_info *info) {
 
 int la_jpeg_decode(const unsigned char *data, size_t size, unsigned char *out, size_t stride,
                    int want_width, int want_height, int want_components, int max_scans,
-                   la_jpeg_info *info) {
+                   const int *stop, la_jpeg_info *info) {
 	struct jpeg_decompress_struct cinfo;
 	la_error_mgr err;
 	la_progress_mgr progress;
@@ -125,6 +136,7 @@ int la_jpeg_decode(const unsigned char *data, size_t size, unsigned char *out, s
 	memset(&progress, 0, sizeof(progress));
 	memset(info, 0, sizeof(*info));
 	err.max_scans = max_scans;
+	err.stop = stop;
 	if (setjmp(err.jump)) {
 		la_record((j_common_ptr)&cinfo, info);
 		jpeg_destroy_decompress(&cinfo);
@@ -156,6 +168,7 @@ int la_jpeg_decode(const unsigned char *data, size_t size, unsigned char *out, s
 		return LA_JPEG_MISMATCH;
 	}
 	while (cinfo.output_scanline < cinfo.output_height) {
+		la_check_stop(&err);
 		JSAMPROW rows[16];
 		JDIMENSION n = cinfo.output_height - cinfo.output_scanline;
 		if (n > 16) {

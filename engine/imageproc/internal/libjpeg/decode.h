@@ -11,6 +11,7 @@ enum {
 	LA_JPEG_TRUNCATED = 2, // a premature end of data (msg_code: the libjpeg warning)
 	LA_JPEG_TOO_MANY_SCANS = 3,
 	LA_JPEG_MISMATCH = 4,  // the header differs from the one the caller sized the buffer for
+	LA_JPEG_CANCELED = 5,  // the caller set *stop
 };
 
 // la_jpeg_info is what a call reports: the header, and on failure the libjpeg message
@@ -30,9 +31,11 @@ int la_jpeg_header(const unsigned char *data, size_t size, la_jpeg_info *info);
 
 // la_jpeg_decode decodes the whole image into out (height rows of stride bytes): gray
 // for 1 component, RGBA with alpha 255 for 3, CMYK as libjpeg hands it over for 4.
-// want_width/want_height/want_components must equal what the header says.
+// want_width/want_height/want_components must equal what the header says. stop, when
+// not NULL, is read (atomically) between stripes of rows and in libjpeg's progress
+// callback: once it is non-zero the call ends with LA_JPEG_CANCELED.
 int la_jpeg_decode(const unsigned char *data, size_t size, unsigned char *out, size_t stride,
                    int want_width, int want_height, int want_components, int max_scans,
-                   la_jpeg_info *info);
+                   const int *stop, la_jpeg_info *info);
 
 #endif

@@ -18,9 +18,11 @@ package libjpeg
 import "C"
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -170,6 +172,13 @@ func ReadHeader(data []byte) (Header, error) {
 // RGBA (alpha 255) or CMYK exactly as libjpeg hands it over (Adobe files store CMYK
 // inverted; libjpeg does not undo that, and neither does this package).
 func Decode(data []byte, h Header, pix []byte, stride int) error {
+	return DecodeContext(context.Background(), data, h, pix, stride)
+}
+
+// DecodeContext is Decode stopped by ctx: once ctx is done, libjpeg gives up at its next
+// stripe of scanlines (or, while it reads a progressive file, its next row of blocks), and
+// the error wraps ctx.Err().
+func DecodeContext(ctx context.Context, data []byte, h Header, pix []byte, stride int) error {
 	bpp := h.BytesPerPixel()
 	if bpp == 0 {
 		return &Error{Msg: fmt.Sprintf("%d components (1, 3 or 4 can be decoded)", h.Components)}
@@ -178,10 +187,18 @@ func Decode(data []byte, h Header, pix []byte, stride int) error {
 		len(pix) < stride*(h.Height-1)+bpp*h.Width {
 		return &Error{Msg: "output buffer does not fit the image"}
 	}
+	// The flag is Go memory the C side only reads during the call; set after it, it is
+	// simply never read.
+	stop := new(int32)
+	defer context.AfterFunc(ctx, func() { atomic.StoreInt32(stop, 1) })()
 	var info C.la_jpeg_info
 	rc := C.la_jpeg_decode((*C.uchar)(unsafe.Pointer(&data[0])), C.size_t(len(data)),
 		(*C.uchar)(unsafe.Pointer(&pix[0])), C.size_t(stride),
-		C.int(h.Width), C.int(h.Height), C.int(h.Components), C.int(MaxScans), &info)
+		C.int(h.Width), C.int(h.Height), C.int(h.Components), C.int(MaxScans),
+		(*C.int)(unsafe.Pointer(stop)), &info)
+	if rc == C.LA_JPEG_CANCELED {
+		return fmt.Errorf("jpeg decoding stopped: %w", ctx.Err())
+	}
 	if rc != C.LA_JPEG_OK {
 		return newError(rc, &info)
 	}

@@ -1,119 +1,37 @@
-package httpcompat
+package imagemem
 
 import (
 	"bytes"
-	"context"
 	"image"
 	"image/color"
 	"image/gif"
 	"image/png"
 	"io"
-	"slices"
-	"sync"
 
 	"golang.org/x/image/webp"
 
 	"github.com/locateanything/detect/engine/imageproc"
 )
 
-// memoryBudget is a semaphore counted in bytes: the memory the pending /predict requests
-// hold for their images (Config.MaxDecodedBytes). A request that fits in what is free goes
-// at once, even past older requests waiting for more than that: an ordinary photo is not
-// held up behind a 36-megapixel scan. Freed bytes go to the waiters that fit, oldest first.
-// A large image can therefore wait while smaller ones keep the budget busy, up to its
-// request's deadline; the chip, which serves one request at a time, keeps such streams short.
-type memoryBudget struct {
-	mu      sync.Mutex
-	size    int64
-	used    int64
-	waiters []*budgetWaiter // oldest first; at most MaxPending
-}
-
-type budgetWaiter struct {
-	n     int64
-	ready chan struct{} // closed when the bytes are granted
-}
-
-func newMemoryBudget(size int64) *memoryBudget { return &memoryBudget{size: size} }
-
-// acquire reserves n bytes, waiting until they fit or ctx ends (then it returns ctx's error
-// and holds nothing). n must not exceed the budget's size.
-func (b *memoryBudget) acquire(ctx context.Context, n int64) error {
-	b.mu.Lock()
-	if b.used+n <= b.size {
-		b.used += n
-		b.mu.Unlock()
-		return nil
-	}
-	wt := &budgetWaiter{n: n, ready: make(chan struct{})}
-	b.waiters = append(b.waiters, wt)
-	b.mu.Unlock()
-	select {
-	case <-wt.ready:
-		return nil
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case <-wt.ready: // granted as ctx ended: give it back
-		b.used -= n
-	default:
-		b.waiters = slices.DeleteFunc(b.waiters, func(o *budgetWaiter) bool { return o == wt })
-	}
-	b.grant() // the next waiter may fit now
-	return ctx.Err()
-}
-
-// release returns n bytes that acquire granted.
-func (b *memoryBudget) release(n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= n
-	if b.used < 0 {
-		panic("httpcompat: memory budget released more than it granted")
-	}
-	b.grant()
-}
-
-// grant hands the free bytes to every waiter that fits, oldest first.
-func (b *memoryBudget) grant() {
-	b.waiters = slices.DeleteFunc(b.waiters, func(wt *budgetWaiter) bool {
-		if b.used+wt.n > b.size {
-			return false
-		}
-		b.used += wt.n
-		close(wt.ready)
-		return true
-	})
-}
-
-// inUse is the bytes granted and not yet released, and the requests waiting for more.
-func (b *memoryBudget) inUse() (used int64, waiting int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used, len(b.waiters)
-}
-
-// Bytes per pixel a /predict holds beyond the decoded image, measured with the engine's own
+// Bytes per pixel a job or a /predict holds beyond the decoded image, measured with the engine's own
 // steps (imageproc.Preprocess, overlay.Draw and its PNG encoder) on photographs and synthetic
 // images of 1-4 megapixels.
 const (
-	// prepareBytesPerPixel is Prepare's 8-bit RGB copy at the original size (3) and the
+	// PrepareBytesPerPixel is Prepare's 8-bit RGB copy at the original size (3) and the
 	// first resize pass working on it.
-	prepareBytesPerPixel = 4
-	// overlayBytesPerPixel is the overlay, drawn after the chip: its RGBA canvas (4) and the
+	PrepareBytesPerPixel = 4
+	// OverlayBytesPerPixel is the overlay, drawn after the chip: its RGBA canvas (4) and the
 	// PNG, its base64 and the JSON answer carrying it (2-3 bytes a pixel each for a photo).
-	// Prepare's working copies are garbage by then, so it replaces prepareBytesPerPixel.
-	overlayBytesPerPixel = 12
+	// Prepare's working copies are garbage by then, so it replaces PrepareBytesPerPixel.
+	OverlayBytesPerPixel = 12
 )
 
-// imageCost estimates from the image's header alone, reading no pixel, the bytes a /predict
-// holds for it at its peak: the encoded bytes, the decoded image as the decoder lays it out
+// Cost estimates from the image's header alone, reading no pixel, the bytes a job or a
+// /predict holds for it at its peak: the encoded bytes, the decoded image as the decoder lays it out
 // (decodedBytesPerPixel), and Prepare's working copies or, with an overlay, the overlay's.
 // For bytes whose header cannot be read it is the encoded size alone: Prepare refuses those
 // before decoding anything. w and h are the header's size (0 when unread).
-func imageCost(img []byte, overlay bool) (cost int64, w, h int) {
+func Cost(img []byte, overlay bool) (cost int64, w, h int) {
 	cost = int64(len(img))
 	format := imageproc.Sniff(img)
 	var cfg image.Config
@@ -134,9 +52,9 @@ func imageCost(img []byte, overlay bool) (cost int64, w, h int) {
 	if cfg.Width <= 0 || cfg.Height <= 0 {
 		return cost, 0, 0
 	}
-	perPixel += prepareBytesPerPixel
+	perPixel += PrepareBytesPerPixel
 	if overlay {
-		perPixel += overlayBytesPerPixel - prepareBytesPerPixel
+		perPixel += OverlayBytesPerPixel - PrepareBytesPerPixel
 	}
 	if format == imageproc.FormatGIF {
 		cfg.Width, cfg.Height = gifCanvas(img, cfg.Width, cfg.Height)
