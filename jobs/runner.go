@@ -359,7 +359,7 @@ type attemptInfo struct {
 	attempt int
 	orig    original
 	timing  JobTiming
-	owner   bool // the message owns the job id (claimed): only then is the job's state written
+	owner   bool       // the message owns the job id (claimed): only then is the job's state written
 	image   *imageHold // the image's share of the decoded-bytes budget, once reserved
 }
 
