@@ -323,7 +323,7 @@ func TestUndecodableMessageCannotOverwriteTheOwner(t *testing.T) {
 func TestMaxDeliveriesWatcherRespectsTheClaim(t *testing.T) {
 	e := newTestEnv(t, TopologyConfig{})
 	w, err := NewMaxDeliveriesWatcher(natstest.Connect(t, e.nats), e.topo, e.store,
-		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, OpTimeout: 10 * time.Second, Logger: e.log})
+		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, OpTimeout: 10 * time.Second, PollWait: time.Second, Logger: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func TestMaxDeliveriesWatcherRespectsTheClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.handle(t.Context(), &advisoryTry{data: adv}); err != nil {
+	if _, err := w.handle(t.Context(), adv); err != nil {
 		t.Fatalf("handle: %v", err)
 	}
 	checkLost(t, e.publishedResult(t, "second", "held-1"), "second", "first")

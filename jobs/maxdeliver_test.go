@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +25,7 @@ func TestMaxDeliveriesEndsInDLQWithFailedResult(t *testing.T) {
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 
 	w, err := NewMaxDeliveriesWatcher(natstest.Connect(t, e.nats), e.topo, e.store,
-		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, OpTimeout: 10 * time.Second, Logger: e.log})
+		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, PollWait: 200 * time.Millisecond, OpTimeout: 10 * time.Second, Logger: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestMaxDeliveriesEndsInDLQWithFailedResult(t *testing.T) {
 func startWatcher(t *testing.T, e *testEnv) {
 	t.Helper()
 	w, err := NewMaxDeliveriesWatcher(natstest.Connect(t, e.nats), e.topo, e.store,
-		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, OpTimeout: time.Second, Logger: e.log})
+		DeadLetterConfig{Worker: "w1", DefaultOutput: defaultOutput, PollWait: 200 * time.Millisecond, OpTimeout: time.Second, Logger: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,4 +182,115 @@ func TestMaxDeliveriesRetriesWhileResultsCannotBePublished(t *testing.T) {
 	if rec := e.dlqRecord(t, "no-stream"); rec == nil || rec.Code != CodeMaxDeliveries {
 		t.Errorf("DLQ record %+v; want max_deliveries", rec)
 	}
+}
+
+// startWatcherNamed is startWatcher for a worker of the given name.
+func startWatcherNamed(t *testing.T, e *testEnv, worker string) {
+	t.Helper()
+	w, err := NewMaxDeliveriesWatcher(natstest.Connect(t, e.nats), e.topo, e.store,
+		DeadLetterConfig{Worker: worker, DefaultOutput: defaultOutput, PollWait: 200 * time.Millisecond, OpTimeout: 5 * time.Second, Logger: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.retryDelay, w.retryDelayMax = 200*time.Millisecond, time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := w.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// subjectCounts is how many messages stream holds per subject.
+func subjectCounts(t *testing.T, s jetstream.Stream) map[string]uint64 {
+	t.Helper()
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects
+}
+
+// failingJobs publishes n jobs named prefix-<i> that fail for now on every delivery.
+func failingJobs(t *testing.T, e *testEnv, img, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = prefix + "-" + strconv.Itoa(i)
+		e.publishJob(t, Job{ID: ids[i], Image: img, Query: "device-busy"})
+	}
+	return ids
+}
+
+// checkDeadLetteredOnce waits until every job of ids has its max_deliveries result and
+// DLQ record, then checks that each has exactly one of each, and that LA_JOBS and the
+// advisory stream are empty.
+func checkDeadLetteredOnce(t *testing.T, e *testEnv, ids []string) {
+	t.Helper()
+	testwait.Until(t, 60*time.Second, "every job to be dead-lettered", func() bool {
+		return len(subjectCounts(t, e.topo.DLQ)) >= len(ids)
+	})
+	time.Sleep(time.Second) // a second record would come now
+	results, records := subjectCounts(t, e.topo.Results), subjectCounts(t, e.topo.DLQ)
+	for _, id := range ids {
+		if n := records[DLQSubject(id)]; n != 1 {
+			t.Errorf("%s: %d DLQ records; want 1", id, n)
+		}
+		if n := results[ResultSubject(DefaultBatch, id)]; n != 1 {
+			t.Errorf("%s: %d results; want 1", id, n)
+		}
+	}
+	if rec := e.dlqRecord(t, ids[0]); rec == nil || rec.Code != CodeMaxDeliveries {
+		t.Errorf("DLQ record %+v; want max_deliveries", rec)
+	}
+	testwait.Until(t, 30*time.Second, "LA_JOBS and the advisory stream to be empty", func() bool {
+		j, err := e.topo.Jobs.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := e.topo.Advisories.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.State.Msgs == 0 && a.State.Msgs == 0
+	})
+}
+
+// A burst of advisories (many jobs using up their deliveries at once) with two workers'
+// watchers: every job is dead-lettered exactly once, none is dropped.
+func TestMaxDeliveriesBurstIsDeadLetteredExactlyOnce(t *testing.T) {
+	e := newTestEnv(t, TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 1})
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := enginetest.New()
+	eng.Err = errors.New("device busy")
+	cfg := e.runnerConfig("w1")
+	cfg.Prefetch = 16
+	startRunner(t, e.topo, e.store, eng, cfg)
+	startWatcherNamed(t, e, "w1")
+	startWatcherNamed(t, e, "w2")
+
+	checkDeadLetteredOnce(t, e, failingJobs(t, e, img, "burst", 150))
+}
+
+// Advisories sent while no watcher runs are kept: a watcher started later dead-letters
+// every job.
+func TestMaxDeliveriesAdvisoriesWaitForAWatcher(t *testing.T) {
+	e := newTestEnv(t, TopologyConfig{AckWait: 3 * time.Second, MaxDeliver: 2})
+	img := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
+	eng := enginetest.New()
+	eng.Err = errors.New("device busy")
+	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
+	sent := advisories(t, e)
+
+	ids := failingJobs(t, e, img, "unheard", 5)
+	testwait.Until(t, 30*time.Second, "the advisories", func() bool { return sent() == len(ids) })
+	time.Sleep(time.Second)
+	if n := len(subjectCounts(t, e.topo.DLQ)); n != 0 {
+		t.Fatalf("%d jobs dead-lettered with no watcher running", n)
+	}
+	if info, err := e.topo.Advisories.Info(t.Context()); err != nil || info.State.Msgs != uint64(len(ids)) {
+		t.Fatalf("advisory stream holds %v (%v); want %d", info.State.Msgs, err, len(ids))
+	}
+	startWatcherNamed(t, e, "late")
+	checkDeadLetteredOnce(t, e, ids)
 }

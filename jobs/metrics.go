@@ -28,6 +28,10 @@ type Metrics struct {
 	Retries      prometheus.Counter       // la_job_retries_total
 	DeadLettered prometheus.Counter       // la_jobs_dead_lettered_total
 
+	// TopologyRecreated counts the streams, consumers and bucket this worker found gone
+	// and recreated (Healer).
+	TopologyRecreated *prometheus.CounterVec // la_topology_recreated_total{object}
+
 	// DecodeSteps and TokensPerStep describe each answered job's decode, by generation
 	// mode: how many device steps it took after the prefill, and how many tokens each
 	// step committed on average (about 1 for ar; up to 6 for hybrid, a box per step).
@@ -60,6 +64,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "la_jobs_dead_lettered_total", Help: "Records written to LA_DLQ.",
 		}),
 	}
+	m.TopologyRecreated = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "la_topology_recreated_total", Help: "JetStream streams, consumers and buckets found gone and recreated, by name.",
+	}, []string{"object"})
+	reg.MustRegister(m.TopologyRecreated)
 	decode := decodemetrics.New("la_job", "answered job")
 	m.decode = decode
 	m.DecodeSteps, m.TokensPerStep = decode.Steps, decode.PerStep

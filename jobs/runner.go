@@ -50,6 +50,7 @@ type RunnerConfig struct {
 	Logger    *slog.Logger // nil discards
 	Metrics   *Metrics     // nil records nothing
 	Tracer    trace.Tracer // a span per job and per stage; nil records none
+	Healer    *Healer      // nudged when a pull or a publish fails; nil: nothing recreates the topology
 
 	// ImageMemory is the decoded-image budget every Runner of the process shares
 	// (LA_MAX_DECODED_BYTES): a job reserves its image's decoded size in it before
@@ -93,6 +94,8 @@ type Runner struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // job id -> cancel, for cancel requests
+
+	pullFailure pullHealth // why the last pull failed; Ready reports it
 }
 
 // NewRunner checks the configuration; Run starts the work.
@@ -131,7 +134,7 @@ func NewRunner(topo *Topology, store storage.Store, c *chip.Chip, cfg RunnerConf
 		log:    log,
 		sink: &sink{
 			topo: topo, store: store, worker: cfg.Worker, defaultOutput: cfg.DefaultOutput,
-			opTimeout: cfg.OpTimeout, log: log, metrics: cfg.Metrics, tracer: cfg.Tracer,
+			opTimeout: cfg.OpTimeout, log: log, metrics: cfg.Metrics, tracer: cfg.Tracer, healer: cfg.Healer,
 		},
 		running: make(map[string]context.CancelCauseFunc),
 	}, nil
@@ -189,10 +192,12 @@ func (r *Runner) pull(ctx, workCtx context.Context, slots chan struct{}, wg *syn
 		// No FetchContext: a message that arrives for a pull abandoned mid-wait would sit
 		// unacknowledged until AckWait. A bounded wait keeps the stop latency at PollWait.
 		msg, err := r.topo.Consumer.Next(jetstream.FetchMaxWait(r.cfg.PollWait))
+		r.pullFailure.record(err)
 		if err != nil {
 			<-slots
 			if !errors.Is(err, nats.ErrTimeout) {
 				r.log.Warn("pull from the job queue failed; retrying", "err", err)
+				r.cfg.Healer.Nudge() // the consumer or LA_JOBS may be gone
 				select {
 				case <-time.After(time.Second):
 				case <-ctx.Done():

@@ -75,6 +75,7 @@ type sink struct {
 	log           *slog.Logger
 	metrics       *Metrics
 	tracer        trace.Tracer // nil: no spans
+	healer        *Healer      // told when a publish fails (a stream may be gone); nil: none
 	// lastWord is set for the max-deliveries watcher: no delivery follows its write, so
 	// the default output refusing access is final there (classifyWrite), not a retry.
 	lastWord bool
@@ -315,6 +316,7 @@ func (s *sink) publish(ctx context.Context, subject string, body []byte, msgID s
 	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
 	injectTrace(ctx, msg.Header) // a consumer of the message can continue the job's trace
 	if _, err := s.topo.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID)); err != nil {
+		s.healer.Nudge()
 		return transient(fmt.Errorf("publish %s: %w", subject, err))
 	}
 	return nil

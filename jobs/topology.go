@@ -52,7 +52,9 @@ func (c TopologyConfig) Validate() error {
 	return nil
 }
 
-// Topology is the JetStream side of the wire contract, ready for use.
+// Topology is the JetStream side of the wire contract, ready for use. The handles address
+// their streams, consumers and bucket by name, so they keep working when a Healer recreates
+// what they name.
 type Topology struct {
 	JS       jetstream.JetStream
 	Jobs     jetstream.Stream
@@ -61,11 +63,18 @@ type Topology struct {
 	Consumer jetstream.Consumer
 	State    *StateStore
 	Config   TopologyConfig
+
+	// Advisories keeps JetStream's max-deliveries advisories of the shared consumer until
+	// a worker has dead-lettered their jobs; AdvisoryConsumer is the workers' shared
+	// durable consumer of it (MaxDeliveriesWatcher).
+	Advisories       jetstream.Stream
+	AdvisoryConsumer jetstream.Consumer
 }
 
 // EnsureTopology checks the connected server's version (MinServerVersion), then creates or
-// updates LA_JOBS, LA_RESULTS, LA_DLQ, the shared durable pull consumer and the state bucket. Calling it again with the same config changes nothing, so
-// every worker calls it at start-up.
+// updates LA_JOBS, LA_RESULTS, LA_DLQ, the shared durable pull consumer, the advisory
+// stream and its consumer, and the state bucket. Calling it again with the same config
+// changes nothing, so every worker calls it at start-up.
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("topology config: %w", err)
@@ -74,45 +83,160 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 		return nil, err
 	}
 	t := &Topology{JS: js, Config: cfg}
-	var err error
-	if t.Jobs, err = ensureStream(ctx, js, cfg, JobsStream, JobSubjectPrefix,
-		"LocateAnything detection jobs (la.jobs.<class>)", jetstream.WorkQueuePolicy, cfg.JobsMaxAge); err != nil {
-		return nil, err
+	for _, part := range t.parts() {
+		if err := part.ensure(ctx); err != nil {
+			return nil, err
+		}
 	}
-	if t.Results, err = ensureStream(ctx, js, cfg, ResultsStream, ResultSubjectPrefix,
-		"LocateAnything results (la.results.<batch>.<id>)", jetstream.LimitsPolicy, cfg.ResultsMaxAge); err != nil {
-		return nil, err
-	}
-	if t.DLQ, err = ensureStream(ctx, js, cfg, DLQStream, DLQSubjectPrefix,
-		"LocateAnything dead-lettered jobs (la.dlq.<id>)", jetstream.LimitsPolicy, cfg.DLQMaxAge); err != nil {
-		return nil, err
-	}
-	t.Consumer, err = t.Jobs.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       ConsumerName,
-		Description:   "shared by every LocateAnything worker",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
-		BackOff:       cfg.BackOff,
-		MaxAckPending: cfg.MaxAckPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create consumer %s on %s: %w", ConsumerName, JobsStream, err)
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      StateBucket,
-		Description: "LocateAnything job state (<id>) and cancel requests (cancel.<id>)",
-		History:     1,
-		TTL:         cfg.StateMaxAge,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create key-value bucket %s: %w", StateBucket, err)
-	}
-	t.State = &StateStore{kv: kv}
 	return t, nil
+}
+
+// topologyPart is one object of the topology: how to tell that it exists and how to create
+// it (or update it to the configuration) when it does not. ensure is idempotent and safe
+// when several workers run it at once.
+type topologyPart struct {
+	name   string                          // the stream, consumer or bucket name
+	exists func(context.Context) error     // nil: it exists; errPartMissing (wrapped): it does not
+	ensure func(ctx context.Context) error // creates or updates it, setting t's handle
+}
+
+// errPartMissing marks a topology object that the server does not have.
+var errPartMissing = errors.New("missing")
+
+// parts lists the objects of t in the order they must be created: a consumer after its
+// stream.
+func (t *Topology) parts() []topologyPart {
+	cfg := t.Config
+	return []topologyPart{
+		t.streamPart(&t.Jobs, JobsStream, []string{JobSubjectPrefix + ">"},
+			"LocateAnything detection jobs (la.jobs.<class>)", jetstream.WorkQueuePolicy, cfg.JobsMaxAge),
+		t.consumerPart(&t.Consumer, JobsStream, jetstream.ConsumerConfig{
+			Durable:       ConsumerName,
+			Description:   "shared by every LocateAnything worker",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    cfg.MaxDeliver,
+			BackOff:       cfg.BackOff,
+			MaxAckPending: cfg.MaxAckPending,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}),
+		t.streamPart(&t.Results, ResultsStream, []string{ResultSubjectPrefix + ">"},
+			"LocateAnything results (la.results.<batch>.<id>)", jetstream.LimitsPolicy, cfg.ResultsMaxAge),
+		t.streamPart(&t.DLQ, DLQStream, []string{DLQSubjectPrefix + ">"},
+			"LocateAnything dead-lettered jobs (la.dlq.<id>)", jetstream.LimitsPolicy, cfg.DLQMaxAge),
+		// An advisory is kept as long as its job message can be (LA_JOBS's max age).
+		t.streamPart(&t.Advisories, AdvisoryStream, []string{MaxDeliveriesSubject},
+			"max-deliveries advisories of "+JobsStream+"/"+ConsumerName+" until their jobs are dead-lettered",
+			jetstream.WorkQueuePolicy, cfg.JobsMaxAge),
+		t.consumerPart(&t.AdvisoryConsumer, AdvisoryStream, jetstream.ConsumerConfig{
+			Durable:       AdvisoryConsumerName,
+			Description:   "shared by every LocateAnything worker's max-deliveries watcher",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    -1, // an advisory is retried until its job is dead-lettered
+			MaxAckPending: cfg.MaxAckPending,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}),
+		t.bucketPart(),
+	}
+}
+
+// streamPart is one of the file-backed streams, bound to subjects.
+func (t *Topology) streamPart(handle *jetstream.Stream, name string, subjects []string, description string,
+	retention jetstream.RetentionPolicy, maxAge time.Duration) topologyPart {
+	return topologyPart{
+		name: name,
+		exists: func(ctx context.Context) error {
+			_, err := t.JS.Stream(ctx, name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("stream %s: %w", name, errPartMissing)
+			}
+			if err != nil {
+				return fmt.Errorf("look up stream %s: %w", name, err)
+			}
+			return nil
+		},
+		ensure: func(ctx context.Context) error {
+			s, err := t.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+				Name:        name,
+				Description: description,
+				Subjects:    subjects,
+				Retention:   retention,
+				Storage:     jetstream.FileStorage,
+				Replicas:    t.Config.Replicas,
+				Duplicates:  t.Config.DuplicateWindow,
+				MaxAge:      maxAge,
+			})
+			if err != nil {
+				return fmt.Errorf("create stream %s: %w", name, err)
+			}
+			if *handle == nil {
+				*handle = s
+			}
+			return nil
+		},
+	}
+}
+
+// consumerPart is a durable pull consumer of stream.
+func (t *Topology) consumerPart(handle *jetstream.Consumer, stream string, cc jetstream.ConsumerConfig) topologyPart {
+	return topologyPart{
+		name: cc.Durable,
+		exists: func(ctx context.Context) error {
+			_, err := t.JS.Consumer(ctx, stream, cc.Durable)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("consumer %s on %s: %w", cc.Durable, stream, errPartMissing)
+			}
+			if err != nil {
+				return fmt.Errorf("look up consumer %s on %s: %w", cc.Durable, stream, err)
+			}
+			return nil
+		},
+		ensure: func(ctx context.Context) error {
+			c, err := t.JS.CreateOrUpdateConsumer(ctx, stream, cc)
+			if err != nil {
+				return fmt.Errorf("create consumer %s on %s: %w", cc.Durable, stream, err)
+			}
+			if *handle == nil {
+				*handle = c
+			}
+			return nil
+		},
+	}
+}
+
+// bucketPart is the state bucket.
+func (t *Topology) bucketPart() topologyPart {
+	return topologyPart{
+		name: StateBucket,
+		exists: func(ctx context.Context) error {
+			_, err := t.JS.KeyValue(ctx, StateBucket)
+			if errors.Is(err, jetstream.ErrBucketNotFound) {
+				return fmt.Errorf("key-value bucket %s: %w", StateBucket, errPartMissing)
+			}
+			if err != nil {
+				return fmt.Errorf("look up key-value bucket %s: %w", StateBucket, err)
+			}
+			return nil
+		},
+		ensure: func(ctx context.Context) error {
+			kv, err := t.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      StateBucket,
+				Description: "LocateAnything job state (<id>) and cancel requests (cancel.<id>)",
+				History:     1,
+				TTL:         t.Config.StateMaxAge,
+				Storage:     jetstream.FileStorage,
+				Replicas:    t.Config.Replicas,
+			})
+			if err != nil {
+				return fmt.Errorf("create key-value bucket %s: %w", StateBucket, err)
+			}
+			if t.State == nil {
+				t.State = &StateStore{kv: kv}
+			}
+			return nil
+		},
+	}
 }
 
 // MinServerVersion is the oldest nats-server EnsureTopology accepts (docs/worker.md, "Server
@@ -175,23 +299,4 @@ func parseVersion(s string) (version, error) {
 	}
 	v.pre = m[4] != ""
 	return v, nil
-}
-
-// ensureStream creates or updates one of the file-backed streams, bound to prefix + ">".
-func ensureStream(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, name, prefix, description string,
-	retention jetstream.RetentionPolicy, maxAge time.Duration) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        name,
-		Description: description,
-		Subjects:    []string{prefix + ">"},
-		Retention:   retention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		MaxAge:      maxAge,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", name, err)
-	}
-	return s, nil
 }

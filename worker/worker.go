@@ -63,6 +63,7 @@ type service struct {
 	nc             *nats.Conn
 	embedded       *natsembed.Server
 	topo           *jobs.Topology
+	healer         *jobs.Healer         // recreates what vanishes of topo
 	reg            *prometheus.Registry // nil when metrics are off
 	metrics        *jobs.Metrics        // nil when metrics are off
 	predictMetrics *httpcompat.Metrics  // nil when metrics are off
@@ -191,7 +192,7 @@ func (s *service) readiness() error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("NATS connection is %s", strings.ToLower(st.String()))
 	}
-	return nil
+	return s.queueReadiness()
 }
 
 func (s *service) markReady(context.Context) error {
@@ -294,6 +295,9 @@ func (s *service) connectQueue(ctx context.Context) error {
 
 func (s *service) startRunners(context.Context) error {
 	name := s.cfg.Runner.WorkerName
+	if err := s.startHealer(); err != nil {
+		return err
+	}
 	imageMemory := imagemem.NewBudget(s.cfg.Runner.DecodedBytes()) // one for all chips
 	if s.reg != nil {
 		s.reg.MustRegister(jobs.ImageMemoryCollectors(imageMemory)...)
@@ -301,7 +305,7 @@ func (s *service) startRunners(context.Context) error {
 	for i, c := range s.chips {
 		rc := s.cfg.RunnerConfig(name, i)
 		rc.Logger, rc.Metrics = s.opts.Log.With("chip", i), s.metrics // the Runner adds its own "worker"
-		rc.Tracer = s.tracer
+		rc.Tracer, rc.Healer = s.tracer, s.healer
 		rc.ImageMemory = imageMemory
 		r, err := jobs.NewRunner(s.topo, s.store, c, rc)
 		if err != nil {
@@ -311,7 +315,7 @@ func (s *service) startRunners(context.Context) error {
 	}
 	watcher, err := jobs.NewMaxDeliveriesWatcher(s.nc, s.topo, s.store, jobs.DeadLetterConfig{
 		Worker: name, DefaultOutput: s.cfg.Runner.ResultsURL, OpTimeout: s.cfg.Runner.OpTimeout,
-		Logger: s.log, Metrics: s.metrics,
+		PollWait: s.cfg.Runner.PollWait, Logger: s.log, Metrics: s.metrics, Healer: s.healer,
 	})
 	if err != nil {
 		return err
