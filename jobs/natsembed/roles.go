@@ -83,14 +83,16 @@ func producerPermissions() *server.Permissions {
 	}
 }
 
-// workerPermissions: the JetStream API as a whole (the worker creates, and recreates when
-// they disappear, the LA_* streams, the consumer, the state bucket and whatever stream
-// keeps the max-deliveries advisories), the wire contract's subjects, acks and flow
-// control; replies on its own inbox and the JetStream advisories.
+// workerPermissions: the JetStream API as a whole and every key-value bucket (the worker
+// creates, and recreates when they disappear, the LA_* streams, the consumer, the state
+// bucket and whatever keeps the max-deliveries advisories), the wire contract's subjects,
+// acks and flow control; replies on its own inbox and the JetStream advisories. This is
+// JetStream admin of the account: the worker is trusted; what the roles protect it from
+// are producers.
 func workerPermissions() *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
-			"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV." + stateBucket + ".>", "la.>",
+			"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "la.>",
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			WorkerInboxPrefix + ".>", "_INBOX.>", "$JS.EVENT.ADVISORY.>", "la.>",
