@@ -111,4 +111,3 @@ func jsFor(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
 	}
 	return js
 }
-
