@@ -160,11 +160,16 @@ type NATS struct {
 
 // Embedded is the NATS server the worker starts when LA_NATS_URL is empty. It takes its
 // authentication from the NATS section: LA_NATS_USER and LA_NATS_PASSWORD, or
-// LA_NATS_TOKEN, are what its clients must present (the worker too); LA_NATS_TLS_CERT and
-// LA_NATS_TLS_KEY are its certificate, and LA_NATS_TLS_CA, when set with them, the CA its
-// clients' certificates must be signed by (mutual TLS).
+// LA_NATS_TOKEN, are what producers must present (the producer role: publish jobs, read
+// results and state, request cancels); LA_NATS_TLS_CERT and LA_NATS_TLS_KEY are its
+// certificate, and LA_NATS_TLS_CA, when set with them, the CA its clients' certificates
+// must be signed by (mutual TLS; a certificate alone is a producer). The worker connects
+// in process with a login of its own; LA_NATS_OPERATOR_USER and
+// LA_NATS_OPERATOR_PASSWORD are the operator's (every permission: dead-letter replay).
 type Embedded struct {
-	Listen string `envconfig:"LA_NATS_LISTEN" default:"127.0.0.1:4222"`
+	Listen           string `envconfig:"LA_NATS_LISTEN" default:"127.0.0.1:4222"`
+	OperatorUser     string `envconfig:"LA_NATS_OPERATOR_USER"`
+	OperatorPassword string `envconfig:"LA_NATS_OPERATOR_PASSWORD" secret:"true"`
 }
 
 // Topology is the JetStream side, applied idempotently at start-up.
@@ -360,6 +365,9 @@ func (c Worker) Validate() error {
 	c.NATS.validate(add)
 	if c.NATS.URL == "" {
 		c.validateEmbedded(add)
+	} else if c.Embedded.OperatorUser != "" || c.Embedded.OperatorPassword != "" {
+		add("LA_NATS_OPERATOR_USER and LA_NATS_OPERATOR_PASSWORD are set but LA_NATS_URL is not empty: they " +
+			"define the embedded server's operator; an external server's users are its own configuration (deploy/)")
 	}
 	c.Topology.validate(add)
 	c.Runner.validate(add)
@@ -476,6 +484,11 @@ func (c Worker) validateEmbedded(add adder) {
 	}
 	if n.User != "" && n.Token != "" {
 		add("LA_NATS_USER and LA_NATS_TOKEN are both set: the embedded NATS server authenticates by one of them")
+	}
+	if e := c.Embedded; (e.OperatorUser == "") != (e.OperatorPassword == "") {
+		add("LA_NATS_OPERATOR_USER and LA_NATS_OPERATOR_PASSWORD must be set together")
+	} else if e.OperatorUser != "" && e.OperatorUser == n.User {
+		add("LA_NATS_OPERATOR_USER is LA_NATS_USER: the operator and the producers need different users")
 	}
 	if n.TLSCA != "" && (n.TLSCert == "" || n.TLSKey == "") {
 		add("LA_NATS_TLS_CA is set for the embedded NATS server (to check client certificates) without " +

@@ -27,11 +27,12 @@ func (n NATS) Conn() natsconn.Config {
 
 // EmbeddedServer is the embedded NATS server's settings, but for TLS (the certificate
 // files are read at start-up) and the logger: its address, store and the credentials its
-// clients must present.
+// producers and its operator must present.
 func (c Worker) EmbeddedServer() natsembed.Options {
 	return natsembed.Options{
 		Listen: c.Embedded.Listen, StoreDir: filepath.Join(c.DataDir, "jetstream"),
 		User: c.NATS.User, Password: c.NATS.Password, Token: c.NATS.Token,
+		OperatorUser: c.Embedded.OperatorUser, OperatorPassword: c.Embedded.OperatorPassword,
 	}
 }
 

@@ -100,3 +100,37 @@ func redact(n NATS) NATS {
 	}
 	return n
 }
+
+// TestEmbeddedOperatorSettings: the operator's login is the embedded server's, complete,
+// and not the producers'.
+func TestEmbeddedOperatorSettings(t *testing.T) {
+	withOperator := func(url, user, password string) Worker {
+		c := natsWorker(t, "127.0.0.1:4222", NATS{URL: url, User: "producer", Password: "pw"})
+		c.Embedded.OperatorUser, c.Embedded.OperatorPassword = user, password
+		return c
+	}
+	for _, c := range []struct {
+		w    Worker
+		want string
+	}{
+		{withOperator("", "ops", ""), "LA_NATS_OPERATOR_USER and LA_NATS_OPERATOR_PASSWORD must be set together"},
+		{withOperator("", "", "pw-ops"), "LA_NATS_OPERATOR_USER and LA_NATS_OPERATOR_PASSWORD must be set together"},
+		{withOperator("", "producer", "pw-ops"), "the operator and the producers need different users"},
+		{withOperator("nats://n1", "ops", "pw-ops"), "they define the embedded server's operator"},
+	} {
+		err := c.w.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s/%s: %v; want %q", c.w.Embedded.OperatorUser, c.w.NATS.URL, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "pw-ops") {
+			t.Errorf("the error quotes a secret: %v", err)
+		}
+	}
+	c := withOperator("", "ops", "pw-ops")
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o := c.EmbeddedServer(); o.OperatorUser != "ops" || o.OperatorPassword != "pw-ops" || o.User != "producer" {
+		t.Errorf("EmbeddedServer() = %+v", o)
+	}
+}

@@ -137,6 +137,7 @@ func TestComposeWorkersOnePerChip(t *testing.T) {
 // The NATS nodes form one cluster: each config names the other nodes as routes, JetStream
 // is on with its store on the node's volume, and the workers connect to every node.
 func TestComposeNATSCluster(t *testing.T) {
+	setRolePasswords(t)
 	doc := readYAML(t, composeFile)[0]
 	services := at(t, doc, "services").(map[string]any)
 

@@ -50,7 +50,7 @@ func withAdmin(ctx context.Context, cio IO, fn func(*Admin) error) int {
 	}
 	defer closeAll()
 	if err := fn(a); err != nil {
-		return fail(cio, err)
+		return fail(cio, refusedByServer(a.js.Conn(), err))
 	}
 	return ExitOK
 }

@@ -94,11 +94,33 @@ type systemOptions struct {
 	// engine, when set, opens the worker's engine (a real pipeline) in place of the
 	// double startSystem is given.
 	engine func() (engine.Engine, error)
+	// roles, when set, makes the NATS server authenticate by role: the CLI connects as a
+	// producer (rolesProducer), the worker with the server's own worker login.
+	roles bool
 }
+
+// The logins of a system with roles.
+var (
+	rolesProducer = [2]string{"producer", "pw-Producer-2"}
+	rolesOperator = [2]string{"ops", "pw-Operator-2"}
+)
 
 func startSystem(t *testing.T, eng *enginetest.Engine, opts systemOptions) *system {
 	t.Helper()
-	s := &system{nats: natstest.Start(t), s3: s3test.Start(t), eng: eng, open: opts.engine, output: "s3://results/out/"}
+	s := &system{s3: s3test.Start(t), eng: eng, open: opts.engine, output: "s3://results/out/"}
+	if opts.roles {
+		srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(),
+			User: rolesProducer[0], Password: rolesProducer[1], OperatorUser: rolesOperator[0], OperatorPassword: rolesOperator[1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		s.nats = srv
+		t.Setenv("LA_NATS_USER", rolesProducer[0])
+		t.Setenv("LA_NATS_PASSWORD", rolesProducer[1])
+	} else {
+		s.nats = natstest.Start(t)
+	}
 	s.s3.CreateBucket(t, "images")
 	s.s3.CreateBucket(t, "results")
 	s.storeCfg = storage.Config{
@@ -118,7 +140,17 @@ func startSystem(t *testing.T, eng *enginetest.Engine, opts systemOptions) *syst
 		t.Fatalf("open storage: %v", err)
 	}
 	t.Cleanup(func() { s.store.Close() })
-	s.nc = natstest.Connect(t, s.nats)
+	if opts.roles {
+		user, password := s.nats.WorkerLogin()
+		nc, err := nats.Connect(s.nats.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsembed.WorkerInboxPrefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		s.nc = nc
+	} else {
+		s.nc = natstest.Connect(t, s.nats)
+	}
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		t.Fatal(err)
 	}

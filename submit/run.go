@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -654,8 +653,8 @@ func (r *batchRun) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan
 }
 
 // startPublishers runs cfg.MaxInFlight publishers: at most that many jobs are published
-// and not yet acknowledged at any time. Each acknowledged job is marked queued in the state
-// bucket unless a worker has already written its state.
+// and not yet acknowledged at any time. They write no job state: a job's state entry is the
+// workers' to write (the producer role may not; docs/worker.md, "Roles").
 func (r *batchRun) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <-chan *jobs.Job, done chan<- published) {
 	pub := &publisher{js: r.env.JS, class: r.cfg.Class, backoff: r.cfg.Backoff,
 		warn: func(id string, attempt int, wait time.Duration, err error) {
@@ -672,11 +671,6 @@ func (r *batchRun) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <
 				}
 				dup, err := pub.publish(ctx, job)
 				p := published{id: job.ID, dup: dup, err: err}
-				if err == nil && !dup {
-					if err := r.markQueued(ctx, job.ID); err != nil {
-						r.log.Warn("state not marked queued", "id", job.ID, "err", err)
-					}
-				}
 				if ctx.Err() != nil && p.err != nil {
 					return // interrupted: the loop is no longer listening
 				}
@@ -688,18 +682,4 @@ func (r *batchRun) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <
 			}
 		})
 	}
-}
-
-// markQueued creates the job's state entry as queued; an existing entry (a worker was
-// faster) is left alone.
-func (r *batchRun) markQueued(ctx context.Context, id string) error {
-	b, err := json.Marshal(jobs.State{Status: jobs.StatusQueued, UpdatedAt: time.Now().UTC()})
-	if err != nil {
-		return fmt.Errorf("encode state of job %s: %w", id, err)
-	}
-	_, err = r.state.KV().Create(ctx, id, b)
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("mark job %s queued: %w", id, err)
-	}
-	return nil
 }

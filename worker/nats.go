@@ -17,11 +17,14 @@ import (
 // connectNATS connects to LA_NATS_URL, or, when it is empty, starts the embedded server
 // (store under LA_DATA_DIR/jetstream, listening on LA_NATS_LISTEN, authenticating clients
 // by LA_NATS_USER and LA_NATS_PASSWORD or LA_NATS_TOKEN, TLS with LA_NATS_TLS_CERT and
-// LA_NATS_TLS_KEY) and connects to that in process, with the same credentials.
+// LA_NATS_TLS_KEY) and connects to that in process, as the worker role (a login the
+// server makes at start; the LA_NATS_* credentials are the producers').
 // embedded is nil when an external server is used; the caller shuts it down after
-// closing the connection.
+// closing the connection. The worker's replies come on its own inbox prefix, which the
+// producer role may not subscribe to.
 func connectNATS(cfg config.Worker, log *slog.Logger) (nc *nats.Conn, embedded *natsembed.Server, err error) {
 	conn, name := cfg.NATS.Conn(), "la-worker "+cfg.Runner.WorkerName
+	conn.InboxPrefix = natsembed.WorkerInboxPrefix
 	if cfg.NATS.URL != "" {
 		nc, err = conn.Connect("", name, log)
 		return nc, nil, err
@@ -36,7 +39,9 @@ func connectNATS(cfg config.Worker, log *slog.Logger) (nc *nats.Conn, embedded *
 		return nil, nil, fmt.Errorf("%w (set LA_NATS_LISTEN to another address, or LA_NATS_URL to use an existing server)", err)
 	}
 	log.Info("embedded NATS server started", "url", embedded.ClientURL(), "store", opts.StoreDir,
-		"auth", embeddedAuth(cfg.NATS), "tls", opts.TLS != nil)
+		"auth", embeddedAuth(cfg.NATS), "operator", opts.OperatorUser != "", "tls", opts.TLS != nil)
+	conn.User, conn.Password = embedded.WorkerLogin()
+	conn.Token = ""
 	nc, err = conn.ConnectInProcess(embedded, name, log)
 	if err != nil {
 		embedded.Shutdown()

@@ -34,9 +34,10 @@ const (
 	s3SecretKey  = "sk-S3-Secret-W5n1"
 	hfToken      = "hf_HF-Secret-J2p6"
 	wrongSecret  = "pw-Wrong-Secret-B8c3"
+	opsPassword  = "pw-Operator-Secret-T4r9"
 )
 
-var allSecrets = []string{natsPassword, natsToken, s3AccessKey, s3SecretKey, hfToken, wrongSecret}
+var allSecrets = []string{natsPassword, natsToken, s3AccessKey, s3SecretKey, hfToken, wrongSecret, opsPassword}
 
 // TestSecretsNeverLeave starts the worker with every secret set, against an external NATS
 // server and on the embedded one, runs a job whose image the S3 service refuses (the
@@ -67,6 +68,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 				_, port, _ := net.SplitHostPort(addr)
 				vars["LA_NATS_LISTEN"] = "0.0.0.0:" + port
 				vars["LA_NATS_URL"] = ""
+				vars["LA_NATS_OPERATOR_USER"], vars["LA_NATS_OPERATOR_PASSWORD"] = "ops", opsPassword
 				producer = map[string]string{"LA_NATS_URL": "nats://" + addr, "LA_NATS_USER": "la", "LA_NATS_PASSWORD": natsPassword}
 			}
 			setEnv(t, vars)

@@ -284,7 +284,7 @@ func (s *service) connectQueue(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if s.topo, err = jobs.EnsureTopology(ctx, js, s.cfg.Topology.Jobs()); err != nil {
+	if s.topo, err = ensureTopologyAtStart(ctx, js, s.cfg.Topology.Jobs(), s.cfg.NATS.Timeout, s.log); err != nil {
 		return err
 	}
 	if s.reg != nil { // asked at each scrape, so bounded well under a scrape's timeout

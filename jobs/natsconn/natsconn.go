@@ -29,6 +29,9 @@ type Config struct {
 	TLSCert  string // client certificate (mutual TLS)
 	TLSKey   string
 	Timeout  time.Duration // connect timeout
+	// InboxPrefix, when set, replaces _INBOX as the prefix of the connection's reply
+	// subjects (the worker's, so that producers cannot subscribe to them).
+	InboxPrefix string
 }
 
 // Options turns the configuration into nats.go options: the client name, the timeout,
@@ -39,6 +42,9 @@ func (c Config) Options(name string, log *slog.Logger) ([]nats.Option, error) {
 		nats.Timeout(c.Timeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
+	}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	if log != nil {
 		opts = append(opts,

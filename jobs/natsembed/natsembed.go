@@ -4,6 +4,10 @@
 // A server that listens beyond the loopback interface must authenticate its clients (a user
 // and password, a token, or client certificates): anyone who can publish a job can make the
 // worker read and write files, so Start refuses an open server on the network.
+//
+// A server that authenticates gives each client the permissions of its role (roles.go):
+// producers publish jobs, read results and state and request cancels; the worker, which
+// alone knows its login, runs them; an operator may do anything.
 package natsembed
 
 import (
@@ -34,12 +38,16 @@ type Options struct {
 	// Cluster, when its Name is set, makes the server one node of a JetStream cluster.
 	Cluster ClusterOptions
 
-	// User and Password, or Token, are what clients must present (not both kinds).
+	// User and Password, or Token, are what producers must present (not both kinds).
 	User, Password string
 	Token          string
+	// OperatorUser and OperatorPassword, when set, are the operator's login: every
+	// permission (dead-letter replay, purges).
+	OperatorUser, OperatorPassword string
 	// TLS, when set, is the server's TLS configuration: clients must connect with TLS. With
 	// ClientAuth tls.RequireAndVerifyClientCert and ClientCAs set, clients must also present
-	// a certificate signed by one of those CAs (mutual TLS), which authenticates them.
+	// a certificate signed by one of those CAs (mutual TLS), which authenticates them (a
+	// certificate and no other credentials is a producer).
 	TLS *tls.Config
 	// TLSTimeout bounds a client's TLS handshake; 5 s if zero.
 	TLSTimeout time.Duration
@@ -48,7 +56,7 @@ type Options struct {
 // Authenticated reports whether clients must prove who they are: a user and password, a
 // token, or a client certificate.
 func (o Options) Authenticated() bool {
-	return o.User != "" || o.Token != "" || o.mutualTLS()
+	return o.User != "" || o.Token != "" || o.OperatorUser != "" || o.mutualTLS()
 }
 
 func (o Options) mutualTLS() bool {
@@ -63,6 +71,12 @@ func (o Options) checkAuth(host string) error {
 		return errors.New("embedded NATS: a user needs a password and a password a user")
 	case o.User != "" && o.Token != "":
 		return errors.New("embedded NATS: authenticate clients by user and password or by token, not both")
+	case (o.OperatorUser == "") != (o.OperatorPassword == ""):
+		return errors.New("embedded NATS: the operator's user needs a password and its password a user")
+	case o.OperatorUser != "" && o.OperatorUser == o.User:
+		return errors.New("embedded NATS: the operator and the producers need different users")
+	case o.OperatorUser == workerUser || o.User == workerUser:
+		return fmt.Errorf("embedded NATS: the user name %q is the worker's own", workerUser)
 	case o.TLS != nil && len(o.TLS.Certificates) == 0 && o.TLS.GetCertificate == nil:
 		return errors.New("embedded NATS: TLS needs the server's certificate")
 	case !loopbackHost(host) && !o.Authenticated():
@@ -91,7 +105,8 @@ type ClusterOptions struct {
 
 // Server is a running embedded NATS server.
 type Server struct {
-	ns *server.Server
+	ns     *server.Server
+	worker login
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -120,10 +135,13 @@ func Start(o Options) (*Server, error) {
 		StoreDir:   o.StoreDir,
 		NoSigs:     true, // the worker owns signal handling
 		NoLog:      o.Logger == nil,
-
-		Username:      o.User,
-		Password:      o.Password,
-		Authorization: o.Token,
+	}
+	var auth *roleAuth
+	if o.Authenticated() {
+		if auth, err = newRoleAuth(o); err != nil {
+			return nil, err
+		}
+		opts.CustomClientAuthentication = auth
 	}
 	if o.TLS != nil {
 		opts.TLSConfig = o.TLS.Clone()
@@ -159,8 +177,17 @@ func Start(o Options) (*Server, error) {
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("embedded NATS on %s: not ready within %s (port in use?)", o.Listen, o.ReadyTimeout)
 	}
-	return &Server{ns: ns}, nil
+	s := &Server{ns: ns}
+	if auth != nil {
+		s.worker = auth.worker
+	}
+	return s, nil
 }
+
+// WorkerLogin is the user and password of the worker's role, for its in-process
+// connection; empty when the server does not authenticate. It is made at start and
+// never leaves the process.
+func (s *Server) WorkerLogin() (user, password string) { return s.worker.user, s.worker.password }
 
 // ClientURL is the URL clients connect to: nats://host:port, or tls://host:port when the
 // server requires TLS.

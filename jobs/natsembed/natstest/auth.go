@@ -1,8 +1,11 @@
 package natstest
 
 import (
+	"crypto/tls"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,26 +17,40 @@ import (
 )
 
 // This file starts servers configured for each way of authenticating that LA_NATS_*
-// offers, for tests of the clients: the embedded server's own kinds (user and password,
-// token, TLS) through StartWith, and NKeys and decentralised JWT auth (.creds) through a
-// server configured directly.
+// offers, for tests of the clients: user and password, token and TLS as an external
+// nats-server configured with them does it (StartWith), and NKeys and decentralised JWT
+// auth (.creds) through a server configured directly.
 
-// StartWith runs a JetStream server with o's authentication and TLS until the test ends;
-// Listen defaults to a random 127.0.0.1 port and StoreDir to a temporary directory.
-func StartWith(t testing.TB, o natsembed.Options) *natsembed.Server {
+// StartWith runs a JetStream server until the test ends that authenticates its clients as
+// o says (User and Password, or Token; TLS, mutual when o.TLS requires client
+// certificates) the way an external nats-server configured with one user does: every
+// client it admits may do anything. (The embedded server's roles are natsembed's own;
+// start it with natsembed.Start to test them.) Listen defaults to a random 127.0.0.1 port.
+func StartWith(t testing.TB, o natsembed.Options) *server.Server {
 	t.Helper()
-	if o.Listen == "" {
-		o.Listen = "127.0.0.1:-1"
+	host, port := "127.0.0.1", server.RANDOM_PORT
+	if o.Listen != "" {
+		h, p, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			t.Fatalf("natstest: listen address %q: %v", o.Listen, err)
+		}
+		if n, err := strconv.Atoi(p); err == nil && n > 0 {
+			port = n
+		}
+		host = h
 	}
-	if o.StoreDir == "" {
-		o.StoreDir = t.TempDir()
-	}
-	s, err := natsembed.Start(o)
-	if err != nil {
-		t.Fatalf("start embedded NATS: %v", err)
-	}
-	t.Cleanup(s.Shutdown)
-	return s
+	return StartServer(t, func(so *server.Options) {
+		so.Host, so.Port, so.JetStream = host, port, true
+		if o.StoreDir != "" {
+			so.StoreDir = o.StoreDir
+		}
+		so.Username, so.Password, so.Authorization = o.User, o.Password, o.Token
+		if o.TLS != nil {
+			so.TLSConfig = o.TLS.Clone()
+			so.TLSTimeout = 5
+			so.TLSVerify = o.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		}
+	})
 }
 
 // StartServer runs a nats-server configured by configure (after a random 127.0.0.1 port,
