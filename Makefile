@@ -76,8 +76,9 @@ fuzz: deps
 chaos: deps
 	PATH="$(GOBIN_DIR):$$PATH" CHAOS_FULL=1 $(GO) test -count=1 -timeout 60m -v ./test/chaos/
 
-# The soak: CHAOS_SOAK_JOBS (10,000) jobs with faults injected at random about every
+# The soaks (TestSoak, then TestSoakHostile: hostile producers, see docs/chaos.md):
+# CHAOS_SOAK_JOBS (10,000) jobs with faults injected at random about every
 # CHAOS_SOAK_FAULT_EVERY (20s); prints jobs, faults, lost, duplicates, p95 latency and the
 # worker's RSS growth. CHAOS_SEED=N repeats a schedule.
 soak: deps
-	PATH="$(GOBIN_DIR):$$PATH" CHAOS_SOAK=1 $(GO) test -count=1 -timeout 4h -run 'TestSoak$$' -v ./test/chaos/
+	PATH="$(GOBIN_DIR):$$PATH" CHAOS_SOAK=1 $(GO) test -count=1 -timeout 4h -run 'TestSoak$$|TestSoakHostile$$' -v ./test/chaos/

@@ -116,13 +116,17 @@ func TestProducerRoleOnTheEmbeddedServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := res.GetLastMsgForSubject(t.Context(), jobs.ResultSubjectPrefix+"*.kvsquat-1"); err != nil {
-		t.Errorf("producer: read kvsquat-1's result: %v", err)
-	}
+	// The result file is stored before the result is published and the state written:
+	// the producer reads both once they are there.
+	testwait.Until(t, 30*time.Second, "the producer reading kvsquat-1's published result", func() bool {
+		_, err := res.GetLastMsgForSubject(t.Context(), jobs.ResultSubjectPrefix+"*.kvsquat-1")
+		return err == nil
+	})
 	state := jobs.NewStateStore(kv)
-	if st, ok, err := state.Get(t.Context(), "kvsquat-1"); err != nil || !ok || st.Status != jobs.StatusSucceeded {
-		t.Errorf("producer: kvsquat-1's state: %+v %v %v", st, ok, err)
-	}
+	testwait.Until(t, 30*time.Second, "the producer reading kvsquat-1's state succeeded", func() bool {
+		st, ok, err := state.Get(t.Context(), "kvsquat-1")
+		return err == nil && ok && st.Status == jobs.StatusSucceeded
+	})
 	if err := state.RequestCancel(t.Context(), "queued-1", "test"); err != nil {
 		t.Errorf("producer: request a cancel: %v", err)
 	}

@@ -495,8 +495,8 @@ func readStates(ctx context.Context, c *client) (map[string]*jobs.State, error) 
 			if e == nil {
 				return states, nil // the initial values are all in
 			}
-			if strings.HasPrefix(e.Key(), jobs.CancelKeyPrefix) {
-				continue
+			if strings.HasPrefix(e.Key(), jobs.CancelKeyPrefix) || strings.HasPrefix(e.Key(), jobs.ClaimKeyPrefix) {
+				continue // a cancel request or a claim, not a job's state
 			}
 			var st jobs.State
 			if err := json.Unmarshal(e.Value(), &st); err != nil {
