@@ -1,12 +1,9 @@
 package httpcompat
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -16,29 +13,13 @@ import (
 
 	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/internal/imagemem"
+	"github.com/locateanything/detect/internal/testimage"
 	"github.com/locateanything/detect/internal/testwait"
 )
 
-// pngHeader is a PNG that stops after its IHDR chunk: a header claiming a w x h image of
-// the given bit depth and colour type (2 = RGB), with no pixel data. The engine double
-// prepares from the header alone, so it stands for a large image costing nothing to send,
-// like the 280 KB, 36-megapixel 16-bit PNG that costs the real engine 250-380 MB.
-func pngHeader(w, h int, depth, colorType, interlace byte) []byte {
-	var b bytes.Buffer
-	b.WriteString("\x89PNG\r\n\x1a\n")
-	chunk := []byte("IHDR\x00\x00\x00\x00\x00\x00\x00\x00")
-	binary.BigEndian.PutUint32(chunk[4:], uint32(w))
-	binary.BigEndian.PutUint32(chunk[8:], uint32(h))
-	chunk = append(chunk, depth, colorType, 0, 0, interlace)
-	_ = binary.Write(&b, binary.BigEndian, uint32(len(chunk)-4))
-	b.Write(chunk)
-	_ = binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
-	return b.Bytes()
-}
-
 // bigPNG is a 6000x6000 16-bit RGB header: 36 megapixels at 8 bytes decoded plus 4 of
 // Prepare's working copies.
-var bigPNG = pngHeader(6000, 6000, 16, 2, 0)
+var bigPNG = testimage.PNGHeader(6000, 6000, 16, 2, 0)
 
 const bigCost = 6000*6000*(8+imagemem.PrepareBytesPerPixel) + 33 // 33: the header's own bytes
 

@@ -3,10 +3,8 @@ package jobs
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"hash/crc32"
 	"log/slog"
 	"os"
 	"sync"
@@ -277,21 +275,6 @@ func (e *testEnv) queueDrained(t *testing.T) bool {
 		t.Fatalf("consumer info: %v", err)
 	}
 	return info.NumPending == 0 && info.NumAckPending == 0
-}
-
-// pngHeader is a PNG signature and IHDR chunk claiming w x h pixels, and nothing else.
-func pngHeader(w, h uint32) []byte {
-	var b bytes.Buffer
-	b.WriteString("\x89PNG\r\n\x1a\n")
-	ihdr := make([]byte, 13)
-	binary.BigEndian.PutUint32(ihdr[0:], w)
-	binary.BigEndian.PutUint32(ihdr[4:], h)
-	ihdr[8], ihdr[9] = 8, 2 // 8-bit RGB
-	chunk := append([]byte("IHDR"), ihdr...)
-	_ = binary.Write(&b, binary.BigEndian, uint32(len(ihdr)))
-	b.Write(chunk)
-	_ = binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
-	return b.Bytes()
 }
 
 // completeTopology fills the settings a test leaves zero with the worker's values (its

@@ -18,6 +18,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/engine/overlay"
+	"github.com/locateanything/detect/internal/testimage"
 	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/storage"
 )
@@ -201,7 +202,7 @@ func TestPoisonJobsFailOnFirstDelivery(t *testing.T) {
 	good := e.putImage(t, "dog.jpg", readTestdata(t, "dog.jpg"))
 	empty := e.putImage(t, "empty.jpg", nil)
 	corrupt := e.putImage(t, "corrupt.jpg", []byte("this is not an image at all, just text"))
-	huge := e.putImage(t, "huge.png", pngHeader(100000, 100000))
+	huge := e.putImage(t, "huge.png", testimage.PNGHeader(100000, 100000, 8, 2, 0))
 	eng := enginetest.New()
 	startRunner(t, e.topo, e.store, eng, e.runnerConfig("w1"))
 

@@ -1,36 +1,17 @@
 package imagemem
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"hash/crc32"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/locateanything/detect/internal/testimage"
 	"github.com/locateanything/detect/internal/testwait"
 )
 
-// pngHeader is a PNG that stops after its IHDR chunk: a header claiming a w x h image of
-// the given bit depth and colour type (2 = RGB), with no pixel data. The engine double
-// prepares from the header alone, so it stands for a large image costing nothing to send,
-// like the 280 KB, 36-megapixel 16-bit PNG that costs the real engine 250-380 MB.
-func pngHeader(w, h int, depth, colorType, interlace byte) []byte {
-	var b bytes.Buffer
-	b.WriteString("\x89PNG\r\n\x1a\n")
-	chunk := []byte("IHDR\x00\x00\x00\x00\x00\x00\x00\x00")
-	binary.BigEndian.PutUint32(chunk[4:], uint32(w))
-	binary.BigEndian.PutUint32(chunk[8:], uint32(h))
-	chunk = append(chunk, depth, colorType, 0, 0, interlace)
-	_ = binary.Write(&b, binary.BigEndian, uint32(len(chunk)-4))
-	b.Write(chunk)
-	_ = binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
-	return b.Bytes()
-}
-
-var bigPNG = pngHeader(6000, 6000, 16, 2, 0)
+var bigPNG = testimage.PNGHeader(6000, 6000, 16, 2, 0)
 
 func TestImageCostReadsTheHeaderOnly(t *testing.T) {
 	dog, err := os.ReadFile("testdata/dog.jpg") // 768x576 baseline YCbCr
@@ -51,9 +32,9 @@ func TestImageCostReadsTheHeaderOnly(t *testing.T) {
 	}{
 		{"16-bit RGB PNG", bigPNG, false, bigCost},
 		{"16-bit RGB PNG with an overlay", bigPNG, true, 6000*6000*(8+OverlayBytesPerPixel) + 33},
-		{"8-bit RGB PNG", pngHeader(1000, 1000, 8, 2, 0), false, 1000*1000*(4+PrepareBytesPerPixel) + 33},
-		{"8-bit gray PNG", pngHeader(1000, 1000, 8, 0, 0), false, 1000*1000*(1+PrepareBytesPerPixel) + 33},
-		{"interlaced 16-bit PNG", pngHeader(1000, 1000, 16, 2, 1), false, 1000*1000*(16+PrepareBytesPerPixel) + 33},
+		{"8-bit RGB PNG", testimage.PNGHeader(1000, 1000, 8, 2, 0), false, 1000*1000*(4+PrepareBytesPerPixel) + 33},
+		{"8-bit gray PNG", testimage.PNGHeader(1000, 1000, 8, 0, 0), false, 1000*1000*(1+PrepareBytesPerPixel) + 33},
+		{"interlaced 16-bit PNG", testimage.PNGHeader(1000, 1000, 16, 2, 1), false, 1000*1000*(16+PrepareBytesPerPixel) + 33},
 		{"baseline JPEG", dog, false, 768*576*(4+PrepareBytesPerPixel) + int64(len(dog))},
 		{"progressive JPEG", frame(0xC2), false, 768*512*(4+3*4+PrepareBytesPerPixel) + 27},
 		{"arithmetic-coded JPEG", frame(0xC9), false, 768*512*(4+PrepareBytesPerPixel) + 27},

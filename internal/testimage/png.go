@@ -99,3 +99,18 @@ func writeChunk(b *bytes.Buffer, kind string, data []byte) {
 	b.Write(chunk)
 	_ = binary.Write(b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
 }
+
+// PNGHeader is a PNG that stops after its IHDR chunk: a header claiming a w x h image of
+// the given bit depth, colour type (0 gray, 2 RGB, 6 RGBA) and interlace method, with no
+// pixel data. What reads only the header (a cost estimate, a size check) sees a large
+// image that costs nothing to store or send; a decoder fails on it.
+func PNGHeader(w, h int, depth, colorType, interlace byte) []byte {
+	var out bytes.Buffer
+	out.WriteString("\x89PNG\r\n\x1a\n")
+	ihdr := make([]byte, 13)
+	binary.BigEndian.PutUint32(ihdr[0:], uint32(w))
+	binary.BigEndian.PutUint32(ihdr[4:], uint32(h))
+	ihdr[8], ihdr[9], ihdr[12] = depth, colorType, interlace // compression and filter 0
+	writeChunk(&out, "IHDR", ihdr)
+	return out.Bytes()
+}
