@@ -1,15 +1,12 @@
 package worker
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kelseyhightower/envconfig"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine/enginetest"
@@ -43,10 +40,6 @@ func TestEmbeddedDefaultConfinesJobs(t *testing.T) {
 	}
 	startWorker(t, cfg, enginetest.New())
 	js := publisher(t, addr)
-	results, err := js.OrderedConsumer(t.Context(), jobs.ResultsStream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	secret := filepath.Join(outside, "secret.txt")
 	if err := os.WriteFile(secret, []byte("root:*:20000:0:99999:7:::"), 0o600); err != nil {
@@ -61,26 +54,10 @@ func TestEmbeddedDefaultConfinesJobs(t *testing.T) {
 		"write-out":    {Image: dog, Query: "dog", Output: "file://" + outside + "/"},
 		"good":         {Image: dog, Query: "dog"},
 	}
-	for id, job := range cases {
-		job.ID = id
-		b, _ := json.Marshal(job)
-		if _, err := js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), b, jetstream.WithMsgID(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := map[string]jobs.Result{}
-	for len(got) < len(cases) {
-		msg, err := results.Next(jetstream.FetchMaxWait(time.Minute))
-		if err != nil {
-			t.Fatalf("results so far %d of %d: %v", len(got), len(cases), err)
-		}
-		var r jobs.Result
-		if err := json.Unmarshal(msg.Data(), &r); err != nil {
-			t.Fatal(err)
-		}
-		got[r.ID] = r
-		if strings.Contains(string(msg.Data()), "root:") || strings.Contains(string(msg.Data()), "LA_DATA_DIR=") {
-			t.Errorf("result %s quotes a file's contents: %s", r.ID, msg.Data())
+	got, raw := runJobs(t, js, cases)
+	for id, data := range raw {
+		if strings.Contains(string(data), "root:") || strings.Contains(string(data), "LA_DATA_DIR=") {
+			t.Errorf("result %s quotes a file's contents: %s", id, data)
 		}
 	}
 	for id := range cases {

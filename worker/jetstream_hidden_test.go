@@ -1,15 +1,12 @@
 package worker
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kelseyhightower/envconfig"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine/enginetest"
@@ -50,10 +47,6 @@ func TestJobsCannotReadTheJetStreamStore(t *testing.T) {
 	}
 	startWorker(t, cfg, enginetest.New())
 	js := publisher(t, addr)
-	results, err := js.OrderedConsumer(t.Context(), jobs.ResultsStream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// A file the running server has written: the job stream's metadata.
 	store := filepath.Join(dataDir, "jetstream")
@@ -73,25 +66,7 @@ func TestJobsCannotReadTheJetStreamStore(t *testing.T) {
 		"js-write":   {Image: "file://" + filepath.Join(workTree, "dog.jpg"), Query: "dog", Output: "file://" + store + "/"},
 		"good":       {Image: "file://" + filepath.Join(workTree, "dog.jpg"), Query: "dog"},
 	}
-	for id, job := range cases {
-		job.ID = id
-		b, _ := json.Marshal(job)
-		if _, err := js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), b, jetstream.WithMsgID(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := map[string]jobs.Result{}
-	for len(got) < len(cases) {
-		msg, err := results.Next(jetstream.FetchMaxWait(time.Minute))
-		if err != nil {
-			t.Fatalf("results so far %d of %d: %v", len(got), len(cases), err)
-		}
-		var r jobs.Result
-		if err := json.Unmarshal(msg.Data(), &r); err != nil {
-			t.Fatal(err)
-		}
-		got[r.ID] = r
-	}
+	got, _ := runJobs(t, js, cases)
 	if r := got["good"]; r.Status != jobs.StatusSucceeded {
 		t.Errorf("the job inside the working tree: %s %+v", r.Status, r.Error)
 	}

@@ -254,3 +254,35 @@ func TestSIGTERMDrainsAndLosesNothing(t *testing.T) {
 		t.Error("the drained job ran again after the restart")
 	}
 }
+
+// runJobs publishes each case as a job under its map key (id and Nats-Msg-Id) and returns
+// every job's first published result, with the message's bytes.
+func runJobs(t *testing.T, js jetstream.JetStream, cases map[string]jobs.Job) (map[string]jobs.Result, map[string][]byte) {
+	t.Helper()
+	results, err := js.OrderedConsumer(t.Context(), jobs.ResultsStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, job := range cases {
+		job.ID = id
+		b, _ := json.Marshal(job)
+		if _, err := js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), b, jetstream.WithMsgID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, raw := map[string]jobs.Result{}, map[string][]byte{}
+	for len(got) < len(cases) {
+		msg, err := results.Next(jetstream.FetchMaxWait(time.Minute))
+		if err != nil {
+			t.Fatalf("results so far %d of %d: %v", len(got), len(cases), err)
+		}
+		var r jobs.Result
+		if err := json.Unmarshal(msg.Data(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if _, seen := got[r.ID]; !seen {
+			got[r.ID], raw[r.ID] = r, msg.Data()
+		}
+	}
+	return got, raw
+}
