@@ -252,14 +252,14 @@ func (h *hostileSoak) forge(id string) {
 	// A refused request is never answered: it ends at its deadline, kept short.
 	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 	defer cancel()
-	if kv, err := h.prod.js.KeyValue(ctx, jobs.StateBucket); err == nil {
-		if _, err := kv.Put(ctx, id, []byte(`{"status":"succeeded"}`)); err == nil {
-			t.Errorf("a producer wrote the state of job %s", id)
-		} else {
-			h.forgeriesRefused++
-		}
+	kv, err := h.prod.js.KeyValue(ctx, jobs.StateBucket) // producers may read the state
+	if err != nil {
+		t.Fatalf("a producer cannot open %s to read job state: %v", jobs.StateBucket, err)
+	}
+	if _, err := kv.Put(ctx, id, []byte(`{"status":"succeeded"}`)); err == nil {
+		t.Errorf("a producer wrote the state of job %s", id)
 	} else {
-		h.forgeriesRefused++ // not even the bucket's handle
+		h.forgeriesRefused++
 	}
 	forged := fmt.Sprintf(`{"id":%q,"status":"succeeded","result_url":"file:///etc/shadow"}`, id)
 	if _, err := h.prod.js.Publish(ctx, jobs.ResultSubject(jobs.DefaultBatch, id), []byte(forged),
