@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -32,12 +31,7 @@ func TestPredictAdditionsOnTheBundledModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	srv := newServer(t, Config{}, Options{})
-	if err := srv.SetReady(c); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
+	ts := serveChip(t, c)
 	img, err := os.ReadFile("../tools/tinymodel/testdata/heldout/05.png")
 	if err != nil {
 		t.Fatal(err)
@@ -100,12 +94,7 @@ func TestPredictWarningsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	srv := newServer(t, Config{}, Options{})
-	if err := srv.SetReady(c); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
+	ts := serveChip(t, c)
 	status, body := postPredict(t, t.Context(), ts.URL, map[string]any{"image": dogB64(t), "query": strings.Repeat("</c>", 250)})
 	if status != http.StatusOK {
 		t.Fatalf("status %d: %.300s", status, body)

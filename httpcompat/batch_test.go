@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sync"
 	"testing"
@@ -50,12 +49,7 @@ func TestConcurrentPredictsBatchAndAnswerAsAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		srv := newServer(t, Config{}, Options{})
-		if err := srv.SetReady(c); err != nil {
-			t.Fatal(err)
-		}
-		ts := httptest.NewServer(srv.Handler())
-		defer ts.Close()
+		ts := serveChip(t, c)
 		raw = make([]string, len(bodies))
 		var mu sync.Mutex
 		send := func(i int) {

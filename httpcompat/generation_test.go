@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"reflect"
 	"slices"
@@ -185,12 +184,7 @@ func TestPredictHybridOnTheRealEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	srv := newServer(t, Config{}, Options{})
-	if err := srv.SetReady(c); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
+	ts := serveChip(t, c)
 	img, err := os.ReadFile("../tools/tinymodel/testdata/heldout/05.png")
 	if err != nil {
 		t.Fatal(err)

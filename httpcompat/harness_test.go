@@ -259,3 +259,16 @@ func newServer(t testing.TB, own Config, opts Options) *Server {
 	}
 	return srv
 }
+
+// serveChip is a test server of a default /predict server answering with c, closed when
+// the test ends.
+func serveChip(t testing.TB, c *chip.Chip) *httptest.Server {
+	t.Helper()
+	srv := newServer(t, Config{}, Options{})
+	if err := srv.SetReady(c); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return ts
+}
