@@ -48,14 +48,23 @@ type Backend interface {
 	Close() error
 }
 
-// StepSlot is one slot's part of a Step. With L positions cached, Pending[j] runs at
-// position L+j and is kept (the slot then holds L' = L+len(Pending)); Block row i runs at
-// position L'-1+i, sees every cached position but L'-1 (row 0 stands in for the last
-// committed token) and its whole block in both directions.
+// StepSlot is one slot's part of a Step, the one way through the decoder (in the shape of
+// llama.cpp's llama_batch, grouped by slot). With L positions cached (0 for a free slot,
+// which the step then prefills and makes live), Pending[j] runs at position L+j and is kept
+// (the slot then holds L' = L+len(Pending)); Block row i runs at position L'-1+i, sees every
+// cached position but L'-1 (row 0 stands in for the last committed token) and its whole
+// block in both directions (causally, rows 0..i, on a checkpoint whose
+// text_config.causal_attn is set). Pending ids equal to the image-context token take the
+// image embeddings kept by Vision, in order (at most one slot of a Step holds them).
+//
+// Output rows: every Block row; without a Block, the last Pending row's, unless NoOutput.
+// A prefill is a free slot with the prompt pending (NoOutput when hybrid decoding starts
+// with a block), an AR step is one pending token per slot, a box step pending and a Block.
 type StepSlot struct {
-	Slot    int
-	Pending []int32 // committed tokens the slot's cache lacks
-	Block   []int32 // empty: one output row, the last pending token's (Pending not empty)
+	Slot     int
+	Pending  []int32 // committed tokens the slot's cache lacks (the prompt, for a free slot)
+	Block    []int32 // empty: no block
+	NoOutput bool    // without a Block only: cache Pending and output no row
 }
 
 // StepRow is one output row of a Step: what the acceptance rules read instead of a whole
@@ -68,7 +77,7 @@ type StepRow struct {
 
 // Step limits every backend accepts.
 const (
-	StepMaxRows  = 16 // len(Pending) + len(Block) of one slot
+	StepMaxRows  = 16 // len(Block) of one slot, and len(Pending) of a live one
 	StepMaxK     = 8
 	StepMaxWatch = 16
 )
@@ -77,10 +86,11 @@ const (
 func StepRows(slots []StepSlot) int {
 	n := 0
 	for _, s := range slots {
-		if len(s.Block) == 0 {
-			n++
-		} else {
+		switch {
+		case len(s.Block) > 0:
 			n += len(s.Block)
+		case !s.NoOutput:
+			n++
 		}
 	}
 	return n

@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LA_ABI_VERSION 3
+#define LA_ABI_VERSION 4
 #define LA_ERR_LEN 512
 #define LA_MAX_DIMS 4
 
@@ -85,6 +85,8 @@ typedef struct {
     float rope_theta; /* 1e6 */
     float rms_norm_eps;
     int image_token_id; /* <IMG_CONTEXT> */
+    int block_causal;   /* text_config.causal_attn: a block's rows see the rows of their own
+                           block causally (row i sees rows 0..i) instead of both ways */
 
     /* Run-time choices */
     int max_seq_len; /* KV cache length of each slot (LA_MAX_SEQ_LEN) */
@@ -104,16 +106,25 @@ typedef struct {
 typedef struct la_engine la_engine; /* opaque, one per chip */
 
 /* Limits of one step() call. */
-#define LA_STEP_MAX_ROWS 16 /* n_pending + n_block of one slot */
+#define LA_STEP_MAX_ROWS 16 /* n_block of one slot, and n_pending of a live slot */
 #define LA_STEP_MAX_K 8     /* top-k ids per output row */
 #define LA_STEP_MAX_WATCH 16
 
-/* One slot's part of a step() call. */
+/* One slot's part of a step() call (ABI 4). A step is the one way through the decoder, in
+ * the shape of llama.cpp's llama_batch grouped by slot: a slot's rows are its n_pending
+ * kept rows (their keys and values enter the cache, causally, at the positions after what
+ * the slot holds) and then its n_block block rows (never kept). Which rows give an output:
+ *  - n_block > 0: every block row;
+ *  - n_block == 0 and no_output == 0: the last pending row (its next-token row);
+ *  - n_block == 0 and no_output != 0: none (the rows are only cached).
+ * So a prefill is a step on a free slot with the whole prompt pending (one output, or none
+ * when hybrid decoding starts with a block), an AR decode step is one pending row per
+ * slot, and a parallel-box-decoding step is pending rows and a block. */
 typedef struct {
-    int32_t slot;      /* a live slot */
+    int32_t slot;      /* a live slot, or a free one (which then starts at position 0) */
     int32_t n_pending; /* committed tokens the slot's cache lacks, appended first (>= 0) */
-    int32_t n_block;   /* 0: one output row, the last pending token's (n_pending >= 1);
-                          > 0: a block of n_block rows after the pending ones */
+    int32_t n_block;   /* 0: no block; > 0: a block of n_block rows after the pending ones */
+    int32_t no_output; /* with n_block 0 only: 1 = cache the pending rows, output no row */
 } la_step_slot;
 
 typedef struct {
@@ -144,26 +155,37 @@ typedef struct {
     int (*decode)(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
                   int32_t *next, float *prob, char *err, size_t errlen);
 
-    /* One step of parallel box decoding for n distinct live slots (1 <= n <= max_batch),
-     * one forward for all of them. tokens holds, slot after slot, its n_pending pending
-     * ids and then its n_block block ids.
+    /* One step for n distinct slots (1 <= n <= max_batch), one forward for all of them: the
+     * one entry point of the decoder (prefill() and decode() below are its old special cases
+     * and are being removed). tokens holds, slot after slot, its n_pending pending ids and
+     * then its n_block block ids.
+     *
+     * A free slot holds L = 0 positions and needs n_pending >= 1: the step is its prefill and
+     * the slot is live afterwards. Every pending id equal to image_token_id takes the next of
+     * the image embeddings kept by vision(), in order, which the call consumes; at most one
+     * slot of a call may hold image-context ids, and it must hold exactly as many as vision()
+     * kept.
      *
      * For a slot that holds L positions, pending id j runs at position L + j, causally
      * (it sees the cache and the pending rows up to itself), and its key and value are
      * kept: the slot then holds L' = L + n_pending. Block row i runs at position L' - 1 + i
      * (row 0 repeats the last committed token at that token's position) and sees every
-     * cached position except L' - 1, which row 0 stands in for, and every row of its own
-     * block in both directions; the block's keys and values are never kept.
+     * cached position except L' - 1, which row 0 stands in for, and the rows of its own
+     * block: all of them, or rows 0..i when la_config.block_causal is set; the block's keys
+     * and values are never kept.
      *
-     * Output rows, slot after slot: one for a slot with n_block 0 (its last pending row),
-     * n_block otherwise. For output row r: top_ids[r*k .. r*k+k) and top_p[...] are the k
-     * most probable ids by float32 softmax over the vocabulary, most probable first, equal
-     * probabilities in ascending id order; watch_p[r*n_watch + j] is the probability of
-     * watch[j] (watch_p may be NULL when n_watch is 0). Limits: n_pending + n_block <=
-     * LA_STEP_MAX_ROWS, 1 <= k <= LA_STEP_MAX_K, 0 <= n_watch <= LA_STEP_MAX_WATCH,
-     * L' <= max_seq_len and L' - 1 + n_block <= max_seq_len. A call that breaks a limit,
-     * names a slot twice or a free slot, or an id outside the vocabulary fails before
-     * anything is written. After the call logits(r) is output row r's logits. */
+     * Output rows, slot after slot, as la_step_slot says: n_block for a slot with a block,
+     * one (its last pending row) for a slot without, none with no_output. For output row r:
+     * top_ids[r*k .. r*k+k) and top_p[...] are the k most probable ids by float32 softmax
+     * over the vocabulary, most probable first, equal probabilities in ascending id order
+     * (k = 1 is greedy decoding); watch_p[r*n_watch + j] is the probability of watch[j]
+     * (watch_p may be NULL when n_watch is 0; top_ids and top_p may be NULL when the call
+     * has no output row). Limits: n_block <= LA_STEP_MAX_ROWS; n_pending <= LA_STEP_MAX_ROWS
+     * on a live slot and n_pending <= max_seq_len on a free one; 1 <= k <= LA_STEP_MAX_K,
+     * 0 <= n_watch <= LA_STEP_MAX_WATCH, L' <= max_seq_len and L' - 1 + n_block <=
+     * max_seq_len. A call that breaks a limit, names a slot twice, or holds an id outside
+     * the vocabulary fails before anything is written. After the call logits(r) is output
+     * row r's logits. */
     int (*step)(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
                 int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p,
                 char *err, size_t errlen);

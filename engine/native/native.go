@@ -508,7 +508,11 @@ func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []eng
 			return fmt.Errorf("native %s: step: slot %d: %d pending and %d block tokens (1..%d in all, a row without a block needs a pending token)",
 				b.name, s.Slot, len(s.Pending), len(s.Block), engine.StepMaxRows)
 		}
-		cs[i] = C.la_step_slot{slot: C.int32_t(s.Slot), n_pending: C.int32_t(len(s.Pending)), n_block: C.int32_t(len(s.Block))}
+		noOutput := C.int32_t(0)
+		if s.NoOutput {
+			noOutput = 1
+		}
+		cs[i] = C.la_step_slot{slot: C.int32_t(s.Slot), n_pending: C.int32_t(len(s.Pending)), n_block: C.int32_t(len(s.Block)), no_output: noOutput}
 		for _, t := range s.Pending {
 			ct[nt] = C.int32_t(t)
 			nt++
