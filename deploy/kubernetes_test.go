@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -268,5 +271,47 @@ func TestKubernetesFilesAccountedFor(t *testing.T) {
 		if !listed[e.Name()] {
 			t.Errorf("kubernetes/%s is in no kustomization and not known to be applied apart", e.Name())
 		}
+	}
+}
+
+// KEDA's prometheus trigger asks for sum(la_jobs_held) / threshold pods, so its threshold
+// must be what one busy pod holds: the Prefetch each chip's Runner gets from the ConfigMap
+// (LA_PREFETCH, or the default derived from LA_MAX_BATCH) times LA_CHIPS. A smaller one
+// reads one busy worker as several pods' worth of load.
+func TestKEDAThresholdIsOneFullPod(t *testing.T) {
+	objects := kubeObjects(t)
+	env := stringMap(t, at(t, object(t, objects, "ConfigMap", "la-worker"), "data"))
+	// the worker's configuration as the pod would read it: the ConfigMap and nothing of
+	// this test's environment
+	for _, name := range config.Names(config.Worker{}) {
+		t.Setenv(name, "")
+		os.Unsetenv(name)
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var cfg config.Worker
+	if err := envconfig.Process("", &cfg); err != nil {
+		t.Fatalf("the ConfigMap's configuration: %v", err)
+	}
+	full := cfg.RunnerConfig("la-worker-0", 0).Prefetch * cfg.Engine.Chips
+
+	found := false
+	for _, trig := range list(t, object(t, objects, "ScaledObject", "la-worker"), "spec", "triggers") {
+		if str(t, trig, "type") != "prometheus" {
+			continue
+		}
+		found = true
+		threshold, err := strconv.Atoi(str(t, trig, "metadata", "threshold"))
+		if err != nil {
+			t.Fatalf("prometheus trigger threshold: %v", err)
+		}
+		if threshold != full {
+			t.Errorf("prometheus trigger threshold %d held jobs per pod; a busy pod holds %d (LA_PREFETCH %q x LA_CHIPS %d, LA_MAX_BATCH %d)",
+				threshold, full, env["LA_PREFETCH"], cfg.Engine.Chips, cfg.Engine.MaxBatch)
+		}
+	}
+	if !found {
+		t.Error("no prometheus trigger on la_jobs_held")
 	}
 }
