@@ -3,11 +3,11 @@ package httpcompat
 import (
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/version"
 )
 
 // Fixed facts about the model that the engine does not carry.
@@ -71,7 +71,7 @@ type weightsInfo struct {
 
 type sourceInfo struct {
 	Repo     string  `json:"repo"`
-	Commit   *string `json:"commit"`   // vcs.revision of the build; null when not built from a checkout
+	Commit   *string `json:"commit"`   // the commit built from; null when nothing recorded one
 	Modified bool    `json:"modified"` // built from a checkout with uncommitted changes
 }
 
@@ -179,21 +179,14 @@ func ownedBy(id string) string {
 	return "locateanything-detect"
 }
 
-// readSource reads the module path and VCS stamp the Go toolchain writes into the binary.
-func readSource() sourceInfo {
-	src := sourceInfo{Repo: sourceRepo}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return src
-	}
-	for _, kv := range bi.Settings {
-		switch kv.Key {
-		case "vcs.revision":
-			rev := kv.Value
-			src.Commit = &rev
-		case "vcs.modified":
-			src.Modified = kv.Value == "true"
-		}
+// sourceFrom is /info's source for a build: the commit the binary was built from, however
+// it was built (the Makefile's link-time commit, else the toolchain's VCS stamp, as
+// internal/version resolves them), or null when nothing recorded one.
+func sourceFrom(b version.Info) sourceInfo {
+	src := sourceInfo{Repo: sourceRepo, Modified: b.Modified}
+	if b.Commit != "" && b.Commit != version.Unknown {
+		commit := b.Commit
+		src.Commit = &commit
 	}
 	return src
 }

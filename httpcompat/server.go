@@ -29,6 +29,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/internal/imagemem"
+	"github.com/locateanything/detect/internal/version"
 )
 
 // Device is the part of *chip.Chip the server uses.
@@ -118,6 +119,9 @@ type Options struct {
 	// say) makes /readyz answer 503 with it as the reason. /health does not ask it.
 	Ready   func() error
 	Metrics *Metrics // the /predict series; nil records nothing
+
+	// Build is the build /info's source reports; nil: this binary's (version.Get).
+	Build *version.Info
 }
 
 // Server answers the contract. Create it with New.
@@ -171,12 +175,16 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if !opts.GenerationMode.Valid() {
 		return nil, fmt.Errorf("httpcompat: generation mode %q is not one of %s", opts.GenerationMode, generationModeNames())
 	}
+	build := version.Get()
+	if opts.Build != nil {
+		build = *opts.Build
+	}
 	s := &Server{
 		cfg:     cfg,
 		opts:    opts,
 		log:     opts.Logger,
 		started: time.Now(),
-		source:  readSource(),
+		source:  sourceFrom(build),
 		memory:  imagemem.NewBudget(cfg.MaxDecodedBytes),
 		drained: make(chan struct{}),
 	}
