@@ -72,6 +72,7 @@ type service struct {
 	runners        []*jobs.Runner
 	runErrs        []error
 	ready          atomic.Bool // every phase done: /readyz may say ok
+	unlockDataDir  func()      // nil until lockDataDir took LA_DATA_DIR
 }
 
 // Run runs the worker until ctx ends (SIGTERM or SIGINT in main), then drains: the Runners
@@ -114,6 +115,7 @@ func Run(ctx context.Context, cfg config.Worker, opts Options) (err error) {
 // start runs the start-up phases in order (docs/worker.md, "Lifecycle").
 func (s *service) start(ctx context.Context) error {
 	phases := []func(context.Context) error{
+		s.lockDataDir,    // 1. LA_DATA_DIR is this worker's alone
 		s.observe,        //    the metrics registry and the trace exporter
 		s.openStorage,    // 2. storage
 		s.servePredict,   //    /predict answers "starting"
@@ -150,12 +152,15 @@ func (s *service) close() {
 	if s.store != nil {
 		_ = s.store.Close()
 	}
-	if s.traces != nil { // last, so the spans of the drain go out too
+	if s.traces != nil { // after the rest, so the spans of the drain go out too
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := s.traces.Shutdown(ctx); err != nil {
 			s.log.Warn("flushing traces", "err", err)
 		}
 		cancel()
+	}
+	if s.unlockDataDir != nil { // last: the next worker may open the store once it is closed
+		s.unlockDataDir()
 	}
 }
 

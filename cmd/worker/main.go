@@ -126,6 +126,10 @@ func runService(stdout, stderr io.Writer) int {
 	defer stop()
 	if err := worker.Run(ctx, cfg, worker.Options{Log: log, Landmarks: stdout, Open: worker.OpenEngine}); err != nil {
 		log.Error("worker failed", "err", err)
+		var busy *worker.DataDirBusyError
+		if errors.As(err, &busy) { // a configuration error: two workers given one LA_DATA_DIR
+			return 2
+		}
 		return 1
 	}
 	return 0

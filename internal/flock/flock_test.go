@@ -28,3 +28,34 @@ func TestLockExcludesUntilUnlocked(t *testing.T) {
 	}
 	unlock2()
 }
+
+func TestTryLockNamesTheHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	unlock, err := TryLock(path, "pid 123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a second open of the same path conflicts like another process would
+	_, err = TryLock(path, "pid 456")
+	var held *HeldError
+	if !errors.As(err, &held) || held.Note != "pid 123" || held.Path != path {
+		t.Fatalf("TryLock while held: %v, want a HeldError with the holder's note %q", err, "pid 123")
+	}
+	unlock()
+	unlock2, err := TryLock(path, "pid 456")
+	if err != nil {
+		t.Fatalf("TryLock after unlock: %v", err)
+	}
+	defer unlock2()
+	if _, err := TryLock(path, "pid 789"); !errors.As(err, &held) || held.Note != "pid 456" {
+		t.Fatalf("TryLock after a new holder: %v, want its note %q (the old one replaced)", err, "pid 456")
+	}
+}
+
+func TestTryLockRefusesAMissingDirectory(t *testing.T) {
+	_, err := TryLock(filepath.Join(t.TempDir(), "gone", "x.lock"), "pid 1")
+	var held *HeldError
+	if err == nil || errors.As(err, &held) {
+		t.Fatalf("TryLock in a missing directory: %v, want an error that is not HeldError", err)
+	}
+}

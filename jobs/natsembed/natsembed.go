@@ -164,6 +164,16 @@ func Start(o Options) (*Server, error) {
 		opts.Cluster = server.ClusterOpts{Name: o.Cluster.Name, Host: chost, Port: cport}
 		opts.Routes = server.RoutesFromStr(strings.Join(o.Cluster.Routes, ","))
 	}
+	// The server itself reports a port it cannot listen on only by never becoming ready
+	// (ReadyTimeout, 10 s); listening first says so at once and names the cause.
+	if err := canListen(host, port); err != nil {
+		return nil, fmt.Errorf("embedded NATS: client listen address %s: %w", o.Listen, err)
+	}
+	if o.Cluster.Name != "" {
+		if err := canListen(opts.Cluster.Host, opts.Cluster.Port); err != nil {
+			return nil, fmt.Errorf("embedded NATS: cluster listen address %s: %w", o.Cluster.Listen, err)
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
@@ -205,6 +215,20 @@ func (s *Server) Shutdown() {
 
 // NATSServer exposes the underlying server, for tests that inspect JetStream state.
 func (s *Server) NATSServer() *server.Server { return s.ns }
+
+// canListen opens and closes a listener on host:port, the error the server would meet
+// (typically "address already in use"). A random port is always available. The port is
+// free again for the server at once: Go's listeners set SO_REUSEADDR.
+func canListen(host string, port int) error {
+	if port == server.RANDOM_PORT || port == 0 {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
 
 func splitListen(listen string) (string, int, error) {
 	if listen == "" {

@@ -1,6 +1,8 @@
 package natsembed
 
 import (
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,8 +51,35 @@ func TestStartFailsOnAPortInUse(t *testing.T) {
 	}
 	defer first.Shutdown()
 	addr := first.NATSServer().Addr().String()
-	if s, err := Start(Options{Listen: addr, StoreDir: t.TempDir(), ReadyTimeout: time.Second}); err == nil {
+	// The refusal is immediate (not after ReadyTimeout) and says why.
+	began := time.Now()
+	s, err := Start(Options{Listen: addr, StoreDir: t.TempDir(), ReadyTimeout: 10 * time.Second})
+	if err == nil {
 		s.Shutdown()
-		t.Errorf("second server on %s started", addr)
+		t.Fatalf("second server on %s started", addr)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("refusing a port in use took %s; want it at once, not after the ready timeout", took)
+	}
+	if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("error %q: want the address and the cause (address already in use)", err)
+	}
+}
+
+func TestStartFailsOnAClusterPortInUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	began := time.Now()
+	s, err := Start(Options{Listen: "127.0.0.1:0", StoreDir: t.TempDir(), ServerName: "n1",
+		Cluster: ClusterOptions{Name: "c", Listen: taken.Addr().String()}})
+	if err == nil {
+		s.Shutdown()
+		t.Fatalf("server started with its route port %s taken", taken.Addr())
+	}
+	if took := time.Since(began); took > 2*time.Second || !strings.Contains(err.Error(), "cluster listen address "+taken.Addr().String()) {
+		t.Errorf("after %s: %v; want an immediate error naming the cluster address", took, err)
 	}
 }
