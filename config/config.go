@@ -1,10 +1,14 @@
-// Package config is the one home of the service's settings: every variable the worker and
-// submit read, its name, its default and its validation, as one tree of structs. The
-// programs in cmd/ fill the tree from the environment with envconfig and hand the parts to
-// the packages that use them; no other package reads the environment or states a default.
+// Package config is the service's settings as one tree of structs: every variable the
+// worker and submit read. A library that has settings declares them in its own config
+// type (httpcompat.Config, jobs.TopologyConfig, sim.Costs, ...) with the one Validate of
+// its rules; this package embeds those types in the tree beside the settings that belong
+// to no single library, resolves what depends on several sections (Finish) and validates
+// the whole. The programs in cmd/ fill the tree from the environment with envconfig, the
+// only place it is read, and hand each library its own type.
 //
 // A field's `envconfig` tag is the variable's full name, `default` its default (the only
-// place the default is written), and `secret:"true"` marks a value that is never printed.
+// place the default is written), `desc` its one-line meaning, and `secret:"true"` marks a
+// value that is never printed.
 package config
 
 import (
@@ -17,6 +21,9 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/sim"
+	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/internal/settings"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -112,38 +119,6 @@ type TTNN struct {
 	Path       string `envconfig:"LA_TTNN_PATH"`                              // directory holding the adapter
 }
 
-// Sim is the simulated Blackhole p150a (LA_ENGINE=sim, engine/sim): what each device step
-// costs. The defaults are the chip's measured figures (docs/background.md); the batched
-// step's cost is an assumption until measured on hardware (docs/sim.md).
-type Sim struct {
-	Vision     time.Duration `envconfig:"LA_SIM_VISION" default:"49ms"`      // vision on a 24x44 grid, linear in patches
-	Prefill    time.Duration `envconfig:"LA_SIM_PREFILL" default:"58ms"`     // prefill padded to 512 tokens, linear in the padded length
-	Decode     time.Duration `envconfig:"LA_SIM_DECODE" default:"24ms"`      // a decode step of one sequence
-	BatchAlpha float64       `envconfig:"LA_SIM_BATCH_ALPHA" default:"0.05"` // each further sequence in a step adds this fraction of LA_SIM_DECODE
-	Speed      float64       `envconfig:"LA_SIM_SPEED" default:"1"`          // every cost divided by this
-}
-
-// HTTP is the /predict server (httpcompat). Addr "off" disables it.
-type HTTP struct {
-	Addr              string        `envconfig:"LA_HTTP_ADDR" default:":20000"`
-	MaxBodyBytes      int64         `envconfig:"LA_HTTP_MAX_BODY_BYTES" default:"67108864"` // a 47 MiB image, base64-encoded, plus JSON
-	ReadHeaderTimeout time.Duration `envconfig:"LA_HTTP_READ_HEADER_TIMEOUT" default:"10s"`
-	ReadTimeout       time.Duration `envconfig:"LA_HTTP_READ_TIMEOUT" default:"2m"`   // whole request, body included
-	WriteTimeout      time.Duration `envconfig:"LA_HTTP_WRITE_TIMEOUT" default:"10m"` // end of headers to end of response
-	IdleTimeout       time.Duration `envconfig:"LA_HTTP_IDLE_TIMEOUT" default:"2m"`
-	ShutdownTimeout   time.Duration `envconfig:"LA_HTTP_SHUTDOWN_TIMEOUT" default:"90s"` // under the 120 s `tt-model stop` allows
-	MaxPending        int           `envconfig:"LA_HTTP_MAX_PENDING" default:"64"`       // /predict requests past their body at once
-	MaxUploading      int           `envconfig:"LA_HTTP_MAX_UPLOADING" default:"256"`    // /predict requests still sending their body
-	BodyTimeout       time.Duration `envconfig:"LA_HTTP_BODY_TIMEOUT" default:"10s"`     // longest pause in a body; grace before the rate
-	MinBodyRate       int64         `envconfig:"LA_HTTP_MIN_BODY_RATE" default:"65536"`  // bytes/s a body must average after the grace
-	// MaxDecodedBytes is the image memory all pending /predict requests share, as estimated
-	// from each image's header: 2 GiB holds four 36-megapixel 16-bit PNGs being prepared.
-	MaxDecodedBytes int64 `envconfig:"LA_HTTP_MAX_DECODED_BYTES" default:"2147483648"`
-}
-
-// Enabled reports whether the /predict server runs.
-func (h HTTP) Enabled() bool { return !strings.EqualFold(h.Addr, "off") && h.Addr != "" }
-
 // NATS says how to reach NATS (natsconn).
 type NATS struct {
 	URL      string        `envconfig:"LA_NATS_URL" secret:"url"` // comma-separated; "" = the embedded server (worker)
@@ -172,30 +147,24 @@ type Embedded struct {
 	OperatorPassword string `envconfig:"LA_NATS_OPERATOR_PASSWORD" secret:"true"`
 }
 
-// Topology is the JetStream side, applied idempotently at start-up.
-type Topology struct {
-	Replicas        int             `envconfig:"LA_REPLICAS" default:"1"`
-	DuplicateWindow time.Duration   `envconfig:"LA_DUPLICATE_WINDOW" default:"2m"`
-	JobsMaxAge      time.Duration   `envconfig:"LA_JOBS_MAX_AGE" default:"0s"` // 0 = jobs wait forever
-	ResultsMaxAge   time.Duration   `envconfig:"LA_RESULTS_MAX_AGE" default:"168h"`
-	DLQMaxAge       time.Duration   `envconfig:"LA_DLQ_MAX_AGE" default:"720h"`
-	StateMaxAge     time.Duration   `envconfig:"LA_STATE_MAX_AGE" default:"168h"`
-	AckWait         time.Duration   `envconfig:"LA_ACK_WAIT" default:"60s"`
-	MaxDeliver      int             `envconfig:"LA_MAX_DELIVER" default:"10"`
-	BackOff         []time.Duration `envconfig:"LA_BACKOFF" default:"60s,2m,5m"`
-	MaxAckPending   int             `envconfig:"LA_MAX_ACK_PENDING" default:"1024"`
-}
+// The sections the libraries declare themselves (their fields' tags name the variables,
+// defaults and meanings; each has the one Validate of its rules).
+type (
+	// HTTP is the /predict server.
+	HTTP = httpcompat.Config
+	// Sim is the simulated Blackhole p150a (LA_ENGINE=sim): what each device step costs.
+	Sim = sim.Costs
+	// Topology is the JetStream side, applied idempotently at start-up.
+	Topology = jobs.TopologyConfig
+)
 
-// Runner tunes each chip's job runner.
+// Runner tunes each chip's job runner: the timing jobs declares, and what the worker
+// derives the rest of a jobs.RunnerConfig from.
 type Runner struct {
-	WorkerName    string        `envconfig:"LA_WORKER_NAME"`          // "" = host-pid
-	ResultsURL    string        `envconfig:"LA_RESULTS_URL"`          // "" = file://<LA_DATA_DIR>/results/
-	Prefetch      int           `envconfig:"LA_PREFETCH" default:"0"` // 0 = LA_MAX_BATCH + 2
-	Grace         time.Duration `envconfig:"LA_GRACE" default:"30s"`
-	PollWait      time.Duration `envconfig:"LA_POLL_WAIT" default:"2s"`
-	RetryDelay    time.Duration `envconfig:"LA_RETRY_DELAY" default:"5s"`
-	RetryDelayMax time.Duration `envconfig:"LA_RETRY_DELAY_MAX" default:"5m"`
-	OpTimeout     time.Duration `envconfig:"LA_OP_TIMEOUT" default:"30s"`
+	WorkerName string `envconfig:"LA_WORKER_NAME"`          // "" = host-pid
+	ResultsURL string `envconfig:"LA_RESULTS_URL"`          // "" = file://<LA_DATA_DIR>/results/
+	Prefetch   int    `envconfig:"LA_PREFETCH" default:"0"` // 0 = LA_MAX_BATCH + 2
+	jobs.RunnerTiming
 	// MaxDecodedBytes is the image memory all jobs of the worker (every chip's Runner)
 	// share, as estimated from each image's header before it is decoded; 0 = a quarter of
 	// the memory the worker may use (imagemem.DefaultSize).
@@ -358,10 +327,15 @@ func Loopback(addr string) bool {
 func (c Worker) Validate() error {
 	var errs []string
 	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	join := func(err error) {
+		for _, e := range settings.Split(err) {
+			add("%v", e)
+		}
+	}
 	c.Engine.validate(add)
 	c.TTNN.validate(add)
-	c.Sim.validate(add)
-	c.HTTP.validate(add)
+	join(c.Sim.Validate())
+	join(c.HTTP.Validate())
 	c.NATS.validate(add)
 	if c.NATS.URL == "" {
 		c.validateEmbedded(add)
@@ -369,8 +343,9 @@ func (c Worker) Validate() error {
 		add("LA_NATS_OPERATOR_USER and LA_NATS_OPERATOR_PASSWORD are set but LA_NATS_URL is not empty: they " +
 			"define the embedded server's operator; an external server's users are its own configuration (deploy/)")
 	}
-	c.Topology.validate(add)
+	join(c.Topology.Validate())
 	c.Runner.validate(add)
+	join(c.Runner.RunnerTiming.Validate())
 	c.Observe.validate(add)
 	c.Storage.validate(add)
 	if len(errs) > 0 {
@@ -444,20 +419,6 @@ func (t TTNN) validate(add adder) {
 	}
 }
 
-func (h HTTP) validate(add adder) {
-	positive(add, "LA_HTTP_MAX_BODY_BYTES", h.MaxBodyBytes)
-	positive(add, "LA_HTTP_MAX_PENDING", h.MaxPending)
-	positive(add, "LA_HTTP_MAX_UPLOADING", h.MaxUploading)
-	positiveDuration(add, "LA_HTTP_BODY_TIMEOUT", h.BodyTimeout)
-	positive(add, "LA_HTTP_MIN_BODY_RATE", h.MinBodyRate)
-	positive(add, "LA_HTTP_MAX_DECODED_BYTES", h.MaxDecodedBytes)
-	positiveDuration(add, "LA_HTTP_READ_HEADER_TIMEOUT", h.ReadHeaderTimeout)
-	positiveDuration(add, "LA_HTTP_READ_TIMEOUT", h.ReadTimeout)
-	positiveDuration(add, "LA_HTTP_WRITE_TIMEOUT", h.WriteTimeout)
-	positiveDuration(add, "LA_HTTP_IDLE_TIMEOUT", h.IdleTimeout)
-	positiveDuration(add, "LA_HTTP_SHUTDOWN_TIMEOUT", h.ShutdownTimeout)
-}
-
 func (n NATS) validate(add adder) {
 	positiveDuration(add, "LA_NATS_TIMEOUT", n.Timeout)
 	if n.Password != "" && n.User == "" {
@@ -509,33 +470,6 @@ func (c Worker) EmbeddedAuthenticated() bool {
 	return (n.User != "" && n.Password != "") || n.Token != "" || (n.TLSCA != "" && n.TLSCert != "" && n.TLSKey != "")
 }
 
-func (t Topology) validate(add adder) {
-	if t.Replicas < 1 || t.Replicas > 5 {
-		add("LA_REPLICAS is %d, want 1 to 5", t.Replicas)
-	}
-	positiveDuration(add, "LA_DUPLICATE_WINDOW", t.DuplicateWindow)
-	notNegativeDuration(add, "LA_JOBS_MAX_AGE", t.JobsMaxAge)
-	positiveDuration(add, "LA_RESULTS_MAX_AGE", t.ResultsMaxAge)
-	positiveDuration(add, "LA_DLQ_MAX_AGE", t.DLQMaxAge)
-	positiveDuration(add, "LA_STATE_MAX_AGE", t.StateMaxAge)
-	if t.AckWait < time.Second {
-		add("LA_ACK_WAIT is %s, want at least 1s", t.AckWait)
-	}
-	positive(add, "LA_MAX_DELIVER", t.MaxDeliver)
-	positive(add, "LA_MAX_ACK_PENDING", t.MaxAckPending)
-	for i, d := range t.BackOff {
-		if d <= 0 {
-			add("LA_BACKOFF step %d is %s, want a positive duration", i+1, d)
-		}
-	}
-	if len(t.BackOff) > 0 && len(t.BackOff) >= t.MaxDeliver { // JetStream refuses it, LA_MAX_DELIVER=1 included
-		add("LA_BACKOFF has %d steps, want fewer than LA_MAX_DELIVER (%d)", len(t.BackOff), t.MaxDeliver)
-	}
-	if t.JobsMaxAge > 0 && t.DuplicateWindow > t.JobsMaxAge {
-		add("LA_DUPLICATE_WINDOW %s is longer than LA_JOBS_MAX_AGE %s", t.DuplicateWindow, t.JobsMaxAge)
-	}
-}
-
 func (r Runner) validate(add adder) {
 	if r.WorkerName != "" && !jobs.ValidToken(r.WorkerName) {
 		add("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", r.WorkerName)
@@ -543,13 +477,6 @@ func (r Runner) validate(add adder) {
 	notNegative(add, "LA_PREFETCH", r.Prefetch)
 	if r.MaxDecodedBytes < 0 {
 		add("LA_MAX_DECODED_BYTES is %d, want 0 (derived from the memory) or more", r.MaxDecodedBytes)
-	}
-	positiveDuration(add, "LA_GRACE", r.Grace)
-	positiveDuration(add, "LA_POLL_WAIT", r.PollWait)
-	positiveDuration(add, "LA_RETRY_DELAY", r.RetryDelay)
-	positiveDuration(add, "LA_OP_TIMEOUT", r.OpTimeout)
-	if r.RetryDelayMax < r.RetryDelay {
-		add("LA_RETRY_DELAY_MAX %s is shorter than LA_RETRY_DELAY %s", r.RetryDelayMax, r.RetryDelay)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
@@ -55,25 +54,6 @@ func (c Worker) JobStorage() storage.Config {
 	return s
 }
 
-// Server is the /predict server's settings.
-func (h HTTP) Server() httpcompat.Config {
-	return httpcompat.Config{
-		Addr: h.Addr, MaxBodyBytes: h.MaxBodyBytes, ReadHeaderTimeout: h.ReadHeaderTimeout,
-		ReadTimeout: h.ReadTimeout, WriteTimeout: h.WriteTimeout, IdleTimeout: h.IdleTimeout,
-		ShutdownTimeout: h.ShutdownTimeout, MaxPending: h.MaxPending, MaxUploading: h.MaxUploading,
-		BodyTimeout: h.BodyTimeout, MinBodyRate: h.MinBodyRate, MaxDecodedBytes: h.MaxDecodedBytes,
-	}
-}
-
-// Jobs is the JetStream topology.
-func (t Topology) Jobs() jobs.TopologyConfig {
-	return jobs.TopologyConfig{
-		Replicas: t.Replicas, DuplicateWindow: t.DuplicateWindow, JobsMaxAge: t.JobsMaxAge,
-		ResultsMaxAge: t.ResultsMaxAge, DLQMaxAge: t.DLQMaxAge, StateMaxAge: t.StateMaxAge,
-		AckWait: t.AckWait, MaxDeliver: t.MaxDeliver, BackOff: t.BackOff, MaxAckPending: t.MaxAckPending,
-	}
-}
-
 // RunnerConfig is the Runner of chip i of a worker named name: with several chips each
 // Runner is named name-chipN. Logger and Metrics are the caller's to set.
 func (c Worker) RunnerConfig(name string, chip int) jobs.RunnerConfig {
@@ -87,8 +67,7 @@ func (c Worker) RunnerConfig(name string, chip int) jobs.RunnerConfig {
 	}
 	return jobs.RunnerConfig{
 		Worker: name, Prefetch: prefetch, DefaultOutput: r.ResultsURL,
-		MaxImageBytes: c.Storage.MaxImageBytes, Grace: r.Grace, PollWait: r.PollWait,
-		RetryDelay: r.RetryDelay, RetryDelayMax: r.RetryDelayMax, OpTimeout: r.OpTimeout,
+		MaxImageBytes: c.Storage.MaxImageBytes, RunnerTiming: r.RunnerTiming,
 	}
 }
 

@@ -81,9 +81,14 @@ func Names(trees ...any) []string {
 	return names
 }
 
-// walk calls visit for every tagged field below v, recursing into untagged structs, with
-// the name of the struct type that declares the field.
+// walk calls visit for every tagged field of the tree v with its section: the name of the
+// tree's field the variable lies under (the embedded section, e.g. HTTP or Runner, however
+// deep the library's own type nests it), or the tree's type name for its own fields.
 func walk(v reflect.Value, visit func(section string, f reflect.StructField, v reflect.Value)) {
+	walkSection(v, v.Type().Name(), true, visit)
+}
+
+func walkSection(v reflect.Value, section string, top bool, visit func(section string, f reflect.StructField, v reflect.Value)) {
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -91,11 +96,15 @@ func walk(v reflect.Value, visit func(section string, f reflect.StructField, v r
 			continue
 		}
 		if f.Tag.Get("envconfig") != "" {
-			visit(t.Name(), f, v.Field(i))
+			visit(section, f, v.Field(i))
 			continue
 		}
 		if f.Type.Kind() == reflect.Struct {
-			walk(v.Field(i), visit)
+			inner := section
+			if top {
+				inner = f.Name
+			}
+			walkSection(v.Field(i), inner, false, visit)
 		}
 	}
 }

@@ -1,12 +1,15 @@
 package config_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/locateanything/detect/config"
 )
 
 // envReads are the ways code reads the process environment, per language.
@@ -61,17 +64,25 @@ func TestOnlyCommandsReadTheEnvironment(t *testing.T) {
 	}
 }
 
-// TestDefaultsLiveOnlyInConfig: an envconfig default tag outside package config would be a
-// second copy of a default (or a first one that `worker config` cannot show).
-func TestDefaultsLiveOnlyInConfig(t *testing.T) {
-	tag := regexp.MustCompile("envconfig:\"|\\bdefault:\"")
+// TestEachVariableIsDeclaredOnce: a variable's envconfig tag (with its default and its
+// meaning) is written on one line of the repository, in package config or in the library
+// whose config type package config embeds; a second line would be a second copy of a
+// default, and a tag outside the trees would be a variable that `worker config` cannot show
+// and the unknown-variable check refuses.
+func TestEachVariableIsDeclaredOnce(t *testing.T) {
+	tag := regexp.MustCompile(`envconfig:"([^"]*)"`)
+	known := map[string]bool{}
+	for _, n := range config.Names(config.Worker{}, config.Submit{}) {
+		known[n] = true
+	}
+	declared := map[string]string{}
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel("..", path)
 		if d.IsDir() {
-			if rel == "config" || (rel != "." && strings.HasPrefix(d.Name(), ".")) || d.Name() == "testdata" {
+			if rel != "." && strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" {
 				return filepath.SkipDir
 			}
 			return nil
@@ -84,13 +95,29 @@ func TestDefaultsLiveOnlyInConfig(t *testing.T) {
 			return err
 		}
 		for i, line := range strings.Split(string(src), "\n") {
-			if tag.MatchString(line) && !strings.HasPrefix(strings.TrimSpace(line), "//") {
-				t.Errorf("%s:%d states a variable or default outside package config: %s", rel, i+1, strings.TrimSpace(line))
+			if strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			for _, m := range tag.FindAllStringSubmatch(line, -1) {
+				at := fmt.Sprintf("%s:%d", rel, i+1)
+				switch name := m[1]; {
+				case declared[name] != "":
+					t.Errorf("%s declares %s again (first at %s)", at, name, declared[name])
+				case !known[name]:
+					t.Errorf("%s declares %s, which neither the worker's nor submit's configuration holds", at, name)
+				default:
+					declared[name] = at
+				}
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for n := range known {
+		if declared[n] == "" {
+			t.Errorf("%s: no declaration found", n)
+		}
 	}
 }

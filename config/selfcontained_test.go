@@ -29,6 +29,9 @@ func TestNoReferenceOutsideTheRepository(t *testing.T) {
 			}
 			return nil
 		}
+		if d.Name() == ".git" {
+			return nil // a worktree's pointer to its repository, not the repository's content
+		}
 		info, err := d.Info()
 		if err != nil || info.Size() > 4<<20 || rel == self {
 			return err

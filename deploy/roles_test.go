@@ -149,7 +149,7 @@ func TestComposeNATSRolesWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	worker := connect("la-worker", nats.CustomInboxPrefix(natsembed.WorkerInboxPrefix))
-	if _, err := jobs.EnsureTopology(t.Context(), worker, cfg.Topology.Jobs()); err != nil {
+	if _, err := jobs.EnsureTopology(t.Context(), worker, cfg.Topology); err != nil {
 		t.Fatalf("la-worker: the topology: %v", err)
 	}
 	producer := connect("la-producer")

@@ -42,63 +42,6 @@ type Device interface {
 
 var _ Device = (*chip.Chip)(nil)
 
-// Config is the server's process-level configuration; the worker fills it from LA_HTTP_*
-// (package config states the defaults). Every field is required.
-type Config struct {
-	Addr              string
-	MaxBodyBytes      int64
-	ReadHeaderTimeout time.Duration
-	ReadTimeout       time.Duration
-	// WriteTimeout bounds a whole /predict, waiting for the chip included. A request that
-	// cannot finish in time is abandoned shortly before it so the client still gets an answer.
-	WriteTimeout    time.Duration
-	IdleTimeout     time.Duration
-	ShutdownTimeout time.Duration // Serve's drain when its ctx ends
-	// MaxPending bounds the /predict requests whose body has arrived and been decoded and
-	// that are being prepared, waiting for the chip or running; one more is answered 503 at
-	// once. A request still sending its body is not pending (MaxUploading bounds those), so
-	// slow clients cannot keep others from the chip.
-	MaxPending int
-	// MaxUploading bounds the /predict requests still sending their body (and being parsed);
-	// one more is answered 503 at once.
-	MaxUploading int
-	// BodyTimeout is the longest pause allowed while a /predict body arrives, and the grace
-	// before MinBodyRate applies: a body that stalls that long, or whose average rate since
-	// the headers falls below MinBodyRate once BodyTimeout has passed, is cut with 408.
-	BodyTimeout time.Duration
-	// MinBodyRate is the slowest average a /predict body may arrive at, in bytes per second.
-	MinBodyRate int64
-	// MaxDecodedBytes is the memory the pending /predict requests may hold for their images
-	// at once, as estimated from each image's header before it is decoded (imagemem.Cost). A
-	// request that does not fit waits for it as long as it may wait for the chip; an image
-	// that alone needs more is refused with 413.
-	MaxDecodedBytes int64
-}
-
-// Validate reports the first setting the server cannot run with. Every field is required:
-// the defaults are the worker's (package config), not the server's.
-func (c Config) Validate() error {
-	if c.Addr == "" {
-		return errors.New("http config: no listen address (LA_HTTP_ADDR)")
-	}
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{
-		{"LA_HTTP_MAX_BODY_BYTES", c.MaxBodyBytes}, {"LA_HTTP_MAX_PENDING", int64(c.MaxPending)},
-		{"LA_HTTP_READ_HEADER_TIMEOUT", int64(c.ReadHeaderTimeout)}, {"LA_HTTP_READ_TIMEOUT", int64(c.ReadTimeout)},
-		{"LA_HTTP_WRITE_TIMEOUT", int64(c.WriteTimeout)}, {"LA_HTTP_IDLE_TIMEOUT", int64(c.IdleTimeout)},
-		{"LA_HTTP_SHUTDOWN_TIMEOUT", int64(c.ShutdownTimeout)}, {"LA_HTTP_MAX_UPLOADING", int64(c.MaxUploading)},
-		{"LA_HTTP_BODY_TIMEOUT", int64(c.BodyTimeout)}, {"LA_HTTP_MIN_BODY_RATE", c.MinBodyRate},
-		{"LA_HTTP_MAX_DECODED_BYTES", c.MaxDecodedBytes},
-	} {
-		if f.v <= 0 {
-			return fmt.Errorf("http config: %s must be positive", f.name)
-		}
-	}
-	return nil
-}
-
 // Options are what the caller knows about this worker beyond the engine.
 type Options struct {
 	Logger *slog.Logger // nil: discard
@@ -152,10 +95,13 @@ type readyState struct {
 }
 
 // New builds a server that is starting: it answers /health with "starting" and /predict with
-// 503 until SetReady. It fails on a Config that does not Validate.
+// 503 until SetReady. It fails on a Config that is not Enabled or does not Validate.
 func New(cfg Config, opts Options) (*Server, error) {
+	if !cfg.Enabled() {
+		return nil, errDisabled
+	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("http config: %w", err)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -42,8 +42,8 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 			s := natstest.Start(b)
 			js, topo := connectTopology(b, s, TopologyConfig{})
 			cfg := RunnerConfig{Worker: "bench", Prefetch: prefetch, DefaultOutput: "file://" + dir + "/out/",
-				PollWait: 100 * time.Millisecond, Grace: 10 * time.Second, RetryDelay: time.Second,
-				RetryDelayMax: time.Minute, OpTimeout: 10 * time.Second,
+				RunnerTiming: RunnerTiming{PollWait: 100 * time.Millisecond, Grace: 10 * time.Second, RetryDelay: time.Second,
+					RetryDelayMax: time.Minute, OpTimeout: 10 * time.Second},
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			if err := os.Mkdir(filepath.Join(dir, "out"), 0o755); err != nil {
 				b.Fatal(err)

@@ -113,9 +113,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 // testRunnerConfig is fast: short polls and retry delays.
 func (e *testEnv) runnerConfig(worker string) RunnerConfig {
 	return RunnerConfig{
-		Worker: worker, DefaultOutput: defaultOutput, Prefetch: 2, PollWait: 200 * time.Millisecond,
-		RetryDelay: 50 * time.Millisecond, RetryDelayMax: 500 * time.Millisecond,
-		OpTimeout: 10 * time.Second, Grace: 10 * time.Second, Logger: e.log,
+		Worker: worker, DefaultOutput: defaultOutput, Prefetch: 2, Logger: e.log,
+		RunnerTiming: RunnerTiming{PollWait: 200 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
+			RetryDelayMax: 500 * time.Millisecond, OpTimeout: 10 * time.Second, Grace: 10 * time.Second},
 	}
 }
 

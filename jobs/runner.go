@@ -31,18 +31,14 @@ var errExpired = errors.New("deadline passed")
 // shutdown ran out; the job is given back to the queue unfinished.
 var ErrShuttingDown = errors.New("worker shutting down")
 
-// RunnerConfig tunes one Runner. The settings are required (the worker's configuration,
-// package config, states their defaults); the fields after them are wiring.
+// RunnerConfig tunes one Runner. The settings are required (RunnerTiming states the
+// timing's defaults; the worker derives the rest); the fields after them are wiring.
 type RunnerConfig struct {
-	Worker        string        // name in results, state and logs
-	Prefetch      int           // job messages held at once, running or being prepared
-	DefaultOutput string        // result URL prefix for jobs without `output`
-	MaxImageBytes int64         // image size limit; 0 = the store's own limit
-	Grace         time.Duration // after Run's ctx ends, time in-flight jobs get to finish
-	PollWait      time.Duration // how long one pull waits for a job (also the stop latency)
-	RetryDelay    time.Duration // NakWithDelay after the first transient failure, doubling
-	RetryDelayMax time.Duration // cap of the growing delay
-	OpTimeout     time.Duration // limit of one storage or NATS call
+	Worker        string // name in results, state and logs
+	Prefetch      int    // job messages held at once, running or being prepared
+	DefaultOutput string // result URL prefix for jobs without `output`
+	MaxImageBytes int64  // image size limit; 0 = the store's own limit
+	RunnerTiming         // grace, poll wait, retry delays, op timeout
 
 	// Heartbeat is the InProgress period of held messages; 0 derives it from the consumer:
 	// a third of its ack wait (or of its shortest back-off step when that is shorter).
@@ -71,15 +67,10 @@ func (c RunnerConfig) validate() error {
 		return errors.New("a default output prefix is required")
 	case c.Prefetch < 1:
 		return fmt.Errorf("prefetch %d: must be at least 1", c.Prefetch)
-	case c.Grace <= 0 || c.PollWait <= 0 || c.RetryDelay <= 0 || c.OpTimeout <= 0:
-		return fmt.Errorf("grace %s, poll wait %s, retry delay %s and op timeout %s must be positive",
-			c.Grace, c.PollWait, c.RetryDelay, c.OpTimeout)
-	case c.RetryDelayMax < c.RetryDelay:
-		return fmt.Errorf("retry delay max %s is shorter than the retry delay %s", c.RetryDelayMax, c.RetryDelay)
 	case c.MaxImageBytes < 0:
 		return fmt.Errorf("max image bytes %d is negative", c.MaxImageBytes)
 	}
-	return nil
+	return c.RunnerTiming.Validate()
 }
 
 // Runner moves jobs from the shared consumer through one chip. Create one per chip.

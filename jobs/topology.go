@@ -9,47 +9,57 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/internal/settings"
 )
 
-// TopologyConfig sets up the streams, the shared consumer and the state bucket. Every field
-// is required (the worker's configuration, package config, states the defaults); JobsMaxAge
-// and BackOff may be zero or empty, meaning no limit and no back-off.
+// TopologyConfig sets up the streams, the shared consumer and the state bucket. The
+// settings are declared here (the tags: variable, default, meaning; package config reads
+// them from the environment); JobsMaxAge and BackOff may be zero or empty, meaning no limit
+// and no back-off.
 type TopologyConfig struct {
-	Replicas        int           // stream and bucket replicas (1, 3 or 5)
-	DuplicateWindow time.Duration // LA_JOBS dedupe window for Nats-Msg-Id
-	JobsMaxAge      time.Duration // how long an unconsumed job may wait; 0 = forever
-	ResultsMaxAge   time.Duration // how long LA_RESULTS keeps a result
-	DLQMaxAge       time.Duration // how long LA_DLQ keeps a record
-	StateMaxAge     time.Duration // TTL of job state and cancel entries
+	Replicas        int           `envconfig:"LA_REPLICAS" default:"1" desc:"replicas of the streams and the state bucket (1, 3 or 5 on a cluster)"`
+	DuplicateWindow time.Duration `envconfig:"LA_DUPLICATE_WINDOW" default:"2m" desc:"LA_JOBS drops a job whose Nats-Msg-Id it saw this recently"`
+	JobsMaxAge      time.Duration `envconfig:"LA_JOBS_MAX_AGE" default:"0s" desc:"how long an unconsumed job may wait; 0 = forever"`
+	ResultsMaxAge   time.Duration `envconfig:"LA_RESULTS_MAX_AGE" default:"168h" desc:"how long LA_RESULTS keeps a result"`
+	DLQMaxAge       time.Duration `envconfig:"LA_DLQ_MAX_AGE" default:"720h" desc:"how long LA_DLQ keeps a dead-letter record"`
+	StateMaxAge     time.Duration `envconfig:"LA_STATE_MAX_AGE" default:"168h" desc:"lifetime of job state and cancel entries"`
 
-	AckWait       time.Duration   // time a worker has between heartbeats before redelivery
-	MaxDeliver    int             // deliveries before a job is dead-lettered
-	BackOff       []time.Duration // redelivery delays after an AckWait expiry (none if empty); len < MaxDeliver
-	MaxAckPending int             // jobs in flight across all workers
+	AckWait       time.Duration   `envconfig:"LA_ACK_WAIT" default:"60s" desc:"time a worker has between heartbeats before its job is redelivered"`
+	MaxDeliver    int             `envconfig:"LA_MAX_DELIVER" default:"10" desc:"deliveries before a job is dead-lettered"`
+	BackOff       []time.Duration `envconfig:"LA_BACKOFF" default:"60s,2m,5m" desc:"redelivery delays after an ack wait expires; fewer steps than LA_MAX_DELIVER"`
+	MaxAckPending int             `envconfig:"LA_MAX_ACK_PENDING" default:"1024" desc:"jobs in flight across all workers"`
 }
 
-// Validate reports the first setting that JetStream would refuse or that makes no sense.
+// Validate reports every setting that JetStream would refuse or that makes no sense, each
+// naming its variable.
 func (c TopologyConfig) Validate() error {
-	switch {
-	case c.Replicas < 1 || c.Replicas > 5:
-		return fmt.Errorf("replicas %d: must be 1-5", c.Replicas)
-	case c.AckWait < time.Second:
-		return fmt.Errorf("ack wait %s: must be at least 1s", c.AckWait)
-	case c.MaxDeliver < 1:
-		return fmt.Errorf("max deliver %d: must be at least 1", c.MaxDeliver)
-	case len(c.BackOff) > 0 && len(c.BackOff) >= c.MaxDeliver:
-		return fmt.Errorf("back-off has %d steps: must be fewer than max deliver (%d)", len(c.BackOff), c.MaxDeliver)
-	case c.MaxAckPending < 1:
-		return fmt.Errorf("max ack pending %d: must be at least 1", c.MaxAckPending)
-	case c.DuplicateWindow <= 0 || c.ResultsMaxAge <= 0 || c.DLQMaxAge <= 0 || c.StateMaxAge <= 0:
-		return errors.New("the duplicate window and the results, dead-letter and state max ages must be positive")
-	case c.JobsMaxAge < 0:
-		return errors.New("the jobs max age must not be negative (0 = forever)")
+	var v settings.Check
+	if c.Replicas < 1 || c.Replicas > 5 {
+		v.Add("LA_REPLICAS is %d, want 1 to 5", c.Replicas)
+	}
+	v.PositiveDuration("LA_DUPLICATE_WINDOW", c.DuplicateWindow)
+	v.NotNegativeDuration("LA_JOBS_MAX_AGE", c.JobsMaxAge, "no limit")
+	v.PositiveDuration("LA_RESULTS_MAX_AGE", c.ResultsMaxAge)
+	v.PositiveDuration("LA_DLQ_MAX_AGE", c.DLQMaxAge)
+	v.PositiveDuration("LA_STATE_MAX_AGE", c.StateMaxAge)
+	if c.AckWait < time.Second {
+		v.Add("LA_ACK_WAIT is %s, want at least 1s", c.AckWait)
+	}
+	v.Positive("LA_MAX_DELIVER", int64(c.MaxDeliver))
+	v.Positive("LA_MAX_ACK_PENDING", int64(c.MaxAckPending))
+	for i, d := range c.BackOff {
+		if d <= 0 {
+			v.Add("LA_BACKOFF step %d is %s, want a positive duration", i+1, d)
+		}
+	}
+	if len(c.BackOff) > 0 && len(c.BackOff) >= c.MaxDeliver { // JetStream refuses it, LA_MAX_DELIVER=1 included
+		v.Add("LA_BACKOFF has %d steps, want fewer than LA_MAX_DELIVER (%d)", len(c.BackOff), c.MaxDeliver)
 	}
 	if c.JobsMaxAge > 0 && c.DuplicateWindow > c.JobsMaxAge {
-		return fmt.Errorf("duplicate window %s is longer than the jobs max age %s", c.DuplicateWindow, c.JobsMaxAge)
+		v.Add("LA_DUPLICATE_WINDOW %s is longer than LA_JOBS_MAX_AGE %s", c.DuplicateWindow, c.JobsMaxAge)
 	}
-	return nil
+	return v.Err()
 }
 
 // Topology is the JetStream side of the wire contract, ready for use. The handles address

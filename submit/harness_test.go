@@ -181,8 +181,8 @@ func (s *system) startWorker(t *testing.T) {
 	}
 	r, err := jobs.NewRunner(s.topo, s.store, c, jobs.RunnerConfig{
 		Worker: "test-worker", DefaultOutput: s.output, Prefetch: 4,
-		PollWait: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond, RetryDelayMax: 500 * time.Millisecond,
-		OpTimeout: 10 * time.Second, Grace: 5 * time.Second,
+		RunnerTiming: jobs.RunnerTiming{PollWait: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
+			RetryDelayMax: 500 * time.Millisecond, OpTimeout: 10 * time.Second, Grace: 5 * time.Second},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -295,7 +295,7 @@ func workerTopology(t *testing.T, own jobs.TopologyConfig) jobs.TopologyConfig {
 	if err := envconfig.Process("", &defaults); err != nil {
 		t.Fatal(err)
 	}
-	c := defaults.Jobs()
+	c := defaults
 	if own.DuplicateWindow != 0 {
 		c.DuplicateWindow = own.DuplicateWindow
 	}

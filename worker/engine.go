@@ -40,7 +40,7 @@ func openEngine(ctx context.Context, cfg config.Worker, log *slog.Logger, meter 
 	}
 	log.Info("weights chosen", "dir", choice.Dir, "model", choice.Model, "why", choice.Reason)
 	opts := EngineOptions(cfg.Engine, choice)
-	opts.Sim, opts.SimMeter = cfg.Sim.Costs(), meter
+	opts.Sim, opts.SimMeter = cfg.Sim, meter
 	if cfg.Engine.Backend == "ttnn" {
 		if err := ttnnOptions(ctx, &opts, cfg, log); err != nil {
 			return nil, err

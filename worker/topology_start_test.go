@@ -30,7 +30,7 @@ func TestTopologyWaitsForJetStreamToAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := defaultConfig(t).Topology.Jobs()
+	cfg := defaultConfig(t).Topology
 	log := slog.New(slog.DiscardHandler)
 
 	_, err = ensureTopologyAtStart(t.Context(), js, cfg, 300*time.Millisecond, log)

@@ -225,7 +225,7 @@ func (s *service) servePredict(context.Context) error {
 	if !s.cfg.HTTP.Enabled() {
 		return nil
 	}
-	predict, err := httpcompat.New(s.cfg.HTTP.Server(), httpcompat.Options{
+	predict, err := httpcompat.New(s.cfg.HTTP, httpcompat.Options{
 		Logger: s.log.With("component", "http"),
 		Chips:  s.cfg.Engine.Chips,
 		Queue:  queueDescription(s.cfg),
@@ -289,7 +289,7 @@ func (s *service) connectQueue(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if s.topo, err = ensureTopologyAtStart(ctx, js, s.cfg.Topology.Jobs(), s.cfg.NATS.Timeout, s.log); err != nil {
+	if s.topo, err = ensureTopologyAtStart(ctx, js, s.cfg.Topology, s.cfg.NATS.Timeout, s.log); err != nil {
 		return err
 	}
 	if s.reg != nil { // asked at each scrape, so bounded well under a scrape's timeout

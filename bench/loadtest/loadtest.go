@@ -117,7 +117,7 @@ func Run(ctx context.Context, args []string, base config.Worker, env Env) error 
 	}
 
 	out := env.Stdout
-	c := base.Sim.Costs()
+	c := base.Sim
 	fmt.Fprintf(out, "simulated p150a: vision %s (24x44 grid), prefill %s (512 tokens), decode step %s x (1 + %.3g x (B-1)), speed %gx\n",
 		c.Vision, c.Prefill, c.Decode, c.BatchAlpha, c.Speed)
 	imagesNote := fmt.Sprintf("%d 1920x1080 JPEGs from %s", len(r.frames.paths), o.images)

@@ -278,7 +278,7 @@ func (r *run) measure(ctx context.Context, s scenario, js jetstream.JetStream, b
 	}
 	o.DeviceBusy = fraction(during.Busy, span, s.chips)
 	o.SimWakeLate = fraction(during.Late, span, s.chips)
-	o.DeviceBoundJobsPerS = round(deviceBound(r.base.Sim.Costs(), s, o.TokensPerJob), 2)
+	o.DeviceBoundJobsPerS = round(deviceBound(r.base.Sim, s, o.TokensPerJob), 2)
 	return o, nil
 }
 

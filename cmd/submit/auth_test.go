@@ -173,7 +173,7 @@ func ensureTopology(t *testing.T) {
 	if err := envconfig.Process("", &w); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.EnsureTopology(t.Context(), js, w.Topology.Jobs()); err != nil {
+	if _, err := jobs.EnsureTopology(t.Context(), js, w.Topology); err != nil {
 		t.Fatalf("topology: %v", err)
 	}
 }

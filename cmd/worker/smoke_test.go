@@ -34,7 +34,7 @@ func smokeServer(t *testing.T, ready bool) (*httptest.Server, *httpcompat.Server
 	if err := envconfig.Process("", &hc); err != nil { // the worker's defaults
 		t.Fatal(err)
 	}
-	srv, err := httpcompat.New(hc.Server(), httpcompat.Options{})
+	srv, err := httpcompat.New(hc, httpcompat.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,10 @@
 package sim
 
 import (
-	"fmt"
 	"math"
 	"time"
+
+	"github.com/locateanything/detect/internal/settings"
 )
 
 // The shapes the reference costs were measured at (docs/background.md, "Measured on a
@@ -15,36 +16,38 @@ const (
 )
 
 // Costs is the device's cost model: how long each step keeps the simulated chip busy.
-// package config states the defaults (LA_SIM_*); docs/sim.md says where each comes from
-// and which parts are assumptions.
+// The settings are declared here (the tags: variable, default, meaning; package config
+// reads them from the environment). The defaults are the p150a's measured figures; the
+// batched step's cost is an assumption until measured on hardware (docs/sim.md says where
+// each comes from).
 type Costs struct {
 	// Vision is the vision tower on ReferencePatches patches; the cost scales linearly
 	// with the patch count.
-	Vision time.Duration
+	Vision time.Duration `envconfig:"LA_SIM_VISION" default:"49ms" desc:"simulated vision on a 24x44 grid; linear in patches"`
 	// Prefill is a prompt padded to ReferencePrefill tokens; the cost scales linearly with
 	// the padded length (PrefillLength).
-	Prefill time.Duration
+	Prefill time.Duration `envconfig:"LA_SIM_PREFILL" default:"58ms" desc:"simulated prefill padded to 512 tokens; linear in the padded length"`
 	// Decode is one decode step of one sequence.
-	Decode time.Duration
+	Decode time.Duration `envconfig:"LA_SIM_DECODE" default:"24ms" desc:"simulated decode step of one sequence"`
 	// BatchAlpha is the extra cost of each further row of a decode step, as a fraction of
 	// Decode: a step of B rows costs Decode * (1 + BatchAlpha*(B-1)). A step always has the
 	// chip's batch size of rows (LA_MAX_BATCH), live or idle.
-	BatchAlpha float64
+	BatchAlpha float64 `envconfig:"LA_SIM_BATCH_ALPHA" default:"0.05" desc:"each further sequence in a simulated step adds this fraction of LA_SIM_DECODE"`
 	// Speed divides every cost: 10 runs the device ten times faster than the chip (CI).
-	Speed float64
+	Speed float64 `envconfig:"LA_SIM_SPEED" default:"1" desc:"every simulated cost is divided by this"`
 }
 
-// Validate reports a cost model that makes no sense.
+// Validate reports every cost that makes no sense, each naming its variable.
 func (c Costs) Validate() error {
-	switch {
-	case c.Vision < 0 || c.Prefill < 0 || c.Decode < 0:
-		return fmt.Errorf("sim: costs vision %s, prefill %s, decode %s: none may be negative", c.Vision, c.Prefill, c.Decode)
-	case c.BatchAlpha < 0 || math.IsNaN(c.BatchAlpha) || math.IsInf(c.BatchAlpha, 0):
-		return fmt.Errorf("sim: batch alpha %v: want 0 or more", c.BatchAlpha)
-	case !(c.Speed > 0) || math.IsInf(c.Speed, 0):
-		return fmt.Errorf("sim: speed %v: want a positive factor", c.Speed)
+	var v settings.Check
+	v.NotNegativeDuration("LA_SIM_VISION", c.Vision, "free")
+	v.NotNegativeDuration("LA_SIM_PREFILL", c.Prefill, "free")
+	v.NotNegativeDuration("LA_SIM_DECODE", c.Decode, "free")
+	v.Finite("LA_SIM_BATCH_ALPHA", c.BatchAlpha, 0)
+	if !(c.Speed > 0) || math.IsInf(c.Speed, 0) {
+		v.Add("LA_SIM_SPEED is %v, want a positive factor (10 runs the simulated chip ten times faster)", c.Speed)
 	}
-	return nil
+	return v.Err()
 }
 
 // VisionCost is the device time of vision on a gridH x gridW grid.

@@ -94,7 +94,7 @@ var ErrClosed = errors.New("sim backend is closed")
 // New builds a simulated chip.
 func New(o Options) (*Backend, error) {
 	if err := o.Costs.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sim costs: %w", err)
 	}
 	if o.MaxBatch < 1 || o.MaxSeqLen < 1 || o.PatchSize < 1 || o.MergeKernel < 1 {
 		return nil, fmt.Errorf("sim: MaxBatch %d, MaxSeqLen %d, PatchSize %d and MergeKernel %d must be positive",

@@ -41,7 +41,7 @@ func TestHeldoutScenesThroughTheQueue(t *testing.T) {
 	if err := envconfig.Process("", &worker); err != nil {
 		t.Fatal(err)
 	}
-	topo, err := jobs.EnsureTopology(ctx, js, worker.Topology.Jobs())
+	topo, err := jobs.EnsureTopology(ctx, js, worker.Topology)
 	if err != nil {
 		t.Fatal(err)
 	}
