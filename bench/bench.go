@@ -8,6 +8,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,7 +21,7 @@ import (
 )
 
 // Usage is the command line of `worker bench`, appended to flag errors.
-const Usage = "usage: worker bench --weights DIR [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--quant bf16|q8] [--batch 1,2,4,8,16]"
+const Usage = "usage: worker bench [--weights DIR] [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--quant bf16|q8] [--batch 1,2,4,8,16]"
 
 // ErrUsage marks the errors of a bad command line: a flag that does not parse, is missing
 // or out of range, or a grid or prompt that does not fit the checkpoint. Test for it with
@@ -58,14 +59,32 @@ type shapes struct {
 	imageTokens int // tokens after the merge
 }
 
+// Defaults are what the flags default to when not given: the command derives them from the
+// worker's configuration (only commands read the environment), so that the bench runs the
+// checkpoint and the settings the worker would.
+type Defaults struct {
+	// Weights chooses the checkpoint when --weights is empty (cmd/worker: the one the
+	// worker would run); nil makes --weights required.
+	Weights func() (string, error)
+	Quant   string // --quant (LA_WEIGHTS_QUANT); "" = bf16
+	Threads int    // --threads (LA_THREADS)
+}
+
 // Run implements `worker bench` with the arguments after the subcommand name, writing
 // the report to stdout. Every error starts with "bench:"; errors of the command line match
-// ErrUsage, and those of the flags alone end with Usage. weights is the default of
-// --weights (the worker passes $LA_WEIGHTS_DIR: only commands read the environment).
-func Run(args []string, weights string, stdout io.Writer) error {
-	o, err := parseFlags(args, weights)
+// ErrUsage, and those of the flags alone end with Usage.
+func Run(args []string, d Defaults, stdout io.Writer) error {
+	o, err := parseFlags(args, d)
 	if err != nil {
 		return err
+	}
+	if o.weights == "" && d.Weights != nil {
+		if o.weights, err = d.Weights(); err != nil {
+			return fmt.Errorf("bench: choosing the weights: %w", err)
+		}
+	}
+	if o.weights == "" {
+		return usagef("bench: --weights is required\n%s", Usage)
 	}
 	m, err := checkpoint.Open(o.weights)
 	if err != nil {
@@ -111,20 +130,19 @@ func Run(args []string, weights string, stdout io.Writer) error {
 	return report(stdout, u, summarise(m, o, sh, mf, runs))
 }
 
-// Flags is the flag set `worker bench` parses, for its --help; weights is the default of
-// --weights.
-func Flags(weights string) *flag.FlagSet {
-	fs, _, _ := defineFlags(&options{}, weights)
+// Flags is the flag set `worker bench` parses with the defaults d, for its --help.
+func Flags(d Defaults) *flag.FlagSet {
+	fs, _, _ := defineFlags(&options{}, d)
 	return fs
 }
 
 // defineFlags defines the flags on a new set that parses into o; the strings it returns
 // are the flags parseFlags checks and converts after parsing.
-func defineFlags(o *options, weights string) (fs *flag.FlagSet, grid, batch *string) {
+func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch *string) {
 	fs = flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.weights, "weights", weights, "checkpoint `DIR`")
-	fs.IntVar(&o.threads, "threads", 0, "backend threads (0 = one per CPU)")
+	fs.StringVar(&o.weights, "weights", "", "checkpoint `DIR` (empty: the one the worker would run)")
+	fs.IntVar(&o.threads, "threads", d.Threads, "backend threads (0 = one per CPU)")
 	fs.IntVar(&o.tokens, "tokens", 64, "decode steps per run")
 	grid = fs.String("grid", "24x44", "vision grid HxW in 14-px patches")
 	fs.IntVar(&o.prompt, "prompt", 303, "prefill prompt length, image tokens included")
@@ -132,24 +150,21 @@ func defineFlags(o *options, weights string) (fs *flag.FlagSet, grid, batch *str
 	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
-	fs.StringVar(&o.quant, "quant", "bf16", "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
+	fs.StringVar(&o.quant, "quant", cmp.Or(d.Quant, "bf16"), "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
 	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
 	return fs, grid, batch
 }
 
 // parseFlags reads the command line into options and checks what can be checked without
 // the checkpoint: required flags, the grid's syntax, positive counts.
-func parseFlags(args []string, weights string) (options, error) {
+func parseFlags(args []string, d Defaults) (options, error) {
 	var o options
-	fs, grid, batch := defineFlags(&o, weights)
+	fs, grid, batch := defineFlags(&o, d)
 	if err := fs.Parse(args); err != nil {
 		return o, usagef("bench: %w\n%s", err, Usage)
 	}
 	if fs.NArg() > 0 {
 		return o, usagef("bench: unexpected argument %q\n%s", fs.Arg(0), Usage)
-	}
-	if o.weights == "" {
-		return o, usagef("bench: --weights is required\n%s", Usage)
 	}
 	if _, err := fmt.Sscanf(*grid, "%dx%d", &o.gridH, &o.gridW); err != nil || o.gridH <= 0 || o.gridW <= 0 ||
 		*grid != fmt.Sprintf("%dx%d", o.gridH, o.gridW) {

@@ -14,7 +14,7 @@ import (
 func TestBenchReportsEveryStage(t *testing.T) {
 	var out bytes.Buffer
 	err := Run([]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x10",
-		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, "", &out)
+		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, Defaults{}, &out)
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
@@ -64,10 +64,10 @@ func TestBenchQ8(t *testing.T) {
 		return v
 	}
 	var bf16, q8 bytes.Buffer
-	if err := Run(args, "", &bf16); err != nil {
+	if err := Run(args, Defaults{}, &bf16); err != nil {
 		t.Fatalf("bench: %v", err)
 	}
-	if err := Run(append(args, "--quant", "q8"), "", &q8); err != nil {
+	if err := Run(append(args, "--quant", "q8"), Defaults{}, &q8); err != nil {
 		t.Fatalf("bench --quant q8: %v", err)
 	}
 	report := q8.String()
@@ -101,7 +101,7 @@ func TestBenchQ8(t *testing.T) {
 func TestBenchBatchSweep(t *testing.T) {
 	var out bytes.Buffer
 	err := Run([]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "4x4", "--prompt", "12",
-		"--tokens", "3", "--runs", "2", "--stream-mib", "8", "--threads", "2", "--batch", "1,2,4"}, "", &out)
+		"--tokens", "3", "--runs", "2", "--stream-mib", "8", "--threads", "2", "--batch", "1,2,4"}, Defaults{}, &out)
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge", true},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short", true},
 	} {
-		err := Run(c.args, "", &bytes.Buffer{})
+		err := Run(c.args, Defaults{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
 		}

@@ -15,9 +15,9 @@ import (
 )
 
 // OpenEngine opens the engine of one chip on the calling thread, which is the chip's owner
-// thread (engine/chip), with the weights provision.Choose picks.
+// thread (engine/chip): Open with the service's setup.
 func OpenEngine(ctx context.Context, cfg config.Worker, chip int, log *slog.Logger) (engine.Engine, error) {
-	return openEngine(ctx, cfg, log, nil)
+	return Open(ctx, cfg, log, Setup{})
 }
 
 // MeteredOpener is OpenEngine with the device time of each simulated chip (LA_ENGINE=sim)
@@ -27,20 +27,47 @@ func MeteredOpener(meters []*sim.Meter) EngineOpener {
 		if chip >= len(meters) {
 			return nil, fmt.Errorf("chip %d has no meter (%d given)", chip, len(meters))
 		}
-		return openEngine(ctx, cfg, log, meters[chip])
+		return Open(ctx, cfg, log, Setup{Meter: meters[chip]})
 	}
 }
 
-func openEngine(ctx context.Context, cfg config.Worker, log *slog.Logger, meter *sim.Meter) (engine.Engine, error) {
-	choice, err := provision.Choose(ctx, provision.Request{
-		Dir: cfg.Weights.Directory(), Hub: cfg.Weights.Hub(), Bundled: provision.Bundled(filepath.Join(cfg.DataDir, "bundled")),
+// Setup is what Open needs besides the configuration.
+type Setup struct {
+	// BundledDir is where the binary's own copy of the bundled model is unpacked when no
+	// checkout holds one; "" means LA_DATA_DIR/bundled, the service's place. A tool passes
+	// a directory of its own (the system's temporary one), so that it writes nothing where
+	// it is run.
+	BundledDir string
+	// Meter, when set, is what a simulated chip's device time (LA_ENGINE=sim) is added to.
+	Meter *sim.Meter
+}
+
+// ChooseWeights picks the checkpoint cfg names by provision.Choose's rules: LA_WEIGHTS_DIR
+// (or its alias LA_MODEL_PATH), else the pinned snapshot in the Hugging Face cache (or from
+// the Hub with LA_DOWNLOAD), else the bundled model. Every program that runs the model picks
+// its weights here, so the same environment runs the same model everywhere.
+func ChooseWeights(ctx context.Context, cfg config.Worker, s Setup) (provision.Choice, error) {
+	bundled := s.BundledDir
+	if bundled == "" {
+		bundled = filepath.Join(cfg.DataDir, "bundled")
+	}
+	return provision.Choose(ctx, provision.Request{
+		Dir: cfg.Weights.Directory(), Hub: cfg.Weights.Hub(), Bundled: provision.Bundled(bundled),
 	})
+}
+
+// Open opens an engine on the calling thread (native backends bind to it) with cfg's
+// engine settings (LA_ENGINE, LA_WEIGHTS_QUANT, LA_MAX_SEQ_LEN, ...) on the weights
+// ChooseWeights picks. It is the one constructor of the engine: each chip of the service
+// and every `worker` subcommand that runs the model open theirs here.
+func Open(ctx context.Context, cfg config.Worker, log *slog.Logger, s Setup) (engine.Engine, error) {
+	choice, err := ChooseWeights(ctx, cfg, s)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("weights chosen", "dir", choice.Dir, "model", choice.Model, "why", choice.Reason)
-	opts := EngineOptions(cfg.Engine, choice)
-	opts.Sim, opts.SimMeter = cfg.Sim, meter
+	opts := engineOptions(cfg.Engine, choice)
+	opts.Sim, opts.SimMeter = cfg.Sim, s.Meter
 	if cfg.Engine.Backend == "ttnn" {
 		if err := ttnnOptions(ctx, &opts, cfg, log); err != nil {
 			return nil, err
@@ -49,9 +76,8 @@ func openEngine(ctx context.Context, cfg config.Worker, log *slog.Logger, meter 
 	return pipeline.Open(opts)
 }
 
-// EngineOptions are the native engine's options for the chosen weights (what `worker
-// detect` and `worker bench` use too).
-func EngineOptions(e config.Engine, choice provision.Choice) pipeline.OpenOptions {
+// engineOptions are the pipeline's options for the chosen weights and the engine settings.
+func engineOptions(e config.Engine, choice provision.Choice) pipeline.OpenOptions {
 	return pipeline.OpenOptions{
 		WeightsDir:      choice.Dir,
 		ModelName:       choice.Model,

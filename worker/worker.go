@@ -229,7 +229,7 @@ func (s *service) servePredict(context.Context) error {
 		Logger: s.log.With("component", "http"),
 		Chips:  s.cfg.Engine.Chips,
 		Queue:  queueDescription(s.cfg),
-		// What /info reports as the default; the engine applies it (EngineOptions).
+		// What /info reports as the default; the engine applies it (engineOptions).
 		GenerationMode: engine.GenerationMode(s.cfg.Engine.GenerationMode),
 		Ready:          s.readiness,
 		Metrics:        s.predictMetrics,

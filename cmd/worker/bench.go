@@ -1,20 +1,44 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
-	"os"
 
 	"github.com/locateanything/detect/bench"
+	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/worker"
 )
 
 // runBench implements `worker bench`: the CPU backend's stages timed against the
-// machine's own ceilings. The command lives in package bench (see bench.Run); an error of
-// its command line becomes a usageError, so the worker exits 2 on it.
+// machine's own ceilings. The command lives in package bench (see bench.Run); it runs on
+// the worker's configuration: without --weights the checkpoint the worker would run
+// (worker.ChooseWeights), LA_WEIGHTS_QUANT and LA_THREADS as the defaults of --quant and
+// --threads. An error of its command line or configuration exits 2.
 func runBench(args []string, stdout io.Writer) error {
-	err := bench.Run(args, os.Getenv("LA_WEIGHTS_DIR"), stdout)
+	cfg, err := loadConfig()
+	if err != nil {
+		return usageError{err}
+	}
+	if cfg.Engine.Backend != "cpu" {
+		return usageError{fmt.Errorf("bench times the cpu engine, and LA_ENGINE is %q", cfg.Engine.Backend)}
+	}
+	err = bench.Run(args, benchDefaults(cfg), stdout)
 	if errors.Is(err, bench.ErrUsage) {
 		return usageError{err}
 	}
 	return err
+}
+
+// benchDefaults are the bench's flag defaults from the worker's configuration.
+func benchDefaults(cfg config.Worker) bench.Defaults {
+	return bench.Defaults{
+		Weights: func() (string, error) {
+			choice, err := worker.ChooseWeights(context.Background(), cfg, toolSetup())
+			return choice.Dir, err
+		},
+		Quant:   cfg.Engine.WeightsQuant,
+		Threads: cfg.Engine.Threads,
+	}
 }

@@ -7,20 +7,32 @@ import (
 )
 
 // The bench itself is tested in package bench; this checks that the subcommand reaches
-// it and that its exit code tells a bad command line (2) from a failed run (1).
+// it on the worker's configuration and that its exit code tells a bad command line or
+// configuration (2) from a failed run (1).
 func TestBenchSubcommandExitCodes(t *testing.T) {
 	for _, c := range []struct {
 		args []string
+		env  map[string]string
 		code int
 		want string
 	}{
-		{[]string{"bench", "--weights", ""}, 2, "worker bench: bench: --weights is required"},
-		{[]string{"bench", "--weights", "x", "--tokens", "0"}, 2, "must be positive"},
-		{[]string{"bench", "--weights", "/nonexistent/ckpt"}, 1, "worker bench: bench:"},
+		{[]string{"bench", "--weights", "x", "--tokens", "0"}, nil, 2, "must be positive"},
+		{[]string{"bench", "--weights", "/nonexistent/ckpt"}, nil, 1, "worker bench: bench:"},
+		{[]string{"bench", "--weights", "x", "--quant", "q4"}, nil, 2, `--quant "q4"`},
+		// The configuration's quant is --quant's default, validated as the worker does.
+		{[]string{"bench", "--weights", "x"}, map[string]string{"LA_WEIGHTS_QUANT": "q4"}, 2, `LA_WEIGHTS_QUANT is "q4"`},
+		{[]string{"bench"}, map[string]string{"LA_ENGINE": "sim"}, 2, `bench times the cpu engine, and LA_ENGINE is "sim"`},
+		// No --weights: the worker's choice, here a configured directory that is not a checkpoint.
+		{[]string{"bench"}, map[string]string{"LA_WEIGHTS_DIR": "/nonexistent/ckpt"}, 1, "choosing the weights: LA_WEIGHTS_DIR /nonexistent/ckpt"},
 	} {
-		var stdout, stderr bytes.Buffer
-		if code := realMain(c.args, &stdout, &stderr); code != c.code || !strings.Contains(stderr.String(), c.want) {
-			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", c.args, code, stderr.String(), c.code, c.want)
-		}
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := realMain(c.args, &stdout, &stderr); code != c.code || !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("%q %v: exit %d, stderr %q; want exit %d and %q", c.args, c.env, code, stderr.String(), c.code, c.want)
+			}
+		})
 	}
 }

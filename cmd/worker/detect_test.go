@@ -119,3 +119,46 @@ func TestDetectInHybridMode(t *testing.T) {
 			got.DecodeMode, got.DecodeSteps, got.NumGeneratedTokens, len(got.Tokens), out.String())
 	}
 }
+
+// TestDetectRunsOnTheWorkersConfiguration: detect opens the engine the service opens,
+// with the same variables: LA_ENGINE picks the engine, LA_MAX_SEQ_LEN bounds the
+// sequence, and the answer names the model and engine that gave it.
+func TestDetectRunsOnTheWorkersConfiguration(t *testing.T) {
+	args := []string{"--weights", "../../testdata/checkpoints/tiny-bf16", "--image", "../../testdata/images/dog.jpg",
+		"--query", "dog", "--max-new-tokens", "4", "--in-token-limit", "64", "--threads", "1"}
+	for _, engine := range []string{"cpu", "sim"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Setenv("LA_ENGINE", engine)
+			t.Setenv("LA_SIM_SPEED", "1000")
+			var out bytes.Buffer
+			if err := runDetect(args, &out); err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				AnsweredBy answeredBy `json:"answered_by"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+			}
+			abs, _ := filepath.Abs("../../testdata/checkpoints/tiny-bf16")
+			if by := got.AnsweredBy; by.Engine != engine || by.Model != "tiny-bf16" || (by.WeightsDir != abs && by.WeightsDir != args[1]) {
+				t.Errorf("answered by %+v, want model tiny-bf16 on engine %s from %s", by, engine, args[1])
+			}
+		})
+	}
+	t.Run("LA_MAX_SEQ_LEN", func(t *testing.T) {
+		t.Setenv("LA_MAX_SEQ_LEN", "8") // far shorter than the prompt
+		err := runDetect(args, &bytes.Buffer{})
+		if err == nil {
+			t.Fatal("detect ran a prompt longer than LA_MAX_SEQ_LEN 8")
+		}
+	})
+	t.Run("invalid configuration", func(t *testing.T) {
+		t.Setenv("LA_ENGINE", "sim")
+		t.Setenv("LA_WEIGHTS_QUANT", "q8") // a cpu setting: the worker refuses it, so does detect
+		var ue usageError
+		if err := runDetect(args, &bytes.Buffer{}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "LA_WEIGHTS_QUANT=q8") {
+			t.Errorf("got %v, want the worker's configuration error", err)
+		}
+	})
+}

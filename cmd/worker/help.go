@@ -43,11 +43,13 @@ func configHelp() cli.Help {
 func tokenizeHelp() cli.Help {
 	var o tokenizeOptions
 	return cli.Help{
-		Usage:   []string{"worker tokenize [--weights DIR] TEXT...", "worker tokenize [--weights DIR] --decode '[ID,...]'"},
-		Summary: "Prints the Qwen2 token ids of TEXT (the arguments joined by spaces) as a JSON array, or\nwith --decode the text of a JSON array of ids.",
+		Usage: []string{"worker tokenize [--weights DIR] TEXT...", "worker tokenize [--weights DIR] --decode '[ID,...]'"},
+		Summary: "Prints the Qwen2 token ids of TEXT (the arguments joined by spaces) as a JSON array, or\n" +
+			"with --decode the text of a JSON array of ids. Without --weights the tokenizer is that of\n" +
+			"the checkpoint the worker would run (the variables below), down to the bundled model.",
 		Flags:   tokenizeFlags(&o),
 		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR"},
-		Env:     workerVars("LA_WEIGHTS_DIR"),
+		Env:     config.Settings(config.Weights{}, nil),
 		Environ: os.Environ(),
 	}
 }
@@ -56,12 +58,14 @@ func detectHelp() cli.Help {
 	var o detectOptions
 	return cli.Help{
 		Usage: []string{"worker detect --image FILE --query TEXT [flags]"},
-		Summary: "Runs one image and query straight through the CPU engine, no queue and no server, and\n" +
-			"prints the /predict-shaped answer with the generated ids. Without --weights the checkpoint\n" +
-			"is chosen as the worker chooses it (the variables below), down to the bundled model.",
-		Flags:   detectFlags(&o),
-		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR"},
-		Env:     config.Settings(config.Weights{}, nil),
+		Summary: "Runs one image and query straight through the engine, no queue and no server, and prints\n" +
+			"the /predict-shaped answer with the generated ids and the model and engine that answered.\n" +
+			"It reads the worker's configuration and opens the engine as the worker does: the weights\n" +
+			"and engine variables below apply, down to the bundled model, and an unknown LA_* variable\n" +
+			"stops it. The flags replace the variables they name; it runs one request (LA_MAX_BATCH 1).",
+		Flags:   detectFlags(&o, helpConfig()),
+		FlagEnv: detectFlagEnv,
+		Env:     append(config.Settings(config.Engine{}, nil), config.Settings(config.Weights{}, nil)...),
 		Environ: os.Environ(),
 	}
 }
@@ -70,10 +74,11 @@ func benchHelp() cli.Help {
 	return cli.Help{
 		Usage: []string{bench.Usage[len("usage: "):]},
 		Summary: "Times the CPU backend's stages (vision, prefill, decode) on a checkpoint against the\n" +
-			"machine's own memory bandwidth and sgemm rate, and prints medians (docs/cpu-backend.md).",
-		Flags:   bench.Flags(""),
-		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR"},
-		Env:     workerVars("LA_WEIGHTS_DIR"),
+			"machine's own memory bandwidth and sgemm rate, and prints medians (docs/cpu-backend.md).\n" +
+			"Without --weights it times the checkpoint the worker would run (the variables below).",
+		Flags:   bench.Flags(benchDefaults(helpConfig())),
+		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR", "quant": "LA_WEIGHTS_QUANT", "threads": "LA_THREADS"},
+		Env:     append(workerVars("LA_ENGINE", "LA_WEIGHTS_QUANT", "LA_THREADS"), config.Settings(config.Weights{}, nil)...),
 		Environ: os.Environ(),
 	}
 }

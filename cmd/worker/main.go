@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/internal/cli"
 	"github.com/locateanything/detect/internal/version"
 	"github.com/locateanything/detect/worker"
@@ -89,6 +90,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return runService(stdout, stderr)
+	}
+	// Every tool runs on the worker's configuration, or beside it (smoke, preprocess): a
+	// misspelt variable would otherwise be silently ignored by all of them.
+	if err := config.Unknown(os.Environ(), knownVariables()); err != nil {
+		fmt.Fprintf(stderr, "worker %s: configuration: %v\n", name, err)
+		return 2
 	}
 	return exitCode(name, t.run(rest, stdout), stderr)
 }

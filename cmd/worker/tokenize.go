@@ -1,16 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/locateanything/detect/engine/tokenizer"
 	"github.com/locateanything/detect/internal/cli"
+	"github.com/locateanything/detect/worker"
 )
 
 const tokenizeUsage = "usage: worker tokenize [--weights DIR] [--decode] TEXT..."
@@ -25,31 +26,37 @@ type tokenizeOptions struct {
 func tokenizeFlags(o *tokenizeOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.weights, "weights", "", "checkpoint `DIR` with vocab.json, merges.txt and added_tokens.json")
+	fs.StringVar(&o.weights, "weights", "", "`DIR` with vocab.json, merges.txt and added_tokens.json (empty: the tokenizer of the checkpoint the worker would run)")
 	fs.BoolVar(&o.decode, "decode", false, "read a JSON array of ids and print their text")
 	return fs
 }
 
-// runTokenize implements `worker tokenize --weights DIR [--decode] TEXT...`. It prints the
-// token ids of TEXT (the arguments joined by spaces) as a JSON array; with --decode, TEXT
-// is a JSON array of ids and it prints their text. DIR is a checkpoint directory holding
-// vocab.json, merges.txt and added_tokens.json, by default $LA_WEIGHTS_DIR.
+// runTokenize implements `worker tokenize [--weights DIR] [--decode] TEXT...`. It prints
+// the token ids of TEXT (the arguments joined by spaces) as a JSON array; with --decode,
+// TEXT is a JSON array of ids and it prints their text. DIR is a directory holding
+// vocab.json, merges.txt and added_tokens.json; without it the tokenizer is that of the
+// checkpoint the worker would run (worker.ChooseWeights on the worker's configuration).
 func runTokenize(args []string, stdout io.Writer) error {
+	cfg, err := loadConfig()
+	if err != nil {
+		return usageError{err}
+	}
 	var o tokenizeOptions
 	text, err := cli.Parse(tokenizeFlags(&o), args)
 	if err != nil {
 		return flagError(fmt.Errorf("%w\n%s", err, tokenizeUsage), tokenizeHelp, stdout)
 	}
-	if o.weights == "" {
-		o.weights = os.Getenv("LA_WEIGHTS_DIR")
-	}
-	if o.weights == "" {
-		return fmt.Errorf("tokenize needs --weights DIR or $LA_WEIGHTS_DIR\n%s", tokenizeUsage)
-	}
 	if len(text) == 0 {
-		return fmt.Errorf("tokenize needs the text to encode (or, with --decode, the ids)\n%s", tokenizeUsage)
+		return usageError{fmt.Errorf("tokenize needs the text to encode (or, with --decode, the ids)\n%s", tokenizeUsage)}
 	}
 	input := strings.Join(text, " ")
+	if o.weights == "" { // a bare tokenizer directory is enough for --weights, not for the rules
+		choice, err := worker.ChooseWeights(context.Background(), cfg, toolSetup())
+		if err != nil {
+			return err
+		}
+		o.weights = choice.Dir
+	}
 
 	tok, err := tokenizer.Load(o.weights)
 	if err != nil {

@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/locateanything/detect/engine/tokenizer"
+	"github.com/locateanything/detect/provision"
 )
 
 // tokenizerDir holds the reference Qwen2 tokenizer files with LocateAnything's added tokens.
@@ -43,11 +48,44 @@ func TestTokenizeDecodes(t *testing.T) {
 	}
 }
 
+// TestTokenizeWeightsFromEnvironment: without --weights the tokenizer is that of the
+// checkpoint the worker would run, chosen by the worker's rules: LA_WEIGHTS_DIR, its alias
+// LA_MODEL_PATH, and with neither (and an empty Hugging Face cache) the bundled model.
 func TestTokenizeWeightsFromEnvironment(t *testing.T) {
-	t.Setenv("LA_WEIGHTS_DIR", tokenizerDir)
-	got, err := runTokenizeOutput(t, "person</c>car")
-	if want := "[8987,522,66,29,6918]\n"; err != nil || got != want {
-		t.Errorf("tokenize = %q, %v; want %q", got, err, want)
+	bundled, err := tokenizer.Load("../../" + provision.BundledModel) // a small vocabulary of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := json.Marshal(bundled.Encode("person</c>car"))
+	for _, c := range []struct{ env, value, want string }{
+		{"LA_WEIGHTS_DIR", "../../testdata/checkpoints/tiny-bf16", "[8987,522,66,29,6918]\n"},
+		{"LA_MODEL_PATH", "../../testdata/checkpoints/tiny-f32", "[8987,522,66,29,6918]\n"},
+		{"HF_HUB_CACHE", t.TempDir(), string(ids) + "\n"}, // nothing configured: the bundled model
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir()) // where the binary's bundled model is unpacked
+			t.Setenv(c.env, c.value)
+			got, err := runTokenizeOutput(t, "person</c>car")
+			if err != nil || got != c.want {
+				t.Errorf("tokenize = %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}
+
+// TestTokenizeFollowsTheWorkersRules: a configured directory that is not a checkpoint is
+// an error, as it is for the worker, not a fallback; a misspelt variable stops it.
+func TestTokenizeFollowsTheWorkersRules(t *testing.T) {
+	t.Setenv("LA_WEIGHTS_DIR", tokenizerDir) // tokenizer files but no config.json
+	if _, err := runTokenizeOutput(t, "car"); err == nil || !strings.Contains(err.Error(), "LA_WEIGHTS_DIR") {
+		t.Errorf("LA_WEIGHTS_DIR without config.json: %v, want an error naming LA_WEIGHTS_DIR", err)
+	}
+	t.Setenv("LA_WEIGHTS_DIR", "")
+	t.Setenv("LA_WEIGHTS_DRI", tokenizerDir)
+	var ue usageError
+	if _, err := runTokenizeOutput(t, "--weights", tokenizerDir, "car"); !errors.As(err, &ue) ||
+		!strings.Contains(err.Error(), "did you mean LA_WEIGHTS_DIR?") {
+		t.Errorf("LA_WEIGHTS_DRI set: %v, want a usage error suggesting LA_WEIGHTS_DIR", err)
 	}
 }
 
@@ -57,7 +95,6 @@ func TestTokenizeErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"car"}, "needs --weights"},
 		{[]string{"--weights", tokenizerDir}, "needs the text"},
 		{[]string{"--weights", t.TempDir(), "car"}, "read vocabulary"},
 		{[]string{"--weights", tokenizerDir, "--bogus", "car"}, "flag provided but not defined"},
