@@ -42,6 +42,11 @@ type Config struct {
 	// that alone needs more is refused with 413. 2 GiB holds four 36-megapixel 16-bit PNGs
 	// being prepared.
 	MaxDecodedBytes int64 `envconfig:"LA_HTTP_MAX_DECODED_BYTES" default:"2147483648" desc:"image memory all pending /predict requests share, estimated from each image's header"`
+	// ImageURLs lets /predict take an image_url instead of the image, fetched through
+	// Options.Images (which it then requires: the worker's storage Router, with the roots and
+	// S3 credentials its jobs use); off, image_url is refused with 400. Opt-in, since it lets
+	// an HTTP client read any image below those roots.
+	ImageURLs bool `envconfig:"LA_HTTP_IMAGE_URLS" default:"false" desc:"true: /predict takes an image_url, read through LA_FILE_ROOTS and the S3 credentials (docs/http.md)"`
 }
 
 // Enabled reports whether the server runs: LA_HTTP_ADDR is neither off nor empty.

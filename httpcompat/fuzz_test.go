@@ -136,3 +136,63 @@ func checkParsedValues(t *testing.T, body []byte, req predictRequest) {
 		t.Fatalf("%.300q: return_overlay %v read as %v", body, b, req.ReturnOverlay)
 	}
 }
+
+// FuzzPredictForm runs a multipart/form-data /predict body through parseForm and
+// checkRequest and checks: nothing panics; an unreadable body is an error with words; a 422
+// entry is FastAPI's shape; a request that passes the checks respects the limits, and its
+// image is bytes of the body or a URL, never both.
+func FuzzPredictForm(f *testing.F) {
+	png, err := os.ReadFile("../engine/imageproc/testdata/tiny_1x1.png")
+	if err != nil {
+		f.Fatal(err)
+	}
+	const boundary = "fuzzboundary"
+	part := func(name, filename, value string) string {
+		disp := `form-data; name="` + name + `"`
+		if filename != "" {
+			disp += `; filename="` + filename + `"`
+		}
+		return "--" + boundary + "\r\nContent-Disposition: " + disp + "\r\n\r\n" + value + "\r\n"
+	}
+	end := "--" + boundary + "--\r\n"
+	for _, body := range []string{
+		part("image", "tiny.png", string(png)) + part("query", "", "dog") + end,
+		part("image", "tiny.png", string(png)) + part("query", "", "person</c>car") + part("max_new_tokens", "", " 64 ") +
+			part("return_overlay", "", "YES") + part("task", "", "ground") + part("generation_mode", "", "hybrid") + end,
+		part("image_url", "", "s3://images/a.png") + part("query", "", "dog") + end,
+		part("image", "a.png", "") + part("image_url", "", "file:///x") + part("query", "", "q") + part("query", "", "q") + end,
+		part("query", "", "d\xffg") + part("max_new_tokens", "", "1e2") + part("return_overlay", "", "maybe") + end,
+		part("image", "tiny.png", string(png))[:30],
+		"--" + boundary + "\r\nContent-Disposition: form-data\r\n\r\nx\r\n" + end,
+	} {
+		f.Add([]byte(body), uint16(0))
+		f.Add([]byte(body), uint16(8))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, tokenCap uint16) {
+		req, invalid, err := parseForm(body, boundary)
+		switch {
+		case err != nil:
+			if err.Error() == "" {
+				t.Fatalf("%.300q: empty error", body)
+			}
+			return
+		case len(invalid) > 0:
+			checkFieldErrors(t, body, invalid)
+			return
+		}
+		ereq, err := checkRequest(req, limitsFor(engine.Info{MaxNewTokensCap: int(tokenCap)}))
+		if err != nil {
+			return
+		}
+		switch {
+		case strings.TrimSpace(ereq.Query) == "" || !utf8.ValidString(ereq.Query):
+			t.Fatalf("%.300q: accepted query %.300q", body, ereq.Query)
+		case (req.ImageURL != "") == (req.ImageBytes != nil):
+			t.Fatalf("%.300q: image %d bytes and image_url %q", body, len(req.ImageBytes), req.ImageURL)
+		case len(ereq.Image) > len(body):
+			t.Fatalf("%.300q: an image of %d bytes from a %d-byte body", body, len(ereq.Image), len(body))
+		case req.ImageURL == "" && len(ereq.Image) == 0:
+			t.Fatalf("%.300q: accepted an empty image", body)
+		}
+	})
+}

@@ -242,6 +242,7 @@ func testConfig(own Config) Config {
 		{own.BodyTimeout != 0, func() { c.BodyTimeout = own.BodyTimeout }},
 		{own.MinBodyRate != 0, func() { c.MinBodyRate = own.MinBodyRate }},
 		{own.MaxDecodedBytes != 0, func() { c.MaxDecodedBytes = own.MaxDecodedBytes }},
+		{own.ImageURLs, func() { c.ImageURLs = true }},
 	} {
 		if set.ok {
 			set.set()

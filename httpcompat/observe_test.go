@@ -176,8 +176,16 @@ func TestOpenAPIDescribesWhatIsServed(t *testing.T) {
 		fields = append(fields, name)
 	}
 	sort.Strings(fields)
-	if want := []string{"generation_mode", "image", "max_new_tokens", "query", "return_overlay", "task"}; !slices.Equal(fields, want) {
+	if want := []string{"generation_mode", "image", "image_url", "max_new_tokens", "query", "return_overlay", "task"}; !slices.Equal(fields, want) {
 		t.Errorf("PredictRequest describes %v; parsePredictRequest reads %v", fields, want)
+	}
+	for name := range doc.schema(t, "PredictForm").Properties {
+		if !isFormField(name) {
+			t.Errorf("PredictForm describes %q, which parseForm does not read", name)
+		}
+	}
+	if n := len(doc.schema(t, "PredictForm").Properties); n != len(fields) {
+		t.Errorf("PredictForm describes %d fields, PredictRequest %d", n, len(fields))
 	}
 	var tasks []string
 	for _, k := range engine.Tasks {

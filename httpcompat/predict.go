@@ -47,7 +47,7 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.predictBudget())
 	defer cancel()
 
-	ereq, wantOverlay, ok := s.receive(w, r, st, start) // the body and its base64 image die there
+	ereq, wantOverlay, ok := s.receive(ctx, w, r, st, start) // the body and its base64 image die there
 	if !ok {
 		return
 	}
@@ -96,7 +96,7 @@ func (s *Server) handlePredict(w http.ResponseWriter, r *http.Request) {
 
 // receive reads, parses and checks a /predict body while the request holds an upload slot,
 // and answers what is wrong with it: the engine's request, and whether an overlay is wanted.
-func (s *Server) receive(w http.ResponseWriter, r *http.Request, st *readyState, start time.Time) (ereq engine.Request, overlay, ok bool) {
+func (s *Server) receive(ctx context.Context, w http.ResponseWriter, r *http.Request, st *readyState, start time.Time) (ereq engine.Request, overlay, ok bool) {
 	if n := s.uploading.Add(1); n > int64(s.cfg.MaxUploading) {
 		s.uploading.Add(-1)
 		s.log.Warn("predict refused: too many requests uploading", "max", s.cfg.MaxUploading)
@@ -111,7 +111,11 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, st *readyState,
 		s.writeBodyError(w, err)
 		return ereq, false, false
 	}
-	req, invalid := parsePredictRequest(body)
+	req, invalid, err := s.parseBody(r.Header.Get("Content-Type"), body)
+	if err != nil {
+		s.writeDetail(w, http.StatusBadRequest, "%v", err)
+		return ereq, false, false
+	}
 	if len(invalid) > 0 {
 		s.writeJSON(w, http.StatusUnprocessableEntity, validationErrors{Detail: invalid})
 		return ereq, false, false
@@ -123,6 +127,11 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, st *readyState,
 		}
 		s.writeDetail(w, http.StatusBadRequest, "%v", err)
 		return ereq, false, false
+	}
+	if req.ImageURL != "" {
+		if ereq.Image, ok = s.fetchImage(ctx, w, r, req.ImageURL); !ok {
+			return ereq, false, false
+		}
 	}
 	return ereq, req.ReturnOverlay, true
 }
@@ -201,9 +210,18 @@ func checkRequest(req predictRequest, lim limits) (engine.Request, error) {
 			"unknown generation_mode %q; use one of %s (or leave it out for the server's default)",
 			req.GenerationMode, generationModeNames())
 	}
-	img, err := decodeImage(req.Image)
-	if err != nil {
-		return engine.Request{}, err
+	var img []byte // nil for an image_url: receive fetches it once the rest is checked
+	switch {
+	case req.ImageBytes != nil:
+		if len(req.ImageBytes) == 0 {
+			return engine.Request{}, errors.New("image is empty")
+		}
+		img = req.ImageBytes
+	case req.ImageURL == "":
+		var err error
+		if img, err = decodeImage(req.Image); err != nil {
+			return engine.Request{}, err
+		}
 	}
 	return engine.Request{Image: img, Query: req.Query, Task: task, MaxNewTokens: budget, GenerationMode: req.GenerationMode}, nil
 }

@@ -19,7 +19,9 @@ import (
 // (pydantic's PredictRequest in the Python server). Unknown fields are ignored, as pydantic
 // does by default; a name given twice is refused (Python keeps the last).
 type predictRequest struct {
-	Image         string      // base64, required
+	Image         string      // base64; required unless ImageBytes or ImageURL is given
+	ImageBytes    []byte      // a multipart/form-data upload: the image file itself
+	ImageURL      string      // extension: an image to fetch through the storage layer
 	Query         string      // required
 	MaxNewTokens  *int64      // nil: the engine's default
 	ReturnOverlay bool        // default false
@@ -58,7 +60,13 @@ func parsePredictRequest(body []byte) (predictRequest, []fieldError) {
 	}
 
 	var errs []fieldError
-	req.Image, _ = stringField(fields, "image", true, &errs)
+	req.ImageURL, _ = stringField(fields, "image_url", false, &errs)
+	hasURL := req.ImageURL != ""
+	var hasImage bool
+	req.Image, hasImage = stringField(fields, "image", !hasURL, &errs)
+	if hasURL && hasImage {
+		errs = append(errs, bothImagesError())
+	}
 	req.Query, _ = stringField(fields, "query", true, &errs)
 	task, _ := stringField(fields, "task", false, &errs)
 	req.Task = engine.Task(task)
@@ -81,6 +89,15 @@ func parsePredictRequest(body []byte) (predictRequest, []fieldError) {
 		}
 	}
 	return req, errs
+}
+
+// bothImagesError is the 422 entry for a request that gives the image twice: inline and
+// by URL.
+func bothImagesError() fieldError {
+	return fieldError{
+		Type: "value_error", Loc: []any{"body"},
+		Msg: "Value error, give the image once: either image (or an uploaded file) or image_url, not both",
+	}
 }
 
 // stringField reads a str field. pydantic does not turn numbers into strings, and null is

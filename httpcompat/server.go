@@ -63,6 +63,10 @@ type Options struct {
 	Ready   func() error
 	Metrics *Metrics // the /predict series; nil records nothing
 
+	// Images fetches a request's image_url when Config.ImageURLs is on (the worker's
+	// storage Router); unused otherwise.
+	Images ImageSource
+
 	// Build is the build /info's source reports; nil: this binary's (version.Get).
 	Build *version.Info
 }
@@ -117,6 +121,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	if opts.GenerationMode == "" {
 		opts.GenerationMode = engine.GenerationAR
+	}
+	if cfg.ImageURLs && opts.Images == nil {
+		return nil, errors.New("httpcompat: image URLs are on (LA_HTTP_IMAGE_URLS) but no image source was given")
 	}
 	if !opts.GenerationMode.Valid() {
 		return nil, fmt.Errorf("httpcompat: generation mode %q is not one of %s", opts.GenerationMode, generationModeNames())

@@ -233,6 +233,7 @@ func (s *service) servePredict(context.Context) error {
 		GenerationMode: engine.GenerationMode(s.cfg.Engine.GenerationMode),
 		Ready:          s.readiness,
 		Metrics:        s.predictMetrics,
+		Images:         s.store, // read only when LA_HTTP_IMAGE_URLS is on
 	})
 	if err != nil {
 		return err
