@@ -25,6 +25,8 @@ import (
 	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/internal/settings"
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/jobs/natsconn"
+	"github.com/locateanything/detect/storage"
 )
 
 // Worker is the worker's whole configuration (docs/worker.md lists every variable). The
@@ -119,20 +121,6 @@ type TTNN struct {
 	Path       string `envconfig:"LA_TTNN_PATH"`                              // directory holding the adapter
 }
 
-// NATS says how to reach NATS (natsconn).
-type NATS struct {
-	URL      string        `envconfig:"LA_NATS_URL" secret:"url"` // comma-separated; "" = the embedded server (worker)
-	Creds    string        `envconfig:"LA_NATS_CREDS"`
-	NKeyFile string        `envconfig:"LA_NATS_NKEY_FILE"`
-	User     string        `envconfig:"LA_NATS_USER"`
-	Password string        `envconfig:"LA_NATS_PASSWORD" secret:"true"`
-	Token    string        `envconfig:"LA_NATS_TOKEN" secret:"true"`
-	TLSCA    string        `envconfig:"LA_NATS_TLS_CA"`
-	TLSCert  string        `envconfig:"LA_NATS_TLS_CERT"`
-	TLSKey   string        `envconfig:"LA_NATS_TLS_KEY"`
-	Timeout  time.Duration `envconfig:"LA_NATS_TIMEOUT" default:"10s"` // connect timeout
-}
-
 // Embedded is the NATS server the worker starts when LA_NATS_URL is empty. It takes its
 // authentication from the NATS section: LA_NATS_USER and LA_NATS_PASSWORD, or
 // LA_NATS_TOKEN, are what producers must present (the producer role: publish jobs, read
@@ -156,6 +144,11 @@ type (
 	Sim = sim.Costs
 	// Topology is the JetStream side, applied idempotently at start-up.
 	Topology = jobs.TopologyConfig
+	// NATS says how to reach NATS; with LA_NATS_URL empty the worker starts the embedded
+	// server (Embedded), which takes its authentication from here.
+	NATS = natsconn.Config
+	// Storage configures file:// and s3://.
+	Storage = storage.Config
 )
 
 // Runner tunes each chip's job runner: the timing jobs declares, and what the worker
@@ -190,21 +183,6 @@ func (o Observe) TracesEnabled() bool { return o.OTLPEndpoint != "" }
 // MetricsEnabled reports whether the metrics server runs.
 func (o Observe) MetricsEnabled() bool {
 	return o.MetricsAddr != "" && !strings.EqualFold(o.MetricsAddr, "off")
-}
-
-// Storage configures file:// and s3:// (storage.Config).
-type Storage struct {
-	Endpoint        string   `envconfig:"LA_S3_ENDPOINT"` // host[:port]; "" turns s3:// off
-	Region          string   `envconfig:"LA_S3_REGION" default:"us-east-1"`
-	AccessKey       string   `envconfig:"LA_S3_ACCESS_KEY" secret:"true"`
-	SecretKey       string   `envconfig:"LA_S3_SECRET_KEY" secret:"true"`
-	CredentialsFile string   `envconfig:"LA_S3_CREDENTIALS_FILE"`
-	Secure          bool     `envconfig:"LA_S3_SECURE" default:"true"`
-	PathStyle       string   `envconfig:"LA_S3_PATH_STYLE" default:"auto"` // auto, true, false
-	CAFile          string   `envconfig:"LA_S3_CA_FILE"`
-	FileRoots       []string `envconfig:"LA_FILE_ROOTS"`   // directories file:// may read (and write, without LA_OUTPUT_ROOTS)
-	OutputRoots     []string `envconfig:"LA_OUTPUT_ROOTS"` // the only directories file:// may write, when set
-	MaxImageBytes   int64    `envconfig:"LA_MAX_IMAGE_BYTES" default:"33554432"`
 }
 
 // Submit is the submit CLI's configuration: the NATS and storage settings it shares with
@@ -336,7 +314,7 @@ func (c Worker) Validate() error {
 	c.TTNN.validate(add)
 	join(c.Sim.Validate())
 	join(c.HTTP.Validate())
-	c.NATS.validate(add)
+	join(c.NATS.Validate())
 	if c.NATS.URL == "" {
 		c.validateEmbedded(add)
 	} else if c.Embedded.OperatorUser != "" || c.Embedded.OperatorPassword != "" {
@@ -347,7 +325,7 @@ func (c Worker) Validate() error {
 	c.Runner.validate(add)
 	join(c.Runner.RunnerTiming.Validate())
 	c.Observe.validate(add)
-	c.Storage.validate(add)
+	join(c.Storage.Validate())
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
@@ -416,16 +394,6 @@ func (t TTNN) validate(add adder) {
 	positive(add, "LA_WARMUP_DECODE_STEPS", t.WarmupDecode)
 	if t.DeviceID != "" && strings.Trim(t.DeviceID, "0123456789") != "" {
 		add("TT_DEVICE_ID is %q, want a device number", t.DeviceID)
-	}
-}
-
-func (n NATS) validate(add adder) {
-	positiveDuration(add, "LA_NATS_TIMEOUT", n.Timeout)
-	if n.Password != "" && n.User == "" {
-		add("LA_NATS_PASSWORD is set without LA_NATS_USER")
-	}
-	if n.Creds != "" && n.NKeyFile != "" {
-		add("LA_NATS_CREDS and LA_NATS_NKEY_FILE are both set; a .creds file holds its own NKey, set one")
 	}
 }
 
@@ -517,13 +485,6 @@ func (o Observe) OTLPHeaderMap() (map[string]string, error) {
 		out[k] = dv
 	}
 	return out, nil
-}
-
-func (s Storage) validate(add adder) {
-	positive(add, "LA_MAX_IMAGE_BYTES", s.MaxImageBytes)
-	if !slices.Contains([]string{"auto", "true", "false"}, s.PathStyle) {
-		add("LA_S3_PATH_STYLE is %q, want auto, true or false", s.PathStyle)
-	}
 }
 
 func positive[T int | int64](add adder, name string, v T) {

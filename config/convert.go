@@ -7,7 +7,6 @@ import (
 
 	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/jobs"
-	"github.com/locateanything/detect/jobs/natsconn"
 	"github.com/locateanything/detect/jobs/natsembed"
 	"github.com/locateanything/detect/provision/extract"
 	"github.com/locateanything/detect/provision/weights"
@@ -15,14 +14,6 @@ import (
 )
 
 // This file hands each package its part of the tree, as that package's own config type.
-
-// Conn is the NATS connection settings.
-func (n NATS) Conn() natsconn.Config {
-	return natsconn.Config{
-		URL: n.URL, Creds: n.Creds, NKeyFile: n.NKeyFile, User: n.User, Password: n.Password,
-		Token: n.Token, TLSCA: n.TLSCA, TLSCert: n.TLSCert, TLSKey: n.TLSKey, Timeout: n.Timeout,
-	}
-}
 
 // EmbeddedServer is the embedded NATS server's settings, but for TLS (the certificate
 // files are read at start-up) and the logger: its address, store and the credentials its
@@ -35,21 +26,12 @@ func (c Worker) EmbeddedServer() natsembed.Options {
 	}
 }
 
-// Store is the storage settings.
-func (s Storage) Store() storage.Config {
-	return storage.Config{
-		Endpoint: s.Endpoint, Region: s.Region, AccessKey: s.AccessKey, SecretKey: s.SecretKey,
-		CredentialsFile: s.CredentialsFile, Secure: s.Secure, PathStyle: s.PathStyle,
-		CAFile: s.CAFile, FileRoots: s.FileRoots, OutputRoots: s.OutputRoots, MaxImageBytes: s.MaxImageBytes,
-	}
-}
-
 // JobStorage is the storage settings the worker serves jobs with: Store, with the embedded
 // JetStream store (LA_DATA_DIR/jetstream) hidden from file://, whatever the roots, so no
 // job reads or writes it even when the data directory lies below a root (as it does on
 // the single-machine default, below the working directory).
 func (c Worker) JobStorage() storage.Config {
-	s := c.Storage.Store()
+	s := c.Storage
 	s.Hidden = []string{c.EmbeddedServer().StoreDir}
 	return s
 }

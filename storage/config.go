@@ -7,47 +7,60 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/locateanything/detect/internal/settings"
 )
 
-// Config selects and configures the backends; the worker and submit fill it from LA_S3_*,
-// LA_FILE_ROOTS, LA_OUTPUT_ROOTS and LA_MAX_IMAGE_BYTES (package config states the
-// defaults). Empty Endpoint turns s3:// off; empty FileRoots and OutputRoots turn file://
-// off. MaxImageBytes is required.
+// Config selects and configures the backends. The settings are declared here (the tags:
+// variable, default, meaning; package config reads them from the environment, and Validate
+// is the one check of them). Empty Endpoint turns s3:// off; empty FileRoots and
+// OutputRoots turn file:// off. MaxImageBytes is required.
 type Config struct {
 	// Endpoint is the S3 service's host[:port], e.g. "s3.amazonaws.com" or "minio:9000".
 	// An "http://" or "https://" in front decides TLS and overrides Secure.
-	Endpoint string
+	Endpoint string `envconfig:"LA_S3_ENDPOINT" desc:"S3 service host[:port]; empty turns s3:// off"`
 	// Region is the bucket region signed into requests.
-	Region string
+	Region string `envconfig:"LA_S3_REGION" default:"us-east-1" desc:"bucket region signed into S3 requests"`
 	// AccessKey and SecretKey are static credentials. Set both, or use CredentialsFile,
 	// or neither for anonymous access to public buckets.
-	AccessKey string
-	SecretKey string
+	AccessKey string `envconfig:"LA_S3_ACCESS_KEY" secret:"true" desc:"S3 access key (with LA_S3_SECRET_KEY; neither = anonymous)"`
+	SecretKey string `envconfig:"LA_S3_SECRET_KEY" secret:"true" desc:"S3 secret key"`
 	// CredentialsFile is read once at Open. Two forms are accepted: an AWS shared
 	// credentials file (its [default] profile: aws_access_key_id, aws_secret_access_key,
 	// optional aws_session_token), or a plain file whose first line is the access key and
 	// second line the secret key (the form a Kubernetes secret mounts easily).
-	CredentialsFile string
+	CredentialsFile string `envconfig:"LA_S3_CREDENTIALS_FILE" desc:"S3 credentials: an AWS credentials file, or access key and secret key on two lines"`
 	// Secure turns TLS on for an endpoint given without a scheme.
-	Secure bool
+	Secure bool `envconfig:"LA_S3_SECURE" default:"true" desc:"TLS to an LA_S3_ENDPOINT given without http:// or https://"`
 	// PathStyle is "auto" (minio-go decides: virtual-host for AWS, path-style elsewhere),
 	// "true" (always https://endpoint/bucket/key) or "false" (always
 	// https://bucket.endpoint/key).
-	PathStyle string
+	PathStyle string `envconfig:"LA_S3_PATH_STYLE" default:"auto" desc:"S3 addressing: auto, true (endpoint/bucket/key) or false (bucket.endpoint/key)"`
 	// CAFile is a PEM bundle trusted in addition to the system roots (a private CA).
-	CAFile string
+	CAFile string `envconfig:"LA_S3_CA_FILE" desc:"PEM bundle trusted for S3 beside the system roots"`
 	// FileRoots are the directories file:// may read below, and write below too unless
 	// OutputRoots is set. Each must exist.
-	FileRoots []string
+	FileRoots []string `envconfig:"LA_FILE_ROOTS" desc:"directories file:// may read (and write, without LA_OUTPUT_ROOTS)"`
 	// OutputRoots, when set, are the only directories file:// may write below (results,
 	// overlays); reads stay below FileRoots. A directory may be in both. Each must exist.
-	OutputRoots []string
+	OutputRoots []string `envconfig:"LA_OUTPUT_ROOTS" desc:"the only directories file:// may write, when set"`
 	// Hidden are folders file:// never reads, writes or lists, whatever the roots, even a
 	// root that names one or lies below one: the worker hides its JetStream store
 	// (LA_DATA_DIR/jetstream) this way. A folder need not exist yet.
-	Hidden []string
+	Hidden []string `ignored:"true"`
 	// MaxImageBytes is the limit Get applies when called with maxBytes <= 0.
-	MaxImageBytes int64
+	MaxImageBytes int64 `envconfig:"LA_MAX_IMAGE_BYTES" default:"33554432" desc:"largest image a job may name, in bytes"`
+}
+
+// Validate reports every setting that makes no sense, each naming its variable. Open
+// checks it first.
+func (c Config) Validate() error {
+	var v settings.Check
+	v.Positive("LA_MAX_IMAGE_BYTES", c.MaxImageBytes)
+	if _, err := bucketLookup(c.PathStyle); err != nil {
+		v.Join(err)
+	}
+	return v.Err()
 }
 
 const redacted = "[redacted]"

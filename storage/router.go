@@ -18,8 +18,8 @@ var _ Store = (*Router)(nil)
 // Open builds a Router from cfg. It checks the configuration and opens the file roots but
 // makes no network request: an S3 service that is down shows in the first operations.
 func Open(cfg Config) (*Router, error) {
-	if cfg.MaxImageBytes <= 0 {
-		return nil, fmt.Errorf("storage: MaxImageBytes %d must be positive (LA_MAX_IMAGE_BYTES)", cfg.MaxImageBytes)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
 	}
 	r := &Router{maxBytes: cfg.MaxImageBytes}
 	if cfg.Endpoint != "" {

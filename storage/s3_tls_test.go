@@ -42,7 +42,7 @@ func TestS3OverTLSWithAPrivateCA(t *testing.T) {
 		if err := envconfig.Process("", &s); err != nil {
 			t.Fatal(err)
 		}
-		return s.Storage.Store()
+		return s.Storage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

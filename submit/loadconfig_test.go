@@ -15,7 +15,7 @@ func loadTestConfig() (Config, error) {
 	if err := envconfig.Process("", &s); err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
-	c := Config{NATS: s.NATS.Conn(), Storage: s.Storage.Store(), UploadPrefix: s.UploadPrefix}
+	c := Config{NATS: s.NATS, Storage: s.Storage, UploadPrefix: s.UploadPrefix}
 	c.Finish()
 	return c, nil
 }

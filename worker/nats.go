@@ -23,7 +23,7 @@ import (
 // closing the connection. The worker's replies come on its own inbox prefix, which the
 // producer role may not subscribe to.
 func connectNATS(cfg config.Worker, log *slog.Logger) (nc *nats.Conn, embedded *natsembed.Server, err error) {
-	conn, name := cfg.NATS.Conn(), "la-worker "+cfg.Runner.WorkerName
+	conn, name := cfg.NATS, "la-worker "+cfg.Runner.WorkerName
 	conn.InboxPrefix = natsembed.WorkerInboxPrefix
 	if cfg.NATS.URL != "" {
 		nc, err = conn.Connect("", name, log)

@@ -71,7 +71,7 @@ func loadSubmitNATS(t *testing.T, vars map[string]string) natsconn.Config {
 	if err := envconfig.Process("", &s); err != nil {
 		t.Fatal(err)
 	}
-	return s.NATS.Conn()
+	return s.NATS
 }
 
 func absImages(t *testing.T) string {

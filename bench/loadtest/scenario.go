@@ -117,7 +117,7 @@ func (r *run) runScenario(ctx context.Context, s scenario) (Outcome, error) {
 		return Outcome{}, ctx.Err()
 	}
 
-	nc, err := cfg.NATS.Conn().Connect("nats://"+cfg.Embedded.Listen, "la-loadtest", r.log)
+	nc, err := cfg.NATS.Connect("nats://"+cfg.Embedded.Listen, "la-loadtest", r.log)
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -28,7 +28,7 @@ func loadConfig() (submit.Config, error) {
 	case s.Storage.MaxImageBytes <= 0:
 		return submit.Config{}, fmt.Errorf("configuration: LA_MAX_IMAGE_BYTES is %d, want at least 1", s.Storage.MaxImageBytes)
 	}
-	c := submit.Config{NATS: s.NATS.Conn(), Storage: s.Storage.Store(), UploadPrefix: s.UploadPrefix}
+	c := submit.Config{NATS: s.NATS, Storage: s.Storage, UploadPrefix: s.UploadPrefix}
 	c.Finish()
 	return c, nil
 }

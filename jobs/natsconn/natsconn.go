@@ -14,24 +14,42 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/locateanything/detect/internal/settings"
 )
 
-// Config says how to reach NATS (the worker and submit fill it from LA_NATS_*, package
-// config). URL may be empty only where the caller supplies one (the embedded server).
+// Config says how to reach NATS. The settings are declared here (the tags: variable,
+// default, meaning; package config reads them from the environment, and Validate is the
+// one check of them). URL may be empty only where the caller supplies one (the embedded
+// server).
 type Config struct {
-	URL      string // comma-separated server URLs
-	Creds    string // a .creds file (JWT + NKey seed)
-	NKeyFile string // an NKey seed file
-	User     string
-	Password string
-	Token    string
-	TLSCA    string // PEM bundle trusted for the servers
-	TLSCert  string // client certificate (mutual TLS)
-	TLSKey   string
-	Timeout  time.Duration // connect timeout
+	URL      string        `envconfig:"LA_NATS_URL" secret:"url" desc:"comma-separated NATS server URLs; empty = the worker's embedded server"`
+	Creds    string        `envconfig:"LA_NATS_CREDS" desc:"a .creds file (JWT and NKey seed) for an external server"`
+	NKeyFile string        `envconfig:"LA_NATS_NKEY_FILE" desc:"an NKey seed file for an external server"`
+	User     string        `envconfig:"LA_NATS_USER" desc:"user name presented to NATS (the embedded server's producers' user)"`
+	Password string        `envconfig:"LA_NATS_PASSWORD" secret:"true" desc:"password of LA_NATS_USER"`
+	Token    string        `envconfig:"LA_NATS_TOKEN" secret:"true" desc:"token presented to NATS, instead of a user and password"`
+	TLSCA    string        `envconfig:"LA_NATS_TLS_CA" desc:"PEM bundle trusted for the servers (embedded: the CA client certificates must be signed by)"`
+	TLSCert  string        `envconfig:"LA_NATS_TLS_CERT" desc:"certificate: the client's (mutual TLS), or the embedded server's own"`
+	TLSKey   string        `envconfig:"LA_NATS_TLS_KEY" desc:"private key of LA_NATS_TLS_CERT"`
+	Timeout  time.Duration `envconfig:"LA_NATS_TIMEOUT" default:"10s" desc:"connect timeout"`
 	// InboxPrefix, when set, replaces _INBOX as the prefix of the connection's reply
 	// subjects (the worker's, so that producers cannot subscribe to them).
-	InboxPrefix string
+	InboxPrefix string `ignored:"true"`
+}
+
+// Validate reports every setting that makes no sense whichever server is reached, each
+// naming its variable.
+func (c Config) Validate() error {
+	var v settings.Check
+	v.PositiveDuration("LA_NATS_TIMEOUT", c.Timeout)
+	if c.Password != "" && c.User == "" {
+		v.Add("LA_NATS_PASSWORD is set without LA_NATS_USER")
+	}
+	if c.Creds != "" && c.NKeyFile != "" {
+		v.Add("LA_NATS_CREDS and LA_NATS_NKEY_FILE are both set; a .creds file holds its own NKey, set one")
+	}
+	return v.Err()
 }
 
 // Options turns the configuration into nats.go options: the client name, the timeout,
