@@ -84,7 +84,7 @@ func TestOptionsAreDocumentedAndAccepted(t *testing.T) {
 	// la_stages), of the checkpoint's generator and the --flag placeholder of --ours;
 	// every other one is the script's.
 	others := map[string]bool{"--help": true, "--flag": true}
-	bench.Flags("").VisitAll(func(f *flag.Flag) { others["--"+f.Name] = true })
+	bench.Flags(bench.Defaults{}).VisitAll(func(f *flag.Flag) { others["--"+f.Name] = true })
 	stages, err := os.ReadFile("driver/la_stages.cpp")
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func TestDryRunPlan(t *testing.T) {
 	}
 	// worker bench must know every flag the script passes it.
 	for _, args := range workers {
-		if err := bench.Flags("").Parse(args); err != nil {
+		if err := bench.Flags(bench.Defaults{}).Parse(args); err != nil {
 			t.Errorf("worker bench %v: %v", args, err)
 		}
 	}
@@ -214,7 +214,7 @@ func TestDryRunPlan(t *testing.T) {
 func TestParsesWorkerBench(t *testing.T) {
 	var out bytes.Buffer
 	err := bench.Run([]string{"--weights", "../../testdata/checkpoints/tiny-bf16", "--threads", "2",
-		"--grid", "32x32", "--prompt", "295", "--tokens", "4", "--runs", "1", "--stream-mib", "32"}, "", &out)
+		"--grid", "32x32", "--prompt", "295", "--tokens", "4", "--runs", "1", "--stream-mib", "32"}, bench.Defaults{}, &out)
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
