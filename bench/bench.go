@@ -9,7 +9,6 @@ package bench
 
 import (
 	"cmp"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,25 +17,16 @@ import (
 	"github.com/locateanything/detect/bench/machine"
 	"github.com/locateanything/detect/engine/checkpoint"
 	"github.com/locateanything/detect/engine/native"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 // Usage is the command line of `worker bench`, appended to flag errors.
 const Usage = "usage: worker bench [--weights DIR] [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--quant bf16|q8] [--batch 1,2,4,8,16]"
 
-// ErrUsage marks the errors of a bad command line: a flag that does not parse, is missing
-// or out of range, or a grid or prompt that does not fit the checkpoint. Test for it with
-// errors.Is; cmd/worker exits 2 on it, as for its other usage errors.
-var ErrUsage = errors.New("bench: usage error")
-
-// usageErr is an error of the command line: it reads as the error it wraps and matches
-// ErrUsage.
-type usageErr struct{ error }
-
-func (e usageErr) Is(target error) bool { return target == ErrUsage }
-func (e usageErr) Unwrap() error        { return e.error }
-
-// usagef formats an error of the command line (see ErrUsage).
-func usagef(format string, args ...any) error { return usageErr{fmt.Errorf(format, args...)} }
+// usagef formats an error of the command line, a cli.UsageError (cmd/worker exits 2 on
+// it): a flag that does not parse, is missing or out of range, or a grid or prompt that
+// does not fit the checkpoint.
+func usagef(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 // options are the flags of `worker bench`.
 type options struct {
@@ -71,8 +61,8 @@ type Defaults struct {
 }
 
 // Run implements `worker bench` with the arguments after the subcommand name, writing
-// the report to stdout. Every error starts with "bench:"; errors of the command line match
-// ErrUsage, and those of the flags alone end with Usage.
+// the report to stdout. Every error starts with "bench:"; errors of the command line are
+// cli.UsageErrors, and those of the flags alone end with Usage.
 func Run(args []string, d Defaults, stdout io.Writer) error {
 	o, err := parseFlags(args, d)
 	if err != nil {

@@ -2,13 +2,13 @@ package bench
 
 import (
 	"bytes"
-	"errors"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/locateanything/detect/engine/native"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 func TestBenchReportsEveryStage(t *testing.T) {
@@ -137,7 +137,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 	for _, c := range []struct {
 		args  []string
 		want  string
-		usage bool // the command line's fault: matches ErrUsage
+		usage bool // the command line's fault: a cli.UsageError
 	}{
 		{[]string{"--weights", ""}, "--weights is required", true},
 		{[]string{"--weights", "x", "--grid", "24by44"}, `--grid "24by44"`, true},
@@ -156,8 +156,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
 		}
-		if errors.Is(err, ErrUsage) != c.usage {
-			t.Errorf("%v: errors.Is(%v, ErrUsage) = %v, want %v", c.args, err, !c.usage, c.usage)
+		if cli.IsUsage(err) != c.usage {
+			t.Errorf("%v: cli.IsUsage(%v) = %v, want %v", c.args, err, !c.usage, c.usage)
 		}
 	}
 }

@@ -12,7 +12,6 @@ package loadtest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,14 +27,11 @@ import (
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/engine/sim"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 // Usage is the command line of `worker loadtest`.
 const Usage = "usage: worker loadtest [--chips 1,4] [--batch 1,8] [--jobs 64] [--images DIR] [--overlay] [--overlay-format png|jpeg] [--query Q]"
-
-// ErrUsage marks an error of the command line, a bad image directory included (cmd/worker
-// exits 2 on it).
-var ErrUsage = errors.New("loadtest: usage error")
 
 // Env is what the command runs with.
 type Env struct {
@@ -93,7 +89,8 @@ type costModel struct {
 // Run parses args (the arguments after `loadtest`), runs every scenario with base (the
 // worker's loaded configuration: LA_SIM_* and the other settings apply; the engine, chips,
 // batch, prefetch, NATS, storage roots and servers are the load test's own) and writes the
-// report. It returns an error matching ErrUsage for a bad command line.
+// report. It returns a cli.UsageError for a bad command line, a bad image
+// directory included (cmd/worker exits 2 on it).
 func Run(ctx context.Context, args []string, base config.Worker, env Env) error {
 	o, err := parseFlags(args, base)
 	if err != nil {
@@ -113,7 +110,7 @@ func Run(ctx context.Context, args []string, base config.Worker, env Env) error 
 	defer os.RemoveAll(tmp)
 	r := &run{o: o, base: base, log: env.Log, tmp: tmp}
 	if r.frames, err = prepareFrames(images, filepath.Join(tmp, "frames")); err != nil {
-		return usageErr{err}
+		return cli.UsageError{Err: err}
 	}
 
 	out := env.Stdout
@@ -194,11 +191,6 @@ func writeTable(w io.Writer, outcomes []Outcome) {
 	tw.Flush()
 }
 
-type usageErr struct{ error }
-
-func (e usageErr) Is(target error) bool { return target == ErrUsage }
-func (e usageErr) Unwrap() error        { return e.error }
-
 // flagValues are the flags parsed as given, before parseFlags checks and converts them.
 type flagValues struct {
 	chips, batches, format string
@@ -230,13 +222,13 @@ func newFlagSet(base config.Worker) (*flag.FlagSet, *options, *flagValues) {
 func parseFlags(args []string, base config.Worker) (options, error) {
 	fs, o, v := newFlagSet(base)
 	if err := fs.Parse(args); err != nil {
-		return *o, usageErr{fmt.Errorf("%w\n%s", err, Usage)}
+		return *o, cli.UsageError{Err: fmt.Errorf("%w\n%s", err, Usage)}
 	}
 	if fs.NArg() > 0 {
-		return *o, usageErr{fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), Usage)}
+		return *o, cli.UsageError{Err: fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), Usage)}
 	}
 	if o.format = overlay.Format(v.format); !o.format.Valid() {
-		return *o, usageErr{fmt.Errorf("--overlay-format %q: want one of %v\n%s", v.format, overlay.Formats, Usage)}
+		return *o, cli.UsageError{Err: fmt.Errorf("--overlay-format %q: want one of %v\n%s", v.format, overlay.Formats, Usage)}
 	}
 	var err error
 	if o.chips, err = intList("--chips", v.chips, 1, 64); err != nil {
@@ -246,7 +238,7 @@ func parseFlags(args []string, base config.Worker) (options, error) {
 		return *o, err
 	}
 	if o.jobs < 1 || o.stall <= 0 || strings.TrimSpace(o.query) == "" {
-		return *o, usageErr{fmt.Errorf("--jobs %d and --stall %s must be positive and --query not empty\n%s", o.jobs, o.stall, Usage)}
+		return *o, cli.UsageError{Err: fmt.Errorf("--jobs %d and --stall %s must be positive and --query not empty\n%s", o.jobs, o.stall, Usage)}
 	}
 	return *o, nil
 }
@@ -257,7 +249,7 @@ func intList(name, s string, lo, hi int) ([]int, error) {
 	for _, part := range strings.Split(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(part))
 		if err != nil || v < lo || v > hi {
-			return nil, usageErr{fmt.Errorf("%s %q: want numbers %d..%d, comma-separated\n%s", name, s, lo, hi, Usage)}
+			return nil, cli.UsageError{Err: fmt.Errorf("%s %q: want numbers %d..%d, comma-separated\n%s", name, s, lo, hi, Usage)}
 		}
 		if !slices.Contains(out, v) {
 			out = append(out, v)

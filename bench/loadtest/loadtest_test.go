@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"image"
 	_ "image/jpeg"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 // baseConfig is the worker's defaults with the bundled model named, as `worker loadtest`
@@ -123,7 +123,7 @@ func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 		{"--chips", "0"}, {"--batch", "1,99"}, {"--overlay-format", "gif"}, {"--jobs", "0"}, {"extra"}, {"--images", "/nonexistent"}, {"--nope"},
 	} {
 		err := Run(context.Background(), args, baseConfig(t), Env{Stdout: &bytes.Buffer{}, WorkDir: "../.."})
-		if !errors.Is(err, ErrUsage) {
+		if !cli.IsUsage(err) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}
 	}

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/locateanything/detect/bench"
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/internal/cli"
 	"github.com/locateanything/detect/worker"
 )
 
@@ -19,16 +19,12 @@ import (
 func runBench(args []string, stdout io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if cfg.Engine.Backend != "cpu" {
-		return usageError{fmt.Errorf("bench times the cpu engine, and LA_ENGINE is %q", cfg.Engine.Backend)}
+		return cli.UsageError{Err: fmt.Errorf("bench times the cpu engine, and LA_ENGINE is %q", cfg.Engine.Backend)}
 	}
-	err = bench.Run(args, benchDefaults(cfg), stdout)
-	if errors.Is(err, bench.ErrUsage) {
-		return usageError{err}
-	}
-	return err
+	return bench.Run(args, benchDefaults(cfg), stdout)
 }
 
 // benchDefaults are the bench's flag defaults from the worker's configuration.

@@ -44,11 +44,11 @@ func runConfig(args []string, stdout io.Writer) error {
 		return flagError(cli.ErrHelp, configHelp, stdout)
 	}
 	if len(args) > 0 {
-		return usageError{fmt.Errorf("config takes no arguments, got %q", args)}
+		return cli.UsageError{Err: fmt.Errorf("config takes no arguments, got %q", args)}
 	}
 	cfg, err := loadConfig()
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	return config.Print(stdout, config.Settings(cfg, os.Environ()))
 }

@@ -138,7 +138,7 @@ func overlayFormatOf(name string) (overlay.Format, error) {
 func runDetect(args []string, stdout io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	var o detectOptions
 	rest, err := cli.Parse(detectFlags(&o, cfg), args)
@@ -147,17 +147,17 @@ func runDetect(args []string, stdout io.Writer) error {
 	}
 	switch {
 	case len(rest) > 0:
-		return usageError{fmt.Errorf("unexpected argument %q (worker detect --help)", rest[0])}
+		return cli.UsageError{Err: fmt.Errorf("unexpected argument %q (worker detect --help)", rest[0])}
 	case o.image == "" || o.query == "" && o.task != string(engine.TaskText):
-		return usageError{fmt.Errorf("detect needs --image and --query (worker detect --help)")}
+		return cli.UsageError{Err: fmt.Errorf("detect needs --image and --query (worker detect --help)")}
 	case !engine.GenerationMode(o.mode).Valid():
-		return usageError{fmt.Errorf("--generation-mode %q is not one of %s", o.mode, config.GenerationModeList())}
+		return cli.UsageError{Err: fmt.Errorf("--generation-mode %q is not one of %s", o.mode, config.GenerationModeList())}
 	case o.maxNew < 1 || o.threads < 0 || o.inTokenLimit < 0:
-		return usageError{fmt.Errorf("--max-new-tokens must be positive, --threads and --in-token-limit not negative")}
+		return cli.UsageError{Err: fmt.Errorf("--max-new-tokens must be positive, --threads and --in-token-limit not negative")}
 	}
 	format, err := overlayFormatOf(o.overlay)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	o.apply(&cfg)
 	data, err := os.ReadFile(o.image)

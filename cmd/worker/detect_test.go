@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
+	"github.com/locateanything/detect/internal/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,8 +65,7 @@ func TestDetectOverlayFollowsTheFileName(t *testing.T) {
 	}
 	err := runDetect([]string{"--weights", "../../testdata/checkpoints/absent", "--image", "x.png", "--query", "x",
 		"--overlay", filepath.Join(dir, "out.gif")}, &bytes.Buffer{})
-	var ue usageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), ".png, .jpg or .jpeg") {
+	if !cli.IsUsage(err) || !strings.Contains(err.Error(), ".png, .jpg or .jpeg") {
 		t.Errorf("--overlay out.gif: %v, want a usage error naming the formats", err)
 	}
 }
@@ -86,8 +85,7 @@ func TestDetectRefusesMissingArguments(t *testing.T) {
 func TestDetectRefusesAnUnknownGenerationMode(t *testing.T) {
 	err := runDetect([]string{"--weights", "../../testdata/checkpoints/absent", "--image", "x.png", "--query", "x",
 		"--generation-mode", "fast"}, &bytes.Buffer{})
-	var ue usageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--generation-mode") || !strings.Contains(err.Error(), "ar or hybrid") {
+	if !cli.IsUsage(err) || !strings.Contains(err.Error(), "--generation-mode") || !strings.Contains(err.Error(), "ar or hybrid") {
 		t.Errorf("got %v, want a usage error naming --generation-mode and ar or hybrid", err)
 	}
 }
@@ -156,8 +154,7 @@ func TestDetectRunsOnTheWorkersConfiguration(t *testing.T) {
 	t.Run("invalid configuration", func(t *testing.T) {
 		t.Setenv("LA_ENGINE", "sim")
 		t.Setenv("LA_WEIGHTS_QUANT", "q8") // a cpu setting: the worker refuses it, so does detect
-		var ue usageError
-		if err := runDetect(args, &bytes.Buffer{}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "LA_WEIGHTS_QUANT=q8") {
+		if err := runDetect(args, &bytes.Buffer{}); !cli.IsUsage(err) || !strings.Contains(err.Error(), "LA_WEIGHTS_QUANT=q8") {
 			t.Errorf("got %v, want the worker's configuration error", err)
 		}
 	})

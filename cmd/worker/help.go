@@ -147,5 +147,5 @@ func flagError(err error, help func() cli.Help, stdout io.Writer) error {
 		}
 		return err
 	}
-	return usageError{err}
+	return cli.UsageError{Err: err}
 }

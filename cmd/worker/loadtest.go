@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/locateanything/detect/bench/loadtest"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 // runLoadtest implements `worker loadtest`: the service's throughput on the simulated chip
@@ -17,11 +17,11 @@ import (
 func runLoadtest(args []string, stdout io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	log, err := newLogger(os.Stderr, cfg.Observe.LogFormat, "warn")
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -29,9 +29,5 @@ func runLoadtest(args []string, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	err = loadtest.Run(ctx, args, cfg, loadtest.Env{Stdout: stdout, Log: log, WorkDir: wd})
-	if errors.Is(err, loadtest.ErrUsage) {
-		return usageError{err}
-	}
-	return err
+	return loadtest.Run(ctx, args, cfg, loadtest.Env{Stdout: stdout, Log: log, WorkDir: wd})
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -30,11 +29,6 @@ type tool struct {
 	help    func() cli.Help // its --help, built from the same flag set it parses
 	run     subcommand      // nil for the service itself
 }
-
-// usageError is a subcommand error that exits 2: bad flags or configuration.
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
 
 // subcommands lists the commands: the service (run) and the tools besides it.
 func subcommands() map[string]tool {
@@ -102,11 +96,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 
 // exitCode prints a subcommand's error and says how the process exits.
 func exitCode(name string, err error, stderr io.Writer) int {
-	var usageErr usageError
 	switch {
 	case err == nil, cli.IsHelpErr(err):
 		return 0
-	case errors.As(err, &usageErr):
+	case cli.IsUsage(err):
 		fmt.Fprintf(stderr, "worker %s: %v\n", name, err)
 		return 2
 	case errors.Is(err, errSmokeFailed):
@@ -144,16 +137,9 @@ func runService(stdout, stderr io.Writer) int {
 
 // overview lists the commands, one line each.
 func overview(tools map[string]tool) string {
-	names := make([]string, 0, len(tools))
-	for n := range tools {
-		names = append(names, n)
+	summaries := make(map[string]string, len(tools))
+	for n, t := range tools {
+		summaries[n] = t.summary
 	}
-	sort.Strings(names)
-	var b strings.Builder
-	b.WriteString("commands (worker COMMAND --help for each one's flags):\n")
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-11s %s\n", n, tools[n].summary)
-	}
-	b.WriteString("  --version   print the version, commit and Go version\n")
-	return b.String()
+	return cli.Overview("worker", summaries)
 }

@@ -57,11 +57,11 @@ func runPreprocess(args []string, stdout io.Writer) error {
 	fs.Visit(func(fl *flag.Flag) { gridSet = gridSet || fl.Name == "grid" })
 	switch {
 	case len(rest) > 0:
-		return usageError{fmt.Errorf("unexpected argument %q\n%s", rest[0], preprocessUsage)}
+		return cli.UsageError{Err: fmt.Errorf("unexpected argument %q\n%s", rest[0], preprocessUsage)}
 	case f.image == "" || f.out == "":
-		return usageError{fmt.Errorf("preprocess needs --image and --out\n%s", preprocessUsage)}
+		return cli.UsageError{Err: fmt.Errorf("preprocess needs --image and --out\n%s", preprocessUsage)}
 	case f.aspect != "" && gridSet && f.grid != "":
-		return usageError{fmt.Errorf("--canon-aspect derives the grid: give it without --grid (or with --grid \"\")")}
+		return cli.UsageError{Err: fmt.Errorf("--canon-aspect derives the grid: give it without --grid (or with --grid \"\")")}
 	case f.aspect != "":
 		f.grid = ""
 	}
@@ -70,7 +70,7 @@ func runPreprocess(args []string, stdout io.Writer) error {
 		o.InTokenLimit = f.limit
 	}
 	if o.CanonGrid, err = imageproc.ResolveCanonGrid(f.grid, f.aspect, o); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	return preprocessFile(o, f.image, f.out, stdout)
 }

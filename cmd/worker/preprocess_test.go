@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"github.com/locateanything/detect/internal/cli"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -92,7 +93,6 @@ func TestPreprocessFlags(t *testing.T) {
 	if err := runPreprocess([]string{"--help"}, &help); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "--canon-aspect") {
 		t.Errorf("--help: %v, printed %q", err, help.String())
 	}
-	var u usageError
 	for _, args := range [][]string{
 		{"--image", dog},                        // no --out
 		{"--out", out},                          // no --image
@@ -102,7 +102,7 @@ func TestPreprocessFlags(t *testing.T) {
 		{"--image", dog, "--out", out, "--canon-aspect", "1920"},
 		{"--image", dog, "--out", out, "--bogus"},
 	} {
-		if err := runPreprocess(args, &bytes.Buffer{}); !errors.As(err, &u) {
+		if err := runPreprocess(args, &bytes.Buffer{}); !cli.IsUsage(err) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}
 	}
@@ -118,7 +118,7 @@ func TestPreprocessFlags(t *testing.T) {
 	// A missing or undecodable image is an error, not a usage error, and writes nothing.
 	absent := filepath.Join(dir, "absent.png")
 	err := runPreprocess([]string{"--image", "../../go.mod", "--out", absent}, &bytes.Buffer{})
-	if err == nil || errors.As(err, &u) || !strings.Contains(err.Error(), "unrecognised image format") {
+	if err == nil || cli.IsUsage(err) || !strings.Contains(err.Error(), "unrecognised image format") {
 		t.Errorf("not an image: %v", err)
 	}
 	if _, err := os.Stat(absent); !os.IsNotExist(err) {

@@ -39,7 +39,7 @@ func tokenizeFlags(o *tokenizeOptions) *flag.FlagSet {
 func runTokenize(args []string, stdout io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	var o tokenizeOptions
 	text, err := cli.Parse(tokenizeFlags(&o), args)
@@ -47,7 +47,7 @@ func runTokenize(args []string, stdout io.Writer) error {
 		return flagError(fmt.Errorf("%w\n%s", err, tokenizeUsage), tokenizeHelp, stdout)
 	}
 	if len(text) == 0 {
-		return usageError{fmt.Errorf("tokenize needs the text to encode (or, with --decode, the ids)\n%s", tokenizeUsage)}
+		return cli.UsageError{Err: fmt.Errorf("tokenize needs the text to encode (or, with --decode, the ids)\n%s", tokenizeUsage)}
 	}
 	input := strings.Join(text, " ")
 	if o.weights == "" { // a bare tokenizer directory is enough for --weights, not for the rules

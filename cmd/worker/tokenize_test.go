@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
+	"github.com/locateanything/detect/internal/cli"
 	"strings"
 	"testing"
 
@@ -82,8 +82,7 @@ func TestTokenizeFollowsTheWorkersRules(t *testing.T) {
 	}
 	t.Setenv("LA_WEIGHTS_DIR", "")
 	t.Setenv("LA_WEIGHTS_DRI", tokenizerDir)
-	var ue usageError
-	if _, err := runTokenizeOutput(t, "--weights", tokenizerDir, "car"); !errors.As(err, &ue) ||
+	if _, err := runTokenizeOutput(t, "--weights", tokenizerDir, "car"); !cli.IsUsage(err) ||
 		!strings.Contains(err.Error(), "did you mean LA_WEIGHTS_DIR?") {
 		t.Errorf("LA_WEIGHTS_DRI set: %v, want a usage error suggesting LA_WEIGHTS_DIR", err)
 	}

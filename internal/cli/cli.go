@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"sort"
 	"strings"
 
 	"github.com/locateanything/detect/config"
@@ -283,4 +284,21 @@ func wrap(s string, n int) []string {
 		line += " " + w
 	}
 	return append(lines, line)
+}
+
+// Overview lists a program's commands, one line each in name order, for its --help and
+// after an unknown command: summaries maps each command's name to its one-line summary.
+func Overview(program string, summaries map[string]string) string {
+	names := make([]string, 0, len(summaries))
+	for n := range summaries {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "commands (%s COMMAND --help for each one's flags):\n", program)
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-11s %s\n", n, summaries[n])
+	}
+	b.WriteString("  --version   print the version, commit and Go version\n")
+	return b.String()
 }
