@@ -1,7 +1,8 @@
 // Package overlay draws a prediction on the original image: one box per detection in a
-// colour chosen by its label, the label on a filled tag, a marker per point. It works on a
-// copy; the caller's image is never written. Encoder turns the result into PNG quickly, or
-// into JPEG (Format, EncodeJPEG) where storage costs more than a lossless picture is worth.
+// colour chosen by its label, its label and score on a tag placed clear of the others
+// (layout.go), a marker per point. It works on a copy; the caller's image is never
+// written. Encoder turns the result into PNG quickly, or into JPEG (Format, EncodeJPEG)
+// where storage costs more than a lossless picture is worth.
 package overlay
 
 import (
@@ -69,56 +70,63 @@ const maxLabelRunes = 48
 
 // style is the size of everything, scaled to the image.
 type style struct {
-	stroke  int     // box line width, 2 or 3 px
-	fontPx  float64 // text height
-	padding int     // around the text in a tag
-	radius  int     // point marker
+	stroke int     // box line width, 2 or 3 px
+	fontPx float64 // text height, before any shrinking to fit (layout.go)
+	radius int     // point marker
 }
 
 func styleFor(b image.Rectangle) style {
 	short := min(b.Dx(), b.Dy())
-	s := style{stroke: 2, fontPx: 12, padding: 2}
+	s := style{stroke: 2}
 	if short >= 720 {
 		s.stroke = 3
 	}
 	s.fontPx = math.Min(math.Max(float64(short)/45, 12), 32)
-	s.padding = max(2, int(s.fontPx/6))
 	s.radius = 2*s.stroke + 2
 	return s
 }
 
+// Options are what Draw adds to a picture besides the answer.
+type Options struct {
+	// Simulated marks a simulated answer (LA_ENGINE=sim: made-up boxes at the chip's speed,
+	// docs/sim.md): a band along the bottom of the picture reads SIMULATED, so that the
+	// picture is not taken for the model's answer.
+	Simulated bool
+}
+
 // Draw copies img and draws the detections and points on the copy, in original-image
-// pixels. Boxes are clipped to the image; a box or point with a non-finite coordinate, or
-// one entirely outside the image, is not drawn. With no detections and no points the
-// result equals the original pixel for pixel. A nil image gives an empty one.
+// pixels (Options{}.Draw).
 func Draw(img image.Image, dets []engine.Detection, pts []engine.Point) *image.RGBA {
+	return Options{}.Draw(img, dets, pts)
+}
+
+// Draw copies img and draws the detections and points on the copy, in original-image
+// pixels: each box in its label's colour, each point as a marker, and beside each a tag
+// with its label and score, placed by layout (layout.go) so that no two tags overlap and
+// none leaves the picture. Boxes are clipped to the image; a box or point with a
+// non-finite coordinate, or one entirely outside the image, is not drawn. With no
+// detections, no points and no band the result equals the original pixel for pixel. A nil
+// image gives an empty one.
+func (o Options) Draw(img image.Image, dets []engine.Detection, pts []engine.Point) *image.RGBA {
 	if img == nil {
 		return image.NewRGBA(image.Rectangle{}) // EncodePNG refuses it with an error
 	}
 	b := img.Bounds()
 	dst := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
 	draw.Draw(dst, dst.Bounds(), img, b.Min, draw.Src)
-	if len(dets) == 0 && len(pts) == 0 {
+	if len(dets) == 0 && len(pts) == 0 && !o.Simulated {
 		return dst
 	}
 	st := styleFor(dst.Bounds())
-	face := newFace(st.fontPx)
-	if face != nil {
-		defer face.Close()
-	}
-	// Boxes first, then every tag on top, so that no box line crosses a label.
-	type tag struct {
-		label  string
-		anchor image.Rectangle
-	}
-	var tags []tag
+	// Boxes first, then every piece of text on top, so that no box line crosses a label.
+	var items []item
 	for _, d := range dets {
 		r, ok := boxRect(d.Box, dst.Bounds())
 		if !ok {
 			continue
 		}
 		strokeRect(dst, r, st.stroke, LabelColor(d.Label))
-		tags = append(tags, tag{d.Label, r})
+		items = append(items, item{text: tagText(d.Label, d.Score), label: d.Label, score: d.Score, anchor: r})
 	}
 	for _, p := range pts {
 		c, ok := pointAt(p.Point, dst.Bounds())
@@ -126,14 +134,17 @@ func Draw(img image.Image, dets []engine.Detection, pts []engine.Point) *image.R
 			continue
 		}
 		marker(dst, c, st.radius, LabelColor(p.Label))
-		tags = append(tags, tag{p.Label, image.Rect(c.X-st.radius, c.Y-st.radius, c.X+st.radius+1, c.Y+st.radius+1)})
+		anchor := image.Rect(c.X-st.radius, c.Y-st.radius, c.X+st.radius+1, c.Y+st.radius+1).Intersect(dst.Bounds())
+		items = append(items, item{text: tagText(p.Label, p.Score), label: p.Label, score: p.Score, anchor: anchor})
 	}
-	if face == nil {
-		return dst
+	area := dst.Bounds()
+	var band bandPlan
+	if o.Simulated {
+		band = planBand(area, st.fontPx)
+		area.Max.Y = band.rect.Min.Y
 	}
-	for _, t := range tags {
-		drawTag(dst, face, st, t.label, t.anchor)
-	}
+	drawPlan(dst, layout(area, st.fontPx, items, nil))
+	drawBand(dst, band)
 	return dst
 }
 
@@ -212,39 +223,6 @@ func marker(dst *image.RGBA, c image.Point, r int, col color.RGBA) {
 	}
 }
 
-// tagRect is where a label's tag goes: on top of the anchor's top-left corner, or just
-// inside it when there is no room above; shifted left to stay inside the image.
-func tagRect(face font.Face, st style, label string, anchor, bounds image.Rectangle) image.Rectangle {
-	m := face.Metrics()
-	textW := font.MeasureString(face, label).Ceil()
-	h := (m.Ascent + m.Descent).Ceil() + 2*st.padding
-	w := textW + 2*st.padding
-	x := min(anchor.Min.X, bounds.Max.X-w)
-	x = max(x, bounds.Min.X)
-	y := anchor.Min.Y - h
-	if y < bounds.Min.Y {
-		y = anchor.Min.Y
-	}
-	return image.Rect(x, y, x+w, y+h)
-}
-
-func drawTag(dst *image.RGBA, face font.Face, st style, label string, anchor image.Rectangle) {
-	col := LabelColor(label)
-	label = shorten(label)
-	if label == "" {
-		return
-	}
-	r := tagRect(face, st, label, anchor, dst.Bounds())
-	fill(dst, r, col)
-	d := font.Drawer{
-		Dst:  dst,
-		Src:  image.NewUniform(textColor(col)),
-		Face: face,
-		Dot:  fixed.P(r.Min.X+st.padding, r.Min.Y+st.padding+face.Metrics().Ascent.Ceil()),
-	}
-	d.DrawString(label)
-}
-
 // shorten cuts a label to maxLabelRunes, marking the cut, and drops invalid UTF-8.
 func shorten(label string) string {
 	if !utf8.ValidString(label) {
@@ -254,4 +232,109 @@ func shorten(label string) string {
 		return label
 	}
 	return string([]rune(label)[:maxLabelRunes-1]) + "…"
+}
+
+// drawPlan draws the tags and the legend of p.
+func drawPlan(dst *image.RGBA, p plan) {
+	if len(p.tags) == 0 && len(p.legendLines) == 0 {
+		return
+	}
+	face := newFace(p.fontPx)
+	if face == nil {
+		return // the embedded font always parses; boxes are still drawn if not
+	}
+	defer face.Close()
+	m := metricsOf(face, p.fontPx)
+	for _, t := range p.tags {
+		col := LabelColor(t.label)
+		fill(dst, t.rect, col)
+		text(dst, m, t.text, t.rect.Min, textColor(col))
+	}
+	if len(p.legendLines) == 0 {
+		return
+	}
+	shade(dst, p.legend, 190)
+	white := color.RGBA{255, 255, 255, 255}
+	for i, l := range p.legendLines {
+		y := p.legend.Min.Y + i*m.lineH
+		if l.number != "" {
+			col := LabelColor(l.label)
+			sw := image.Rect(p.legend.Min.X, y, p.legend.Min.X+p.swatchW, y+m.lineH)
+			fill(dst, sw, col)
+			text(dst, m, l.number, sw.Min, textColor(col))
+		}
+		text(dst, m, l.text, image.Pt(p.legend.Min.X+p.swatchW, y), white)
+	}
+}
+
+// text draws s with its tag's padding from top-left corner at.
+func text(dst *image.RGBA, m metrics, s string, at image.Point, col color.RGBA) {
+	d := font.Drawer{
+		Dst:  dst,
+		Src:  image.NewUniform(col),
+		Face: m.face,
+		Dot:  fixed.P(at.X+m.pad, at.Y+m.pad+m.ascent),
+	}
+	d.DrawString(s)
+}
+
+// shade darkens r: each pixel keeps (255-alpha)/255 of itself, so the picture shows through
+// behind text drawn on it.
+func shade(dst *image.RGBA, r image.Rectangle, alpha uint8) {
+	draw.Draw(dst, r.Intersect(dst.Bounds()), image.NewUniform(color.RGBA{0, 0, 0, alpha}), image.Point{}, draw.Over)
+}
+
+// simulatedText is what the band of a simulated answer says, or simulatedShort where the
+// picture is too narrow for it.
+const simulatedText, simulatedShort = "SIMULATED", "SIM"
+
+// bandPlan is the SIMULATED band: where it goes, and its text at which size (no text when
+// even the short form does not fit).
+type bandPlan struct {
+	rect   image.Rectangle
+	text   string
+	fontPx float64
+}
+
+// planBand is a band along the bottom of b, as tall as its text, at the largest size at
+// which SIMULATED (or SIM) fits the width.
+func planBand(b image.Rectangle, startPx float64) bandPlan {
+	for _, s := range []string{simulatedText, simulatedShort} {
+		for _, px := range sizes(startPx) {
+			var bp bandPlan
+			_, ok := withFace(px, func(m metrics) (plan, bool) {
+				if m.width(s) > b.Dx() || m.lineH > b.Dy() {
+					return plan{}, false
+				}
+				bp = bandPlan{rect: image.Rect(b.Min.X, b.Max.Y-m.lineH, b.Max.X, b.Max.Y), text: s, fontPx: px}
+				return plan{}, true
+			})
+			if ok {
+				return bp
+			}
+		}
+	}
+	h := min(b.Dy(), max(2, b.Dy()/8))
+	return bandPlan{rect: image.Rect(b.Min.X, b.Max.Y-h, b.Max.X, b.Max.Y)}
+}
+
+// bandColor is the band's text: amber, the usual colour of a warning, on the darkened band.
+var bandColor = color.RGBA{255, 193, 7, 255}
+
+func drawBand(dst *image.RGBA, bp bandPlan) {
+	if bp.rect.Empty() {
+		return
+	}
+	shade(dst, bp.rect, 200)
+	if bp.text == "" {
+		return
+	}
+	face := newFace(bp.fontPx)
+	if face == nil {
+		return
+	}
+	defer face.Close()
+	m := metricsOf(face, bp.fontPx)
+	x := bp.rect.Min.X + (bp.rect.Dx()-m.width(bp.text))/2
+	text(dst, m, bp.text, image.Pt(x, bp.rect.Min.Y), bandColor)
 }

@@ -71,10 +71,11 @@ func TestDrawBoxAndTag(t *testing.T) {
 	}
 	// The tag sits on the box's top-left corner: filled with the label colour, with text
 	// pixels of another colour inside it.
-	st := styleFor(got.Bounds())
-	face := newFace(st.fontPx)
-	defer face.Close()
-	r := tagRect(face, st, "dog", image.Rect(100, 120, 250, 260), got.Bounds())
+	p := layout(got.Bounds(), styleFor(got.Bounds()).fontPx, []item{{text: "dog", label: "dog", anchor: image.Rect(100, 120, 250, 260)}}, nil)
+	if len(p.tags) != 1 {
+		t.Fatalf("%d tags, want 1", len(p.tags))
+	}
+	r := p.tags[0].rect
 	if r.Max.Y != 120 || r.Min.X != 100 || r.Dx() < 10 {
 		t.Fatalf("tag at %v, want it above (100,120)", r)
 	}
