@@ -185,15 +185,6 @@ func (o Observe) MetricsEnabled() bool {
 	return o.MetricsAddr != "" && !strings.EqualFold(o.MetricsAddr, "off")
 }
 
-// Submit is the submit CLI's configuration: the NATS and storage settings it shares with
-// the worker, and its own.
-type Submit struct {
-	NATS
-	Storage
-	// UploadPrefix is where local images are uploaded (--upload overrides it).
-	UploadPrefix string `envconfig:"LA_SUBMIT_UPLOAD"`
-}
-
 // OtherTools lists the variables read by the project's other tools (the launcher, the
 // demo, the compose file); the worker and submit accept them in their environment.
 func OtherTools() []string {

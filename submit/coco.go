@@ -42,15 +42,17 @@ import (
 // COCOResultsFile is the export's results list, beside COCOFile (the dataset).
 const COCOResultsFile = "detections.results.json"
 
-type cocoFile struct {
-	Info        cocoInfo         `json:"info"`
-	Licenses    []cocoLicense    `json:"licenses"`
-	Images      []cocoImage      `json:"images"`
-	Categories  []cocoCategory   `json:"categories"`
-	Annotations []cocoAnnotation `json:"annotations"`
+// COCODataset is the export's dataset file (COCOFile), in the layout pycocotools' COCO reads.
+type COCODataset struct {
+	Info        COCOInfo         `json:"info"`
+	Licenses    []COCOLicense    `json:"licenses"`
+	Images      []COCOImage      `json:"images"`
+	Categories  []COCOCategory   `json:"categories"`
+	Annotations []COCOAnnotation `json:"annotations"`
 }
 
-type cocoInfo struct {
+// COCOInfo is the dataset's info block: what wrote it, and when.
+type COCOInfo struct {
 	Description string `json:"description"`
 	Version     string `json:"version"`
 	Year        int    `json:"year"`
@@ -59,15 +61,16 @@ type cocoInfo struct {
 	DateCreated string `json:"date_created"`
 }
 
-// cocoLicense is the licenses block's entry; the export knows no image's license, so the
+// COCOLicense is the licenses block's entry; the export knows no image's license, so the
 // block is empty.
-type cocoLicense struct {
+type COCOLicense struct {
 	ID   int    `json:"id"`
 	Name string `json:"name"`
 	URL  string `json:"url"`
 }
 
-type cocoImage struct {
+// COCOImage is one image of the dataset.
+type COCOImage struct {
 	ID       int      `json:"id"`
 	FileName string   `json:"file_name"`
 	Width    int      `json:"width"`
@@ -76,13 +79,15 @@ type cocoImage struct {
 	JobIDs   []string `json:"job_ids"` // its jobs (one per query it was asked)
 }
 
-type cocoCategory struct {
+// COCOCategory is one category: one of the queries' categories.
+type COCOCategory struct {
 	ID            int    `json:"id"`
 	Name          string `json:"name"`
 	Supercategory string `json:"supercategory"`
 }
 
-type cocoAnnotation struct {
+// COCOAnnotation is one box.
+type COCOAnnotation struct {
 	ID         int        `json:"id"`
 	ImageID    int        `json:"image_id"`
 	CategoryID int        `json:"category_id"`
@@ -93,8 +98,8 @@ type cocoAnnotation struct {
 	JobID      string     `json:"job_id"`
 }
 
-// cocoResult is one entry of the results file.
-type cocoResult struct {
+// COCOResult is one entry of the results file.
+type COCOResult struct {
 	ImageID    int        `json:"image_id"`
 	CategoryID int        `json:"category_id"`
 	BBox       [4]float64 `json:"bbox"`
@@ -121,7 +126,7 @@ func (r *batchRun) exportCOCO() error {
 // writeCOCO writes detections.coco.json and detections.results.json in dir for set, from
 // the rows of dir's results.jsonl. log is told how many boxes were left out.
 func writeCOCO(dir string, set cocoSet, log *slog.Logger) error {
-	rows, err := readRows(dir)
+	rows, err := ReadRows(dir)
 	if err != nil {
 		return fmt.Errorf("COCO export: %w", err)
 	}
@@ -129,9 +134,9 @@ func writeCOCO(dir string, set cocoSet, log *slog.Logger) error {
 	if dropped > 0 && log != nil {
 		log.Warn("COCO export: boxes whose label is not one of the query's categories were left out (results.jsonl keeps them)", "boxes", dropped)
 	}
-	results := make([]cocoResult, len(f.Annotations))
+	results := make([]COCOResult, len(f.Annotations))
 	for i, a := range f.Annotations {
-		results[i] = cocoResult{ImageID: a.ImageID, CategoryID: a.CategoryID, BBox: a.BBox, Score: a.Score}
+		results[i] = COCOResult{ImageID: a.ImageID, CategoryID: a.CategoryID, BBox: a.BBox, Score: a.Score}
 	}
 	if err := writeJSONFile(filepath.Join(dir, COCOFile), f); err != nil {
 		return fmt.Errorf("COCO export: %w", err)
@@ -144,8 +149,8 @@ func writeCOCO(dir string, set cocoSet, log *slog.Logger) error {
 
 // buildCOCO makes the dataset from the set's succeeded rows, and counts the boxes left out
 // for a label that is not a category.
-func buildCOCO(set cocoSet, rows []Row) (cocoFile, int) {
-	f := cocoFile{Licenses: []cocoLicense{}, Images: []cocoImage{}, Categories: []cocoCategory{}, Annotations: []cocoAnnotation{}}
+func buildCOCO(set cocoSet, rows []Row) (COCODataset, int) {
+	f := COCODataset{Licenses: []COCOLicense{}, Images: []COCOImage{}, Categories: []COCOCategory{}, Annotations: []COCOAnnotation{}}
 
 	// Categories: every input's query, in input order.
 	catID := map[string]int{}
@@ -153,7 +158,7 @@ func buildCOCO(set cocoSet, rows []Row) (cocoFile, int) {
 		for _, name := range categoriesOf(effectiveTask(it, set.Defaults), effectiveQuery(it, set.Defaults)) {
 			if _, ok := catID[name]; !ok {
 				catID[name] = len(f.Categories) + 1
-				f.Categories = append(f.Categories, cocoCategory{ID: catID[name], Name: name, Supercategory: ""})
+				f.Categories = append(f.Categories, COCOCategory{ID: catID[name], Name: name, Supercategory: ""})
 			}
 		}
 	}
@@ -197,7 +202,7 @@ func buildCOCO(set cocoSet, rows []Row) (cocoFile, int) {
 			continue // failed or not run: no size to give; the id stays unused
 		}
 		first := im.rows[0]
-		img := cocoImage{ID: i + 1, FileName: names[i], Width: first.Width, Height: first.Height, Source: im.item.Origin, JobIDs: []string{}}
+		img := COCOImage{ID: i + 1, FileName: names[i], Width: first.Width, Height: first.Height, Source: im.item.Origin, JobIDs: []string{}}
 		for _, row := range im.rows {
 			img.JobIDs = append(img.JobIDs, row.ID)
 			if row.FinishedAt.After(newest) {
@@ -214,7 +219,7 @@ func buildCOCO(set cocoSet, rows []Row) (cocoFile, int) {
 				}
 				x, y := round2(d.Box[0]), round2(d.Box[1])
 				w, h := round2(d.Box[2]-d.Box[0]), round2(d.Box[3]-d.Box[1])
-				f.Annotations = append(f.Annotations, cocoAnnotation{
+				f.Annotations = append(f.Annotations, COCOAnnotation{
 					ID: len(f.Annotations) + 1, ImageID: img.ID, CategoryID: c,
 					BBox: [4]float64{x, y, w, h}, Area: round2(w * h), Score: round4(d.Score), JobID: row.ID,
 				})
@@ -223,7 +228,7 @@ func buildCOCO(set cocoSet, rows []Row) (cocoFile, int) {
 		f.Images = append(f.Images, img)
 	}
 
-	f.Info = cocoInfo{
+	f.Info = COCOInfo{
 		Description: "LocateAnything detections, exported by submit --coco",
 		Version:     "1.0",
 		Contributor: strings.Join(models, ", "),

@@ -45,13 +45,13 @@ func writeRows(t *testing.T, rows ...Row) string {
 	return dir
 }
 
-func readCOCO(t *testing.T, dir string) (cocoFile, []cocoResult, []byte) {
+func readCOCO(t *testing.T, dir string) (COCODataset, []COCOResult, []byte) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(dir, COCOFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f cocoFile
+	var f COCODataset
 	if err := json.Unmarshal(raw, &f); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func readCOCO(t *testing.T, dir string) (cocoFile, []cocoResult, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res []cocoResult
+	var res []COCOResult
 	if err := json.Unmarshal(data, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -96,11 +96,11 @@ func TestCOCOExportIsStable(t *testing.T) {
 	}
 	f, res, raw := readCOCO(t, dir)
 
-	wantCats := []cocoCategory{{1, "red circle", ""}, {2, "blue square", ""}, {3, "star", ""}, {4, "yellow star", ""}, {5, "the big one", ""}}
+	wantCats := []COCOCategory{{1, "red circle", ""}, {2, "blue square", ""}, {3, "star", ""}, {4, "yellow star", ""}, {5, "the big one", ""}}
 	if !reflect.DeepEqual(f.Categories, wantCats) {
 		t.Errorf("categories %+v, want %+v", f.Categories, wantCats)
 	}
-	wantImages := []cocoImage{
+	wantImages := []COCOImage{
 		{ID: 1, FileName: "cam1/a.png", Width: 200, Height: 100, Source: "m.jsonl:1", JobIDs: []string{"ja", "ja2"}},
 		{ID: 2, FileName: "cam1/b.png", Width: 200, Height: 100, Source: "m.jsonl:2", JobIDs: []string{"jb"}},
 		// c.png failed: id 3 stays unused.
@@ -109,7 +109,7 @@ func TestCOCOExportIsStable(t *testing.T) {
 	if !reflect.DeepEqual(f.Images, wantImages) {
 		t.Errorf("images\n%+v\nwant\n%+v", f.Images, wantImages)
 	}
-	wantAnns := []cocoAnnotation{
+	wantAnns := []COCOAnnotation{
 		{ID: 1, ImageID: 1, CategoryID: 1, BBox: [4]float64{60.8, 0.3, 39.32, 50.2}, Area: 1973.86, Score: 0.1235, JobID: "ja"},
 		{ID: 2, ImageID: 1, CategoryID: 3, BBox: [4]float64{10, 10, 10, 10}, Area: 100, Score: 0.3, JobID: "ja2"},
 		{ID: 3, ImageID: 2, CategoryID: 2, BBox: [4]float64{0, 0, 10, 10}, Area: 100, Score: 0.9, JobID: "jb"},
@@ -125,11 +125,11 @@ func TestCOCOExportIsStable(t *testing.T) {
 		t.Fatalf("%d results, want %d", len(res), len(wantAnns))
 	}
 	for i, a := range wantAnns {
-		if want := (cocoResult{a.ImageID, a.CategoryID, a.BBox, a.Score}); res[i] != want {
+		if want := (COCOResult{a.ImageID, a.CategoryID, a.BBox, a.Score}); res[i] != want {
 			t.Errorf("result %d = %+v, want %+v", i, res[i], want)
 		}
 	}
-	wantInfo := cocoInfo{Description: "LocateAnything detections, exported by submit --coco", Version: "1.0", Year: 2026,
+	wantInfo := COCOInfo{Description: "LocateAnything detections, exported by submit --coco", Version: "1.0", Year: 2026,
 		Contributor: "tiny-shapes", DateCreated: "2026-12-02T10:01:00Z"}
 	if f.Info != wantInfo || f.Licenses == nil {
 		t.Errorf("info %+v, licenses %v; want %+v and a list", f.Info, f.Licenses, wantInfo)

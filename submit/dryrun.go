@@ -10,7 +10,6 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/jobs"
-	"github.com/locateanything/detect/storage"
 )
 
 // DryRunReport is what Run would do with the same inputs and output directory.
@@ -114,29 +113,4 @@ func (rep DryRunReport) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%d would be submitted, %d already done (%d succeeded, %d failed), %d queued before and waited for; %d jobs in all\n",
 		rep.ToSubmit, rep.AlreadyDone, rep.Succeeded, rep.Failed, rep.Waiting, rep.Total)
-}
-
-// dryRunCmd is `submit run --dry-run`: NATS is asked when it can be reached, and the run
-// goes on without it when not (the output directory is then the only evidence).
-func dryRunCmd(ctx context.Context, rc RunConfig, cfg Config, store storage.Store, asJSON bool, cio IO) int {
-	env := Env{Store: store}
-	js, closeNATS, err := connect(cfg)
-	if err != nil {
-		fmt.Fprintf(cio.Stderr, "submit: note: %v\nsubmit: note: jobs that other runs published are not known: only %s is read\n", err, rc.OutDir)
-	} else {
-		defer closeNATS()
-		env.JS = js
-	}
-	rep, err := DryRun(ctx, rc, env)
-	if err != nil {
-		return fail(cio, err)
-	}
-	if asJSON {
-		if err := writeJSON(cio.Stdout, rep); err != nil {
-			return fail(cio, err)
-		}
-		return ExitOK
-	}
-	rep.Print(cio.Stdout)
-	return ExitOK
 }

@@ -37,9 +37,10 @@ type Item struct {
 }
 
 // Local reports whether the item names a file on this machine (as opposed to a URL).
-func (it Item) Local() bool { return !isURL(it.Image) }
+func (it Item) Local() bool { return !IsURL(it.Image) }
 
-func isURL(s string) bool {
+// IsURL reports whether s names an object by URL (s3:// or file://) rather than a local path.
+func IsURL(s string) bool {
 	return strings.HasPrefix(s, "s3://") || strings.HasPrefix(s, "file://")
 }
 
@@ -88,7 +89,7 @@ func expandArg(ctx context.Context, arg string, store storage.Store) ([]Item, er
 	if arg == "" {
 		return nil, errors.New("empty input argument")
 	}
-	if isURL(arg) {
+	if IsURL(arg) {
 		return listPrefix(ctx, arg, store)
 	}
 	if _, err := os.Stat(arg); err == nil {

@@ -253,7 +253,7 @@ func sourceJobsInDir(src, dir string) ([]string, error) {
 		return nil, err
 	}
 	abs := ""
-	if !isURL(src) {
+	if !IsURL(src) {
 		abs, _ = filepath.Abs(src)
 	}
 	same := func(source, image, file string) bool {
@@ -285,7 +285,7 @@ func sourceJobsInDir(src, dir string) ([]string, error) {
 // a local file its file:// URL, and suffix, the end of the content-addressed key an upload
 // gives it (sha256/<ab>/<sha256><ext>), when the file can be read.
 func imageURLs(src string) (urls []string, suffix string, err error) {
-	if isURL(src) {
+	if IsURL(src) {
 		return []string{src}, "", nil
 	}
 	abs, err := filepath.Abs(src)
@@ -328,8 +328,8 @@ func dlqBatch(rec jobs.DLQRecord) string {
 	return *j.Batch
 }
 
-// writeJSON prints v as indented JSON, tags such as </c> as they are.
-func writeJSON(w io.Writer, v any) error {
+// WriteJSON prints v as indented JSON, tags such as </c> as they are.
+func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)

@@ -27,7 +27,7 @@ const ResultsDir = "results"
 func relUnder(root, p string) string {
 	rel := p
 	switch {
-	case isURL(p):
+	case IsURL(p):
 		if r, ok := strings.CutPrefix(p, root); ok && root != "" {
 			rel = r
 		} else {

@@ -169,7 +169,7 @@ func manifestItem(m manifestLine, origin, base string) (Item, error) {
 			return Item{}, fmt.Errorf("%s: metadata: must be a JSON object", origin)
 		}
 	}
-	if !isURL(img) {
+	if !IsURL(img) {
 		if !filepath.IsAbs(img) {
 			img = filepath.Join(base, img)
 		}

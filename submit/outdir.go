@@ -266,9 +266,9 @@ func (o *outDir) close() error {
 	return err
 }
 
-// readRows reads the rows of results.jsonl in dir, one per job in the order of their first
+// ReadRows reads the rows of results.jsonl in dir, one per job in the order of their first
 // row; a job's later row (its result after a replay) replaces the earlier one.
-func readRows(dir string) ([]Row, error) {
+func ReadRows(dir string) ([]Row, error) {
 	var rows []Row
 	index := map[string]int{}
 	err := readJSONLines(filepath.Join(dir, ResultsFile), func(_ int, line []byte) error {

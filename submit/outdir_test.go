@@ -46,7 +46,7 @@ func TestOutDirResumesAndCutsATornLastLine(t *testing.T) {
 	// The torn line is gone from the file, so the next row starts on a line of its own.
 	must(t, o.writeRow(Row{Source: "b.jpg", Result: jobs.Result{ID: "job2", Status: jobs.StatusFailed}}))
 	must(t, o.sync())
-	rows, err := readRows(dir)
+	rows, err := ReadRows(dir)
 	must(t, err)
 	if len(rows) != 2 || rows[1].ID != "job2" {
 		t.Fatalf("rows = %+v, want job1 then job2", rows)
@@ -73,7 +73,7 @@ func TestResultsLinesArePlainUTF8(t *testing.T) {
 	if strings.Count(string(data), "\n") != 1 {
 		t.Errorf("want one line: %q", data)
 	}
-	rows, err := readRows(dir)
+	rows, err := ReadRows(dir)
 	must(t, err)
 	if len(rows) != 1 || rows[0].Query != row.Query || rows[0].RawText != row.RawText || rows[0].Source != row.Source {
 		t.Errorf("read back %+v", rows)

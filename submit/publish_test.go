@@ -2,6 +2,7 @@ package submit
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,7 +50,7 @@ func TestPublisherBacksOffOnAFullStreamAndDropsNothing(t *testing.T) {
 	}
 	go func() {
 		for i := range total {
-			work <- &jobs.Job{ID: JobID("sha256:"+itoa(i), JobParams{Query: "q"}), Image: "s3://b/k", Query: "q"}
+			work <- &jobs.Job{ID: JobID("sha256:"+strconv.Itoa(i), JobParams{Query: "q"}), Image: "s3://b/k", Query: "q"}
 		}
 		close(work)
 	}()

@@ -35,3 +35,7 @@ func refusedByServer(nc *nats.Conn, err error) error {
 	}
 	return err
 }
+
+// Refused is err, as a PermissionError when the NATS server refused one of the Admin's
+// operations for want of permission (the role to ask for is then in the message).
+func (a *Admin) Refused(err error) error { return refusedByServer(a.js.Conn(), err) }

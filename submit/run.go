@@ -40,9 +40,9 @@ type RunConfig struct {
 	ProgressEvery time.Duration // plain progress line period off a terminal; 0 = 10 s
 
 	dryRun bool // plan only (DryRun): read the output directory, write, upload and publish nothing
-	// expanded is Inputs already listed (Expand), by a caller that had to know they exist
+	// Listed is Inputs already listed (Expand), by a caller that had to know they exist
 	// before connecting anywhere; nil: Run lists them.
-	expanded []Item
+	Listed []Item
 }
 
 // Env is what a run talks to.
@@ -232,7 +232,7 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 		}
 	}
 
-	r.items = cfg.expanded
+	r.items = cfg.Listed
 	if r.items == nil {
 		if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
 			return fail(&InputError{Err: err})

@@ -16,7 +16,6 @@ import (
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsembed"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
-	"github.com/locateanything/detect/submit"
 )
 
 const (
@@ -111,7 +110,7 @@ func TestSubmitAuthenticates(t *testing.T) {
 			t.Setenv("LA_NATS_TIMEOUT", "5s")
 			setNATS(t, c.good)
 			ensureTopology(t)
-			if code, stdout, stderr := submitCLI(t, "dlq", "list"); code != submit.ExitOK {
+			if code, stdout, stderr := submitCLI(t, "dlq", "list"); code != ExitOK {
 				t.Fatalf("right settings: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 			}
 			for what, vars := range map[string]map[string]string{"wrong": c.wrong, "no": nil} {
@@ -121,8 +120,8 @@ func TestSubmitAuthenticates(t *testing.T) {
 				}
 				setNATS(t, vars)
 				code, stdout, stderr := submitCLI(t, "dlq", "list")
-				if code != submit.ExitUnavailable || !strings.Contains(stderr, want) {
-					t.Errorf("%s settings: exit %d, stderr %q; want %d naming %q", what, code, stderr, submit.ExitUnavailable, want)
+				if code != ExitUnavailable || !strings.Contains(stderr, want) {
+					t.Errorf("%s settings: exit %d, stderr %q; want %d naming %q", what, code, stderr, ExitUnavailable, want)
 				}
 				for _, secret := range []string{password, wrongPass, token} {
 					if strings.Contains(stdout+stderr, secret) {
@@ -148,7 +147,7 @@ func submitCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	code = submit.Main(ctx, args, submit.IO{Stdout: &out, Stderr: &errOut, LoadConfig: loadConfig})
+	code = Main(ctx, args, IO{Stdout: &out, Stderr: &errOut, LoadConfig: loadConfig})
 	return code, out.String(), errOut.String()
 }
 

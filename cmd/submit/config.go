@@ -7,28 +7,28 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/locateanything/detect/config"
-	"github.com/locateanything/detect/submit"
 )
 
-// loadConfig reads submit's configuration from the environment, the only place it is read.
-// A misspelt LA_* variable is an error naming the closest known one, as for the worker;
-// the worker's variables share the shell and are accepted.
-func loadConfig() (submit.Config, error) {
+// loadConfig reads submit's configuration from the environment, the only place it is read,
+// and resolves and validates it (config.Submit.Finish). A misspelt LA_* variable is an
+// error naming the closest known one, as for the worker; the worker's variables share the
+// shell and are accepted.
+func loadConfig() (config.Submit, error) {
 	known := append(config.Names(config.Worker{}, config.Submit{}), config.OtherTools()...)
 	if err := config.Unknown(os.Environ(), known); err != nil {
-		return submit.Config{}, fmt.Errorf("configuration: %w", err)
+		return config.Submit{}, fmt.Errorf("configuration: %w", err)
 	}
-	var s config.Submit
-	if err := envconfig.Process("", &s); err != nil {
-		return submit.Config{}, fmt.Errorf("configuration: %w", err)
+	return readConfig()
+}
+
+// readConfig fills and finishes the configuration from the environment's LA_* variables.
+func readConfig() (config.Submit, error) {
+	var c config.Submit
+	if err := envconfig.Process("", &c); err != nil {
+		return config.Submit{}, fmt.Errorf("configuration: %w", err)
 	}
-	switch {
-	case s.NATS.Timeout <= 0:
-		return submit.Config{}, fmt.Errorf("configuration: LA_NATS_TIMEOUT is %s, want a positive duration", s.NATS.Timeout)
-	case s.Storage.MaxImageBytes <= 0:
-		return submit.Config{}, fmt.Errorf("configuration: LA_MAX_IMAGE_BYTES is %d, want at least 1", s.Storage.MaxImageBytes)
+	if err := c.Finish(); err != nil {
+		return config.Submit{}, fmt.Errorf("configuration: %w", err)
 	}
-	c := submit.Config{NATS: s.NATS, Storage: s.Storage, UploadPrefix: s.UploadPrefix}
-	c.Finish()
 	return c, nil
 }

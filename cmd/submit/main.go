@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/locateanything/detect/submit"
 )
 
 func main() {
@@ -22,10 +20,10 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	code := submit.Main(ctx, os.Args[1:], submit.IO{
+	code := Main(ctx, os.Args[1:], IO{
 		Stdout:         os.Stdout,
 		Stderr:         os.Stderr,
-		StderrTerminal: submit.IsTerminal(os.Stderr),
+		StderrTerminal: IsTerminal(os.Stderr),
 		LoadConfig:     loadConfig,
 		Environ:        os.Environ(),
 	})

@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"bytes"
@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/submit"
 )
 
 // 500 images and a corrupt one through the real queue and a real worker; the run is killed
@@ -62,7 +65,7 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 			t.Fatalf("the first run ended before it was killed (%v):\n%s", err, childOut.String())
 		default:
 		}
-		return countPublished(out) == n+1 && countLines(filepath.Join(out, ResultsFile)) >= 100
+		return countPublished(out) == n+1 && countLines(filepath.Join(out, submit.ResultsFile)) >= 100
 	})
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -86,7 +89,7 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 	if code != ExitJobsFailed {
 		t.Errorf("exit code %d, want %d (a job failed)", code, ExitJobsFailed)
 	}
-	wantSummary := "0 submitted, " + itoa(before) + " already done, 500 succeeded, 1 failed"
+	wantSummary := "0 submitted, " + strconv.Itoa(before) + " already done, 500 succeeded, 1 failed"
 	if !strings.Contains(stdout, wantSummary) {
 		t.Errorf("summary:\n%s\nwant %q", stdout, wantSummary)
 	}
@@ -97,7 +100,7 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 		t.Errorf("%d rows, want %d", len(rows), n+1)
 	}
 	ids, sources := map[string]bool{}, map[string]bool{}
-	var corrupt *Row
+	var corrupt *submit.Row
 	for i, r := range rows {
 		if ids[r.ID] || sources[r.Source] {
 			t.Errorf("row %d repeats job %s (%s)", i, r.ID, r.Source)
@@ -143,8 +146,8 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 
 	// The COCO export has every succeeded image and its boxes, numbered in the order of
 	// the inputs whatever order the results came in, and rounded to 2 decimals.
-	var coco cocoFile
-	data, err := os.ReadFile(filepath.Join(out, COCOFile))
+	var coco submit.COCODataset
+	data, err := os.ReadFile(filepath.Join(out, submit.COCOFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +155,7 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := want.Detections[0].Box
-	wantBBox := [4]float64{round2(b[0]), round2(b[1]), round2(b[2] - b[0]), round2(b[3] - b[1])} // x, y, width, height
+	wantBBox := [4]float64{roundTo2(b[0]), roundTo2(b[1]), roundTo2(b[2] - b[0]), roundTo2(b[3] - b[1])} // x, y, width, height
 	if len(coco.Images) != n || len(coco.Annotations) != 2*n || len(coco.Categories) != 2 || coco.Annotations[0].BBox != wantBBox {
 		t.Errorf("COCO: %d images, %d annotations, categories %+v, first box %v", len(coco.Images), len(coco.Annotations), coco.Categories, coco.Annotations[0].BBox)
 	}
@@ -171,8 +174,6 @@ func TestEndToEndKilledRunResumes(t *testing.T) {
 		t.Errorf("the rerun published: %d distinct jobs now", got)
 	}
 }
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 // The single-machine setup: no upload, the worker reads file:// URLs and writes results
 // and overlays under a local root, which the CLI downloads into OUT/overlays. The same
@@ -250,11 +251,11 @@ func TestEndToEndJPEGOverlays(t *testing.T) {
 		if r.OverlayFile != "overlays/"+stem+".jpg" {
 			t.Errorf("row %s (%s): overlay_file %q, want overlays/%s.jpg", r.ID, r.File, r.OverlayFile, stem)
 		}
-		pic, err := os.ReadFile(filepath.Join(out, OverlaysDir, stem+".jpg"))
+		pic, err := os.ReadFile(filepath.Join(out, submit.OverlaysDir, stem+".jpg"))
 		if err != nil || !bytes.HasPrefix(pic, []byte{0xFF, 0xD8, 0xFF}) {
 			t.Errorf("overlay of %s: %v (%d bytes), want the JPEG", r.ID, err, len(pic))
 		}
-		if _, err := os.Stat(filepath.Join(out, OverlaysDir, stem+".png")); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(out, submit.OverlaysDir, stem+".png")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("overlay of %s also as .png: %v", r.ID, err)
 		}
 	}
@@ -283,7 +284,7 @@ func TestEndToEndInterruptAndResume(t *testing.T) {
 	done := make(chan outcome, 1)
 	go func() {
 		var stdout, stderr strings.Builder
-		code := Main(ctx, args, IO{Stdout: &stdout, Stderr: &stderr, LoadConfig: loadTestConfig})
+		code := Main(ctx, args, IO{Stdout: &stdout, Stderr: &stderr, LoadConfig: readConfig})
 		done <- outcome{code, stdout.String()}
 	}()
 	testwait.Until(t, time.Minute, "every job to be queued", func() bool {
@@ -345,3 +346,6 @@ func TestEndToEndS3Prefix(t *testing.T) {
 		t.Errorf("status of an unknown job: exit %d, %q", code, stderr)
 	}
 }
+
+// roundTo2 rounds to 2 decimals, as the COCO export writes boxes.
+func roundTo2(v float64) float64 { return math.Round(v*100) / 100 }

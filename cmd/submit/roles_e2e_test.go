@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/submit"
 )
 
 // TestEndToEndProducerRole: against a server that authenticates by role, submit runs a
@@ -56,7 +57,7 @@ func TestEndToEndProducerRole(t *testing.T) {
 
 func TestPermissionErrorUnwraps(t *testing.T) {
 	inner := errors.New("timeout")
-	if err := error(&PermissionError{Refused: errors.New("refused"), Err: inner}); !errors.Is(err, inner) {
+	if err := error(&submit.PermissionError{Refused: errors.New("refused"), Err: inner}); !errors.Is(err, inner) {
 		t.Error("PermissionError hides what the command saw")
 	}
 }

@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"bytes"
@@ -31,6 +31,7 @@ import (
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
 	"github.com/locateanything/detect/storage"
 	"github.com/locateanything/detect/storage/s3test"
+	"github.com/locateanything/detect/submit"
 )
 
 // childArgsEnv carries the arguments of a CLI run in a child process: the test binary
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "bad child arguments:", err)
 			os.Exit(99)
 		}
-		os.Exit(Main(context.Background(), args, IO{Stdout: os.Stdout, Stderr: os.Stderr, LoadConfig: loadTestConfig}))
+		os.Exit(Main(context.Background(), args, IO{Stdout: os.Stdout, Stderr: os.Stderr, LoadConfig: readConfig}))
 	}
 	os.Exit(m.Run())
 }
@@ -204,7 +205,7 @@ func (s *system) startWorker(t *testing.T) {
 func (s *system) submit(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = Main(t.Context(), args, IO{Stdout: &out, Stderr: &errOut, LoadConfig: loadTestConfig})
+	code = Main(t.Context(), args, IO{Stdout: &out, Stderr: &errOut, LoadConfig: readConfig})
 	t.Logf("submit %s -> %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
 	return code, out.String(), errOut.String()
 }
@@ -255,18 +256,18 @@ func writeImages(t *testing.T, dir string, n int) {
 }
 
 // readResults reads results.jsonl in dir line by line (every row, repeats included).
-func readResults(t *testing.T, dir string) []Row {
+func readResults(t *testing.T, dir string) []submit.Row {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, ResultsFile))
+	data, err := os.ReadFile(filepath.Join(dir, submit.ResultsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []Row
+	var rows []submit.Row
 	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
 		if len(line) == 0 {
 			continue
 		}
-		var r Row
+		var r submit.Row
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("results.jsonl line %q: %v", line, err)
 		}
@@ -277,7 +278,7 @@ func readResults(t *testing.T, dir string) []Row {
 
 // countPublished counts the jobs the state file in dir records as published.
 func countPublished(dir string) int {
-	data, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	data, _ := os.ReadFile(filepath.Join(dir, submit.StateFile))
 	return bytes.Count(data, []byte(`{"published":`))
 }
 
@@ -309,4 +310,12 @@ func workerTopology(t *testing.T, own jobs.TopologyConfig) jobs.TopologyConfig {
 		c.BackOff = own.BackOff
 	}
 	return c
+}
+
+// must stops the test on an error.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

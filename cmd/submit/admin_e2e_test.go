@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/submit"
 )
 
 // A manifest error stops the run before anything is published, names the line and exits 2.
@@ -129,7 +130,7 @@ func TestEndToEndDLQReplay(t *testing.T) {
 	if code != ExitJobsFailed || !strings.Contains(stdout, "2 submitted, 0 already done, 1 succeeded, 1 failed") {
 		t.Fatalf("first run: exit %d, %q", code, stdout)
 	}
-	var missing Row
+	var missing submit.Row
 	for _, r := range readResults(t, out) {
 		if strings.HasSuffix(r.Source, ":3") {
 			missing = r
@@ -173,7 +174,7 @@ func TestEndToEndDLQReplay(t *testing.T) {
 	if code != ExitOK || !strings.Contains(stdout, "0 submitted, 1 already done, 2 succeeded, 0 failed") {
 		t.Errorf("run after replay: exit %d, %q", code, stdout)
 	}
-	rows, err := readRows(out)
+	rows, err := submit.ReadRows(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/submit"
 )
 
 // writePNG writes a small PNG, distinct for each seed, at path (creating its folder).
@@ -52,7 +53,7 @@ func TestEndToEndOutputMirrorsTheInputs(t *testing.T) {
 	}
 
 	rows := readResults(t, out)
-	byFile := map[string]Row{}
+	byFile := map[string]submit.Row{}
 	for _, r := range rows {
 		byFile[r.File] = r
 	}
@@ -80,7 +81,7 @@ func TestEndToEndOutputMirrorsTheInputs(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 			continue
 		}
-		var perImage Row
+		var perImage submit.Row
 		if err := json.Unmarshal(data, &perImage); err != nil || perImage.ID != r.ID || perImage.File != f ||
 			perImage.Source != filepath.Join(frames, filepath.FromSlash(f)) || perImage.Status != jobs.StatusSucceeded {
 			t.Errorf("%s: the per-image JSON %s is not its row (id %s, file %s, source %s, %v)", f, r.JSONFile, perImage.ID, perImage.File, perImage.Source, err)
@@ -92,7 +93,7 @@ func TestEndToEndOutputMirrorsTheInputs(t *testing.T) {
 			t.Errorf("%s: overlay %s: %v", f, r.OverlayFile, err)
 		}
 	}
-	if entries, _ := os.ReadDir(filepath.Join(out, OverlaysDir)); len(entries) != 2 { // cam04/, cam05/
+	if entries, _ := os.ReadDir(filepath.Join(out, submit.OverlaysDir)); len(entries) != 2 { // cam04/, cam05/
 		t.Errorf("overlays/ holds %d entries, want the two camera folders", len(entries))
 	}
 
@@ -111,13 +112,13 @@ func TestEndToEndOutputMirrorsTheInputs(t *testing.T) {
 		}
 	}
 	code, stdout, _ = sys.submit(t, "status", "--json", target.ID[:6])
-	var js JobStatus
+	var js submit.JobStatus
 	if err := json.Unmarshal([]byte(stdout), &js); code != ExitOK || err != nil || js.ID != target.ID || js.Status != "succeeded" ||
 		js.Result == nil || js.Result.Batch != "cams" {
 		t.Errorf("status --json by prefix: exit %d, %v, %+v", code, err, js)
 	}
 	code, stdout, _ = sys.submit(t, "status", "--json", "--out", out, filepath.Join(frames, "cam04", "000123.png"))
-	var list []JobStatus
+	var list []submit.JobStatus
 	if err := json.Unmarshal([]byte(stdout), &list); code != ExitOK || err != nil || len(list) != 1 || list[0].ID != byFile["cam04/000123.png"].ID {
 		t.Errorf("status --json by source: exit %d, %v, %q", code, err, stdout)
 	}
@@ -142,13 +143,13 @@ func TestEndToEndOutputMirrorsTheInputs(t *testing.T) {
 	if code != ExitOK || !strings.Contains(stdout, "0 jobs in the queue (queued or running), 0 dead-lettered") || !strings.Contains(stdout, "cams ") {
 		t.Errorf("status: exit %d, %q", code, stdout)
 	}
-	var ov Overview
+	var ov submit.Overview
 	code, stdout, _ = sys.submit(t, "status", "--json")
 	if err := json.Unmarshal([]byte(stdout), &ov); code != ExitOK || err != nil || len(ov.Batches) != 1 || ov.Batches[0].Batch != "cams" ||
 		ov.Batches[0].Finished != 6 || ov.Batches[0].Results[jobs.StatusSucceeded] != 6 || ov.Batches[0].Last.IsZero() {
 		t.Errorf("status --json: exit %d, %v, %+v", code, err, ov)
 	}
-	var batches []BatchStatus
+	var batches []submit.BatchStatus
 	code, stdout, _ = sys.submit(t, "batches", "--json")
 	if err := json.Unmarshal([]byte(stdout), &batches); code != ExitOK || err != nil || len(batches) != 1 || batches[0].Finished != 6 {
 		t.Errorf("batches --json: exit %d, %v, %q", code, err, stdout)
@@ -157,7 +158,7 @@ func TestEndToEndOutputMirrorsTheInputs(t *testing.T) {
 	if code != ExitOK || !strings.Contains(stdout, "BATCH") || !strings.Contains(stdout, "cams ") {
 		t.Errorf("batches: exit %d, %q", code, stdout)
 	}
-	var bs BatchStatus
+	var bs submit.BatchStatus
 	code, stdout, _ = sys.submit(t, "status", "--batch", "cams", "--json")
 	if err := json.Unmarshal([]byte(stdout), &bs); code != ExitOK || err != nil || bs.Finished != 6 || bs.InQueue != 0 {
 		t.Errorf("status --batch --json: exit %d, %v, %q", code, err, stdout)
@@ -170,17 +171,17 @@ func TestEndToEndOutputMirrorsTheInputs(t *testing.T) {
 		t.Errorf("dry run: exit %d, %q", code, stdout)
 	}
 	writePNG(t, filepath.Join(frames, "cam06", "000001.png"), 77)
-	before, err := os.ReadFile(filepath.Join(out, StateFile))
+	before, err := os.ReadFile(filepath.Join(out, submit.StateFile))
 	must(t, err)
 	info, err := sys.topo.Jobs.Info(t.Context())
 	must(t, err)
-	var plan DryRunReport
+	var plan submit.DryRunReport
 	code, stdout, _ = sys.submit(t, append([]string{"run", "--dry-run", "--json"}, args...)...)
 	if err := json.Unmarshal([]byte(stdout), &plan); code != ExitOK || err != nil || plan.ToSubmit != 1 || plan.AlreadyDone != 6 ||
 		plan.Total != 7 || !plan.StateChecked || plan.Batch != "cams" || len(plan.Jobs) != 1 || plan.Jobs[0].File != "cam06/000001.png" || plan.Jobs[0].ID == "" {
 		t.Errorf("dry run --json: exit %d, %v, %+v", code, err, plan)
 	}
-	after, err := os.ReadFile(filepath.Join(out, StateFile))
+	after, err := os.ReadFile(filepath.Join(out, submit.StateFile))
 	must(t, err)
 	info2, err := sys.topo.Jobs.Info(t.Context())
 	must(t, err)
@@ -199,7 +200,7 @@ func TestEndToEndOutputMirrorsTheInputs(t *testing.T) {
 	// named, so no ids are given, and the directory is not even created.
 	fresh := filepath.Join(root, "fresh")
 	code, stdout, _ = sys.submit(t, "run", "--dry-run", "--json", "--out", fresh, "--query", "cat", frames)
-	plan = DryRunReport{}
+	plan = submit.DryRunReport{}
 	if err := json.Unmarshal([]byte(stdout), &plan); code != ExitOK || err != nil || plan.ToSubmit != 7 || plan.Batch != "" || plan.Jobs[0].ID != "" {
 		t.Errorf("dry run into a new directory: exit %d, %v, %+v", code, err, plan)
 	}
@@ -234,7 +235,7 @@ func TestEndToEndDLQListByBatch(t *testing.T) {
 	if code != ExitOK || !strings.Contains(stdout, missing["north"]) || strings.Contains(stdout, missing["south"]) {
 		t.Errorf("dlq list --batch north: exit %d, %q", code, stdout)
 	}
-	var entries []DLQEntry
+	var entries []submit.DLQEntry
 	code, stdout, _ = sys.submit(t, "dlq", "list", "--json", "--batch", "south")
 	if err := json.Unmarshal([]byte(stdout), &entries); code != ExitOK || err != nil || len(entries) != 1 ||
 		entries[0].Batch != "south" || entries[0].Record.ID != missing["south"] || entries[0].Record.Code != jobs.CodeNotFound {

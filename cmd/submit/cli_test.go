@@ -1,16 +1,19 @@
-package submit
+package main
 
 import (
 	"context"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/submit"
 )
 
 func runMain(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr strings.Builder
-	code := Main(context.Background(), args, IO{Stdout: &stdout, Stderr: &stderr, LoadConfig: loadTestConfig})
+	code := Main(context.Background(), args, IO{Stdout: &stdout, Stderr: &stderr, LoadConfig: readConfig})
 	return code, stdout.String(), stderr.String()
 }
 
@@ -93,12 +96,12 @@ func TestLoadConfigSingleMachineDefault(t *testing.T) {
 	} {
 		t.Setenv("LA_NATS_URL", c.url)
 		t.Setenv("LA_FILE_ROOTS", c.roots)
-		cfg, err := loadTestConfig()
+		cfg, err := readConfig()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.url == "" && cfg.NATS.URL != DefaultNATSURL {
-			t.Errorf("default NATS URL %q, want %q", cfg.NATS.URL, DefaultNATSURL)
+		if c.url == "" && cfg.NATS.URL != config.SubmitNATSURL {
+			t.Errorf("default NATS URL %q, want %q", cfg.NATS.URL, config.SubmitNATSURL)
 		}
 		if fmt.Sprint(cfg.Storage.FileRoots) != fmt.Sprint(c.wantRoots) {
 			t.Errorf("LA_NATS_URL=%q LA_FILE_ROOTS=%q: roots %v, want %v", c.url, c.roots, cfg.Storage.FileRoots, c.wantRoots)
@@ -113,10 +116,10 @@ func TestFailExitCodes(t *testing.T) {
 		err  error
 		want int
 	}{
-		{&InputError{Err: fmt.Errorf("list s3://b/: %w", context.Canceled)}, ExitInterrupted},
-		{fmt.Errorf("publish: %w", ErrInterrupted), ExitInterrupted},
-		{&InputError{Err: fmt.Errorf("class %q must be 1-128 characters", "a b")}, ExitUsage},
-		{fmt.Errorf("status: %w", ErrUnknownJob), ExitUsage},
+		{&submit.InputError{Err: fmt.Errorf("list s3://b/: %w", context.Canceled)}, ExitInterrupted},
+		{fmt.Errorf("publish: %w", submit.ErrInterrupted), ExitInterrupted},
+		{&submit.InputError{Err: fmt.Errorf("class %q must be 1-128 characters", "a b")}, ExitUsage},
+		{fmt.Errorf("status: %w", submit.ErrUnknownJob), ExitUsage},
 		{fmt.Errorf("connect to NATS: refused"), ExitUnavailable},
 	}
 	for _, c := range cases {
@@ -124,17 +127,5 @@ func TestFailExitCodes(t *testing.T) {
 		if got := fail(IO{Stdout: &strings.Builder{}, Stderr: &stderr}, c.err); got != c.want {
 			t.Errorf("fail(%v) = %d, want %d", c.err, got, c.want)
 		}
-	}
-}
-
-// TestBadBatchIsExit2: a batch the job schema cannot carry, or one that is not the output
-// directory's, is the user's mistake, also when it reaches resolveBatch directly.
-func TestBadBatchIsExit2(t *testing.T) {
-	if _, err := resolveBatch("not a batch", &outState{}, t.TempDir()); err == nil || fail(IO{Stdout: &strings.Builder{}, Stderr: &strings.Builder{}}, err) != ExitUsage {
-		t.Fatalf("bad --batch: %v, want an exit-2 error", err)
-	}
-	prior := &outState{HasHeader: true, Header: stateHeader{Batch: "b1"}}
-	if _, err := resolveBatch("b2", prior, "out"); err == nil || fail(IO{Stdout: &strings.Builder{}, Stderr: &strings.Builder{}}, err) != ExitUsage {
-		t.Fatalf("--batch of another output directory: %v, want an exit-2 error", err)
 	}
 }

@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/locateanything/detect/internal/version"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
+	"github.com/locateanything/detect/submit"
 )
 
 // Exit codes of the CLI.
@@ -38,8 +39,8 @@ type IO struct {
 	Stdout, Stderr io.Writer
 	// StderrTerminal says Stderr is a terminal: draw a progress bar there.
 	StderrTerminal bool
-	// LoadConfig reads the configuration (cmd/submit: from the environment) and finishes it.
-	LoadConfig func() (Config, error)
+	// LoadConfig reads the configuration (from the environment) and finishes it.
+	LoadConfig func() (config.Submit, error)
 	// Environ is the process environment, for --help to show which variables are set;
 	// nil shows none.
 	Environ []string
@@ -142,15 +143,15 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 func fail(cio IO, err error) int {
 	fmt.Fprintf(cio.Stderr, "submit: %v\n", err)
 	var ue usageError
-	var inputErr *InputError
+	var inputErr *submit.InputError
 	switch {
 	case errors.As(err, &ue):
 		fmt.Fprint(cio.Stderr, "\n"+overview())
 		return ExitUsage
-	case errors.Is(err, ErrInterrupted), errors.Is(err, context.Canceled):
+	case errors.Is(err, submit.ErrInterrupted), errors.Is(err, context.Canceled):
 		// Before InputError: Ctrl-C while the inputs are being listed arrives wrapped in one.
 		return ExitInterrupted
-	case errors.As(err, &inputErr), errors.Is(err, ErrUnknownJob):
+	case errors.As(err, &inputErr), errors.Is(err, submit.ErrUnknownJob):
 		return ExitUsage
 	default:
 		return ExitUnavailable
@@ -174,7 +175,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // loadConfig reads the configuration; an error is the user's to fix (exit 2).
-func loadConfig(cio IO) (Config, int, bool) {
+func configure(cio IO) (config.Submit, int, bool) {
 	cfg, err := cio.LoadConfig()
 	if err != nil {
 		fmt.Fprintf(cio.Stderr, "submit: %v\n", err)
@@ -184,10 +185,10 @@ func loadConfig(cio IO) (Config, int, bool) {
 }
 
 // connect opens NATS and JetStream; close releases them.
-func connect(cfg Config) (js jetstream.JetStream, close func(), err error) {
-	nc, err := cfg.connectNATS()
+func connect(cfg config.Submit) (js jetstream.JetStream, close func(), err error) {
+	nc, err := cfg.NATS.Connect("", "la-submit", nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w (is a worker or NATS server running? set LA_NATS_URL)", err)
 	}
 	js, err = jetstream.New(nc, jetstream.WithDefaultTimeout(cfg.NATS.Timeout))
 	if err != nil {
@@ -199,7 +200,7 @@ func connect(cfg Config) (js jetstream.JetStream, close func(), err error) {
 
 // openStore opens the configured storage, or returns nil when neither S3 nor file roots
 // are configured.
-func openStore(cfg Config) (storage.Store, func(), error) {
+func openStore(cfg config.Submit) (storage.Store, func(), error) {
 	if cfg.Storage.Endpoint == "" && len(cfg.Storage.FileRoots) == 0 {
 		return nil, func() {}, nil
 	}
@@ -212,7 +213,7 @@ func openStore(cfg Config) (storage.Store, func(), error) {
 
 // runOptions are `submit run`'s flags.
 type runOptions struct {
-	rc            RunConfig
+	rc            submit.RunConfig
 	task          string
 	mode          string
 	overlayFormat string
@@ -231,7 +232,7 @@ func runFlags(o *runOptions) *flag.FlagSet {
 		" (ar: one token per step; hybrid: a whole box per step when the model is sure; empty: the worker's LA_GENERATION_MODE)")
 	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay pictures and download them into OUT/overlays/, below each image's path")
 	fs.StringVar(&o.overlayFormat, "overlay-format", "", "with --overlay, the overlays' format `F`: "+overlayFormatList()+" (empty: png; jpeg is about a fifth of the size)")
-	fs.BoolVar(&rc.COCO, "coco", false, "also write "+COCOFile+" (a COCO dataset) and "+COCOResultsFile+" (its results list)")
+	fs.BoolVar(&rc.COCO, "coco", false, "also write "+submit.COCOFile+" (a COCO dataset) and "+submit.COCOResultsFile+" (its results list)")
 	fs.StringVar(&rc.Defaults.Batch, "batch", "", "batch name `B` (default: the one OUT belongs to, else a new one)")
 	fs.StringVar(&rc.Class, "class", jobs.DefaultClass, "job class `C`: jobs go to la.jobs.<C>")
 	fs.StringVar(&rc.UploadPrefix, "upload", "", "upload local images under this s3:// `PREFIX` (empty: pass file:// URLs to a worker on this machine)")
@@ -246,7 +247,7 @@ func runFlags(o *runOptions) *flag.FlagSet {
 }
 
 // checkRun checks the parsed flags and fills in what depends on the configuration.
-func checkRun(o *runOptions, fs *flag.FlagSet, inputs []string, cfg Config) error {
+func checkRun(o *runOptions, fs *flag.FlagSet, inputs []string, cfg config.Submit) error {
 	rc := &o.rc
 	rc.Inputs = inputs
 	rc.Defaults.Task = engine.Task(o.task)
@@ -297,7 +298,7 @@ func runCmd(ctx context.Context, args []string, cio IO) int {
 	if o.rc.OutDir == "" {
 		return fail(cio, usagef("--out is required"))
 	}
-	cfg, code, ok := loadConfig(cio)
+	cfg, code, ok := configure(cio)
 	if !ok {
 		return code
 	}
@@ -305,7 +306,7 @@ func runCmd(ctx context.Context, args []string, cio IO) int {
 		return fail(cio, err)
 	}
 	rc := o.rc
-	if rc.UploadPrefix == "" && cfg.Storage.Endpoint != "" && slices.ContainsFunc(rc.Inputs, func(in string) bool { return !isURL(in) }) {
+	if rc.UploadPrefix == "" && cfg.Storage.Endpoint != "" && slices.ContainsFunc(rc.Inputs, func(in string) bool { return !submit.IsURL(in) }) {
 		fmt.Fprintln(cio.Stderr, "submit: note: local images go to workers as file:// URLs (no --upload or LA_SUBMIT_UPLOAD); only a worker on this machine can read them")
 	}
 	store, closeStore, err := openStore(cfg)
@@ -318,8 +319,8 @@ func runCmd(ctx context.Context, args []string, cio IO) int {
 	}
 	// List the inputs first: a missing file or an empty glob is the user's to fix, and
 	// must say so even when no NATS server is up yet.
-	if rc.expanded, err = Expand(ctx, rc.Inputs, store); err != nil {
-		return fail(cio, &InputError{Err: err})
+	if rc.Listed, err = submit.Expand(ctx, rc.Inputs, store); err != nil {
+		return fail(cio, &submit.InputError{Err: err})
 	}
 	js, closeNATS, err := connect(cfg)
 	if err != nil {
@@ -327,7 +328,7 @@ func runCmd(ctx context.Context, args []string, cio IO) int {
 	}
 	defer closeNATS()
 	log := slog.New(slog.NewTextHandler(cio.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	sum, err := Run(ctx, rc, Env{JS: js, Store: store, Progress: cio.Stderr, Terminal: cio.StderrTerminal, Log: log})
+	sum, err := submit.Run(ctx, rc, submit.Env{JS: js, Store: store, Progress: cio.Stderr, Terminal: cio.StderrTerminal, Log: log})
 	if sum.Batch != "" {
 		fmt.Fprintf(cio.Stdout, "batch %s, results in %s\n", sum.Batch, rc.OutDir)
 		fmt.Fprintln(cio.Stdout, sum.String())
@@ -359,12 +360,12 @@ func runHelp(cio IO) cli.Help {
 }
 
 // withEnv adds to a command's help the variables submit reads (package config), with the
-// defaults the program applies beyond their tags (Config.Finish).
+// defaults the program applies beyond their tags (config.Submit.Finish).
 func withEnv(h cli.Help, cio IO) cli.Help {
 	h.Env = config.Settings(config.Submit{}, nil)
 	h.Environ = cio.Environ
 	h.EnvDefaults = map[string]string{
-		"LA_NATS_URL":   DefaultNATSURL,
+		"LA_NATS_URL":   config.SubmitNATSURL,
 		"LA_FILE_ROOTS": "/ when every LA_NATS_URL server is on loopback and no LA_S3_ENDPOINT is set",
 	}
 	return h

@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/submit"
 )
 
 // A job whose id another message already owns (issue 23: one run per job id) ends
@@ -23,7 +24,7 @@ func TestEndToEndDuplicateIDIsReportedFailed(t *testing.T) {
 	writeImages(t, frames, 2)
 	args := []string{"--out", out, "--batch", "mine", "--query", "dog", "--upload", "s3://images/up/", frames}
 
-	var plan DryRunReport
+	var plan submit.DryRunReport
 	code, stdout, _ := sys.submit(t, append([]string{"run", "--dry-run", "--json"}, args...)...)
 	if err := json.Unmarshal([]byte(stdout), &plan); code != ExitOK || err != nil || len(plan.Jobs) != 2 || plan.Jobs[0].ID == "" {
 		t.Fatalf("dry run: exit %d, %v, %q", code, err, stdout)
@@ -40,7 +41,7 @@ func TestEndToEndDuplicateIDIsReportedFailed(t *testing.T) {
 	if code != ExitJobsFailed || !strings.Contains(stdout, "2 submitted, 0 already done, 1 succeeded, 1 failed") {
 		t.Fatalf("run: exit %d, %q; rows %+v", code, stdout, readResults(t, out))
 	}
-	var row Row
+	var row submit.Row
 	for _, r := range readResults(t, out) {
 		if r.ID == taken {
 			row = r

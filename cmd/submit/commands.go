@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"context"
@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/internal/cli"
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/storage"
+	"github.com/locateanything/detect/submit"
 )
 
 // The inspection and administration commands: status, batches, cancel and dlq. Each
@@ -18,7 +21,7 @@ import (
 
 // adminFor connects to NATS and opens the storage (when configured) for the admin
 // commands; the function returned closes both.
-func adminFor(ctx context.Context, cfg Config) (*Admin, func(), error) {
+func adminFor(ctx context.Context, cfg config.Submit) (*submit.Admin, func(), error) {
 	js, closeNATS, err := connect(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -29,7 +32,7 @@ func adminFor(ctx context.Context, cfg Config) (*Admin, func(), error) {
 		return nil, nil, err
 	}
 	closeAll := func() { closeStore(); closeNATS() }
-	a, err := NewAdmin(ctx, js, store)
+	a, err := submit.NewAdmin(ctx, js, store)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
@@ -39,8 +42,8 @@ func adminFor(ctx context.Context, cfg Config) (*Admin, func(), error) {
 
 // withAdmin loads the configuration, connects and runs fn; the exit code is fn's, or that
 // of what failed first.
-func withAdmin(ctx context.Context, cio IO, fn func(*Admin) error) int {
-	cfg, code, ok := loadConfig(cio)
+func withAdmin(ctx context.Context, cio IO, fn func(*submit.Admin) error) int {
+	cfg, code, ok := configure(cio)
 	if !ok {
 		return code
 	}
@@ -50,7 +53,7 @@ func withAdmin(ctx context.Context, cio IO, fn func(*Admin) error) int {
 	}
 	defer closeAll()
 	if err := fn(a); err != nil {
-		return fail(cio, refusedByServer(a.js.Conn(), err))
+		return fail(cio, a.Refused(err))
 	}
 	return ExitOK
 }
@@ -78,7 +81,7 @@ func statusHelp(cio IO) cli.Help {
 			"submit status [--json] ID | ID-PREFIX", "submit status [--json] [--out DIR] [--batch B] SOURCE"},
 		Summary: "With no argument: the jobs in the queue, the dead-lettered ones and the most recent batches.\n" +
 			"With --batch: that batch's jobs in the queue and its results by status. With a job id, or\n" +
-			"at least " + fmt.Sprint(MinPrefix) + " leading characters of one: its state, attempt, worker, cancel request and latest\n" +
+			"at least " + fmt.Sprint(submit.MinPrefix) + " leading characters of one: its state, attempt, worker, cancel request and latest\n" +
 			"result. With a SOURCE (an image path as given to submit, its path below the input, or a\n" +
 			"URL): the jobs made from it, found in the output directory's records, else in LA_RESULTS\n" +
 			"and LA_JOBS by the image's URL (or its uploaded copy).",
@@ -95,7 +98,7 @@ func statusCmd(ctx context.Context, args []string, cio IO) int {
 	if len(rest) > 1 {
 		return fail(cio, usagef("status: give one SOURCE, job ID or ID prefix, or none"))
 	}
-	return withAdmin(ctx, cio, func(a *Admin) error {
+	return withAdmin(ctx, cio, func(a *submit.Admin) error {
 		switch {
 		case len(rest) == 1:
 			return printStatuses(ctx, a, rest[0], o, cio)
@@ -105,7 +108,7 @@ func statusCmd(ctx context.Context, args []string, cio IO) int {
 				return err
 			}
 			if o.json {
-				return writeJSON(cio.Stdout, b)
+				return submit.WriteJSON(cio.Stdout, b)
 			}
 			b.Print(cio.Stdout)
 			return nil
@@ -115,7 +118,7 @@ func statusCmd(ctx context.Context, args []string, cio IO) int {
 			return err
 		}
 		if o.json {
-			return writeJSON(cio.Stdout, ov)
+			return submit.WriteJSON(cio.Stdout, ov)
 		}
 		ov.Print(cio.Stdout)
 		return nil
@@ -124,14 +127,14 @@ func statusCmd(ctx context.Context, args []string, cio IO) int {
 
 // printStatuses prints the status of the job arg names: a job id, an id prefix (one job:
 // an object in JSON) or a source image (every job made from it: an array).
-func printStatuses(ctx context.Context, a *Admin, arg string, o statusOptions, cio IO) error {
+func printStatuses(ctx context.Context, a *submit.Admin, arg string, o statusOptions, cio IO) error {
 	if jobs.ValidToken(arg) {
 		s, err := jobByIDOrPrefix(ctx, a, arg)
 		if err != nil {
 			return err
 		}
 		if o.json {
-			return writeJSON(cio.Stdout, s)
+			return submit.WriteJSON(cio.Stdout, s)
 		}
 		s.Print(cio.Stdout)
 		return nil
@@ -149,20 +152,20 @@ func printStatuses(ctx context.Context, a *Admin, arg string, o statusOptions, c
 		if dir != "" {
 			where = dir + ", " + where
 		}
-		return fmt.Errorf("no job was made from %s (looked in %s; --out names the run's output directory): %w", arg, where, ErrUnknownJob)
+		return fmt.Errorf("no job was made from %s (looked in %s; --out names the run's output directory): %w", arg, where, submit.ErrUnknownJob)
 	}
-	all := make([]JobStatus, 0, len(ids))
+	all := make([]submit.JobStatus, 0, len(ids))
 	for _, id := range ids {
 		s, err := a.Status(ctx, id)
-		if errors.Is(err, ErrUnknownJob) {
-			s = JobStatus{ID: id, Status: "unknown"} // recorded here, expired there
+		if errors.Is(err, submit.ErrUnknownJob) {
+			s = submit.JobStatus{ID: id, Status: "unknown"} // recorded here, expired there
 		} else if err != nil {
 			return err
 		}
 		all = append(all, s)
 	}
 	if o.json {
-		return writeJSON(cio.Stdout, all)
+		return submit.WriteJSON(cio.Stdout, all)
 	}
 	for _, s := range all {
 		s.Print(cio.Stdout)
@@ -171,9 +174,9 @@ func printStatuses(ctx context.Context, a *Admin, arg string, o statusOptions, c
 }
 
 // jobByIDOrPrefix is the status of job id, or of the one job whose id starts with it.
-func jobByIDOrPrefix(ctx context.Context, a *Admin, id string) (JobStatus, error) {
+func jobByIDOrPrefix(ctx context.Context, a *submit.Admin, id string) (submit.JobStatus, error) {
 	s, err := a.Status(ctx, id)
-	if !errors.Is(err, ErrUnknownJob) || len(id) < MinPrefix {
+	if !errors.Is(err, submit.ErrUnknownJob) || len(id) < submit.MinPrefix {
 		return s, err
 	}
 	const most = 10
@@ -188,14 +191,14 @@ func jobByIDOrPrefix(ctx context.Context, a *Admin, id string) (JobStatus, error
 		if len(ids) > most {
 			ids, more = ids[:most], ", ..."
 		}
-		return s, &InputError{Err: fmt.Errorf("%q is the start of several job ids (%s%s): give more of it", id, strings.Join(ids, ", "), more)}
+		return s, &submit.InputError{Err: fmt.Errorf("%q is the start of several job ids (%s%s): give more of it", id, strings.Join(ids, ", "), more)}
 	}
 	return a.Status(ctx, ids[0])
 }
 
 // isOutDir reports whether dir is a submit output directory.
 func isOutDir(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, StateFile))
+	_, err := os.Stat(filepath.Join(dir, submit.StateFile))
 	return err == nil
 }
 
@@ -232,7 +235,7 @@ func batchesCmd(ctx context.Context, args []string, cio IO) int {
 	if len(rest) > 0 {
 		return fail(cio, usagef("batches takes no arguments, got %q", rest))
 	}
-	return withAdmin(ctx, cio, func(a *Admin) error {
+	return withAdmin(ctx, cio, func(a *submit.Admin) error {
 		all, err := a.Batches(ctx)
 		if err != nil {
 			return err
@@ -241,9 +244,9 @@ func batchesCmd(ctx context.Context, args []string, cio IO) int {
 			all = all[:o.limit]
 		}
 		if o.json {
-			return writeJSON(cio.Stdout, all)
+			return submit.WriteJSON(cio.Stdout, all)
 		}
-		PrintBatches(cio.Stdout, all)
+		submit.PrintBatches(cio.Stdout, all)
 		return nil
 	})
 }
@@ -280,7 +283,7 @@ func cancelCmd(ctx context.Context, args []string, cio IO) int {
 	if (o.batch == "") == (len(rest) == 0) || len(rest) > 1 {
 		return fail(cio, usagef("cancel: give one job ID or --batch B"))
 	}
-	return withAdmin(ctx, cio, func(a *Admin) error {
+	return withAdmin(ctx, cio, func(a *submit.Admin) error {
 		if o.batch != "" {
 			n, err := a.CancelBatch(ctx, o.batch, o.reason)
 			if err != nil {
@@ -353,7 +356,7 @@ func dlqListCmd(ctx context.Context, args []string, cio IO) int {
 	if o.batch != "" && !jobs.ValidToken(o.batch) {
 		return fail(cio, usagef("--batch %q must be 1-128 characters of [A-Za-z0-9_-]", o.batch))
 	}
-	return withAdmin(ctx, cio, func(a *Admin) error {
+	return withAdmin(ctx, cio, func(a *submit.Admin) error {
 		entries, err := a.DLQList(ctx)
 		if err != nil {
 			return err
@@ -375,11 +378,11 @@ func dlqListCmd(ctx context.Context, args []string, cio IO) int {
 		}
 		if o.json {
 			if entries == nil {
-				entries = []DLQEntry{}
+				entries = []submit.DLQEntry{}
 			}
-			return writeJSON(cio.Stdout, entries)
+			return submit.WriteJSON(cio.Stdout, entries)
 		}
-		PrintDLQ(cio.Stdout, entries)
+		submit.PrintDLQ(cio.Stdout, entries)
 		return nil
 	})
 }
@@ -408,12 +411,12 @@ func dlqShowCmd(ctx context.Context, args []string, cio IO) int {
 	if len(rest) != 1 {
 		return fail(cio, usagef(dlqUsage))
 	}
-	return withAdmin(ctx, cio, func(a *Admin) error {
+	return withAdmin(ctx, cio, func(a *submit.Admin) error {
 		e, err := a.DLQShow(ctx, rest[0])
 		if err != nil {
 			return err
 		}
-		return writeJSON(cio.Stdout, e.Record)
+		return submit.WriteJSON(cio.Stdout, e.Record)
 	})
 }
 
@@ -444,7 +447,7 @@ func dlqReplayCmd(ctx context.Context, args []string, cio IO) int {
 	if all == (len(rest) == 1) || len(rest) > 1 {
 		return fail(cio, usagef(dlqUsage))
 	}
-	return withAdmin(ctx, cio, func(a *Admin) error {
+	return withAdmin(ctx, cio, func(a *submit.Admin) error {
 		if !all {
 			if err := a.DLQReplay(ctx, rest[0]); err != nil {
 				return err
@@ -462,4 +465,29 @@ func dlqReplayCmd(ctx context.Context, args []string, cio IO) int {
 		fmt.Fprintf(cio.Stdout, "%d jobs replayed\n", len(ids))
 		return nil
 	})
+}
+
+// dryRunCmd is `submit run --dry-run`: NATS is asked when it can be reached, and the run
+// goes on without it when not (the output directory is then the only evidence).
+func dryRunCmd(ctx context.Context, rc submit.RunConfig, cfg config.Submit, store storage.Store, asJSON bool, cio IO) int {
+	env := submit.Env{Store: store}
+	js, closeNATS, err := connect(cfg)
+	if err != nil {
+		fmt.Fprintf(cio.Stderr, "submit: note: %v\nsubmit: note: jobs that other runs published are not known: only %s is read\n", err, rc.OutDir)
+	} else {
+		defer closeNATS()
+		env.JS = js
+	}
+	rep, err := submit.DryRun(ctx, rc, env)
+	if err != nil {
+		return fail(cio, err)
+	}
+	if asJSON {
+		if err := submit.WriteJSON(cio.Stdout, rep); err != nil {
+			return fail(cio, err)
+		}
+		return ExitOK
+	}
+	rep.Print(cio.Stdout)
+	return ExitOK
 }

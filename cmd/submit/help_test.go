@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"context"
@@ -52,9 +52,9 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	variables := config.Names(config.Submit{})
 	for _, c := range cases {
 		loaded := false
-		cio := IO{Stdout: &strings.Builder{}, Stderr: &strings.Builder{}, LoadConfig: func() (Config, error) {
+		cio := IO{Stdout: &strings.Builder{}, Stderr: &strings.Builder{}, LoadConfig: func() (config.Submit, error) {
 			loaded = true
-			return loadTestConfig()
+			return readConfig()
 		}}
 		code := Main(t.Context(), c.args, cio)
 		out, errOut := cio.Stdout.(*strings.Builder).String(), cio.Stderr.(*strings.Builder).String()

@@ -1,4 +1,4 @@
-package submit
+package main
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/submit"
 	"github.com/locateanything/detect/tools/cocoeval"
 	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
@@ -78,11 +79,11 @@ func TestCOCOExportEvaluatesAgainstTheTruth(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stdout)
 	}
-	var export cocoFile
-	exportRaw, err := os.ReadFile(filepath.Join(out, COCOFile))
+	var export submit.COCODataset
+	exportRaw, err := os.ReadFile(filepath.Join(out, submit.COCOFile))
 	must(t, err)
 	must(t, json.Unmarshal(exportRaw, &export))
-	resultsRaw, err := os.ReadFile(filepath.Join(out, COCOResultsFile))
+	resultsRaw, err := os.ReadFile(filepath.Join(out, submit.COCOResultsFile))
 	must(t, err)
 
 	// Categories: the manifest's queries, in order of first appearance.
@@ -174,7 +175,7 @@ func TestCOCOExportEvaluatesAgainstTheTruth(t *testing.T) {
 	if code != ExitOK || !strings.Contains(stdout, fmt.Sprintf("0 submitted, %d already done", cocoScenes)) {
 		t.Fatalf("rerun: exit %d, %q", code, stdout)
 	}
-	for name, before := range map[string][]byte{COCOFile: exportRaw, COCOResultsFile: resultsRaw} {
+	for name, before := range map[string][]byte{submit.COCOFile: exportRaw, submit.COCOResultsFile: resultsRaw} {
 		after, err := os.ReadFile(filepath.Join(out, name))
 		must(t, err)
 		if !reflect.DeepEqual(after, before) {
