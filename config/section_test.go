@@ -18,8 +18,8 @@ func TestSettingsSections(t *testing.T) {
 		}
 	}
 	for _, s := range Settings(Submit{}, nil) {
-		if s.Name == "LA_SUBMIT_UPLOAD" && s.Section != "Submit" {
-			t.Errorf("LA_SUBMIT_UPLOAD: section %q, want Submit", s.Section)
+		if s.Name == "LA_SUBMIT_UPLOAD" && s.Section != "Settings" { // submit.Settings, embedded
+			t.Errorf("LA_SUBMIT_UPLOAD: section %q, want Settings", s.Section)
 		}
 	}
 }

@@ -41,7 +41,7 @@ func TestCOCOExportEvaluatesAgainstTheTruth(t *testing.T) {
 	root := t.TempDir()
 	sys := startSystem(t, nil, systemOptions{fileRoot: root, engine: func() (engine.Engine, error) {
 		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../models/tiny-shapes", Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
+			WeightsDir: "../../models/tiny-shapes", Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
 			CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48, // what the model was trained to answer in
 		})
 	}})

@@ -21,14 +21,14 @@ func TestEndToEndGenerationMode(t *testing.T) {
 	root := t.TempDir()
 	sys := startSystem(t, nil, systemOptions{fileRoot: root, engine: func() (engine.Engine, error) {
 		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", Backend: "cpu", Threads: 1,
+			WeightsDir: "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", Backend: "cpu", Threads: 1,
 			MaxSeqLen: 512, MaxBatch: 2, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
 		})
 	}})
 	frames := filepath.Join(root, "frames")
 	must(t, os.MkdirAll(frames, 0o755))
 	for _, name := range []string{"03.png", "05.png"} {
-		img, err := os.ReadFile(filepath.Join("../tools/tinymodel/testdata/heldout", name))
+		img, err := os.ReadFile(filepath.Join("../../tools/tinymodel/testdata/heldout", name))
 		must(t, err)
 		must(t, os.WriteFile(filepath.Join(frames, name), img, 0o644))
 	}
