@@ -46,29 +46,29 @@ type Worker struct {
 	Storage
 
 	// DataDir holds the embedded JetStream store and, by default, the results.
-	DataDir string `envconfig:"LA_DATA_DIR" default:"la-data"`
+	DataDir string `envconfig:"LA_DATA_DIR" default:"la-data" desc:"embedded JetStream store (jetstream/) and default results (results/); one worker at a time"`
 }
 
 // Engine is the model's run-time knobs; the upstream server's knobs keep their names and
 // meaning (docs/background.md).
 type Engine struct {
-	Backend         string `envconfig:"LA_ENGINE" default:"cpu"`             // cpu, ttnn or sim
-	Threads         int    `envconfig:"LA_THREADS" default:"0"`              // 0 = one per core
-	InTokenLimit    int    `envconfig:"LA_IN_TOKEN_LIMIT" default:"0"`       // 0 = min(1024, the checkpoint's)
-	CanonGrid       string `envconfig:"LA_CANON_GRID"`                       // HxW in patches, "native", or "" (native on cpu, else derived from LA_CANON_ASPECT)
-	CanonAspect     string `envconfig:"LA_CANON_ASPECT" default:"1920x1080"` // WxH the canonical grid is derived from
-	MaxSeqLen       int    `envconfig:"LA_MAX_SEQ_LEN" default:"4096"`       // KV-cache length in tokens, per sequence
-	MaxBatch        int    `envconfig:"LA_MAX_BATCH" default:"8"`            // sequences decoded together per chip
-	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128"`     // default generation budget
-	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024"`
-	Chips           int    `envconfig:"LA_CHIPS" default:"1"` // one Runner and engine per chip
+	Backend         string `envconfig:"LA_ENGINE" default:"cpu" desc:"backend: cpu, ttnn (Blackhole) or sim (a simulated p150a: the chip's time, no model)"`
+	Threads         int    `envconfig:"LA_THREADS" default:"0" desc:"host threads of the cpu backend; 0 = one per core"`
+	InTokenLimit    int    `envconfig:"LA_IN_TOKEN_LIMIT" default:"0" desc:"image patches before the first resize shrinks the image; 0 = the checkpoint's, at most 1024 (1024 on sim)"`
+	CanonGrid       string `envconfig:"LA_CANON_GRID" desc:"fixed vision grid HxW in patches, or native; empty = native on cpu, else derived from LA_CANON_ASPECT"`
+	CanonAspect     string `envconfig:"LA_CANON_ASPECT" default:"1920x1080" desc:"WxH the canonical grid is derived from when LA_CANON_GRID is empty"`
+	MaxSeqLen       int    `envconfig:"LA_MAX_SEQ_LEN" default:"4096" desc:"model context in tokens per sequence: prompt + budget must fit"`
+	MaxBatch        int    `envconfig:"LA_MAX_BATCH" default:"8" desc:"sequences a chip decodes together, 1-32"`
+	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128" desc:"generation budget of a request that names none"`
+	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024" desc:"largest max_new_tokens a request may ask for"`
+	Chips           int    `envconfig:"LA_CHIPS" default:"1" desc:"chips driven by this worker, one Runner and engine each"`
 	// GenerationMode is how requests that name none are decoded: ar (one token per step,
 	// the validated deployment's) or hybrid (parallel box decoding, docs/hybrid-decoding.md).
-	GenerationMode string `envconfig:"LA_GENERATION_MODE" default:"ar"`
+	GenerationMode string `envconfig:"LA_GENERATION_MODE" default:"ar" desc:"decoding of a request that names none: ar (one token per step) or hybrid (parallel box decoding)"`
 	// WeightsQuant is the cpu backend's decoder and LM head weights: bf16 (the
 	// checkpoint's, the exact path) or q8, the fast path (int8 blocks made at open, and
 	// prefill and vision in bf16 on AMX where the CPU has it; docs/cpu-backend.md).
-	WeightsQuant string `envconfig:"LA_WEIGHTS_QUANT" default:"bf16"`
+	WeightsQuant string `envconfig:"LA_WEIGHTS_QUANT" default:"bf16" desc:"cpu decoder weights: bf16 (the checkpoint's, exact) or q8 (int8 blocks made at open, faster)"`
 }
 
 // WeightsQuants are the values LA_WEIGHTS_QUANT takes: the CPU backend's decoder and LM
@@ -78,15 +78,15 @@ var WeightsQuants = []string{"bf16", "q8"}
 
 // Weights says where the checkpoint comes from (provision.Choose applies the rules).
 type Weights struct {
-	Dir       string `envconfig:"LA_WEIGHTS_DIR"` // a checkpoint directory; skips the cache
-	ModelPath string `envconfig:"LA_MODEL_PATH"`  // alias of LA_WEIGHTS_DIR (the upstream server's name)
-	Revision  string `envconfig:"TT_WEIGHTS_REVISION" default:"c32291ca5e996f5a7a485845b4f57a233936bba0"`
-	Download  bool   `envconfig:"LA_DOWNLOAD" default:"false"` // fetch a missing pinned snapshot from the Hub
-	HubCache  string `envconfig:"HF_HUB_CACHE"`
-	HFHome    string `envconfig:"HF_HOME"`
-	Home      string `envconfig:"HOME"`
-	Endpoint  string `envconfig:"HF_ENDPOINT" default:"https://huggingface.co"`
-	Token     string `envconfig:"HF_TOKEN" secret:"true"`
+	Dir       string `envconfig:"LA_WEIGHTS_DIR" desc:"checkpoint directory; empty = the pinned snapshot in the Hub cache, else the bundled model"`
+	ModelPath string `envconfig:"LA_MODEL_PATH" desc:"alias of LA_WEIGHTS_DIR (the upstream server's name)"`
+	Revision  string `envconfig:"TT_WEIGHTS_REVISION" default:"c32291ca5e996f5a7a485845b4f57a233936bba0" desc:"Hub revision of the pinned LocateAnything-3B snapshot"`
+	Download  bool   `envconfig:"LA_DOWNLOAD" default:"false" desc:"fetch a missing pinned snapshot from the Hub"`
+	HubCache  string `envconfig:"HF_HUB_CACHE" desc:"Hugging Face cache directory; empty = HF_HOME/hub"`
+	HFHome    string `envconfig:"HF_HOME" desc:"Hugging Face home; empty = HOME/.cache/huggingface"`
+	Home      string `envconfig:"HOME" desc:"home directory, where the Hugging Face cache is by default"`
+	Endpoint  string `envconfig:"HF_ENDPOINT" default:"https://huggingface.co" desc:"Hub the snapshot is downloaded from"`
+	Token     string `envconfig:"HF_TOKEN" secret:"true" desc:"Hub token for the download"`
 }
 
 // Configured reports whether a checkpoint directory was named.
@@ -103,22 +103,22 @@ func (w Weights) Directory() string {
 // TTNN is the Blackhole backend's settings: the first-boot extraction and the adapter's
 // knobs, which reach the adapter as option lines of the C ABI.
 type TTNN struct {
-	CacheDir     string `envconfig:"TT_DIT_CACHE_DIR"` // parent of the extracted LLM
-	LLMDir       string `envconfig:"LA_LLM_DIR"`       // the extracted LLM itself
-	ForceExtract bool   `envconfig:"LA_FORCE_EXTRACT" default:"false"`
+	CacheDir     string `envconfig:"TT_DIT_CACHE_DIR" desc:"parent of the extracted LLM (ttnn)"`
+	LLMDir       string `envconfig:"LA_LLM_DIR" desc:"the extracted LLM itself (ttnn); empty = below TT_DIT_CACHE_DIR"`
+	ForceExtract bool   `envconfig:"LA_FORCE_EXTRACT" default:"false" desc:"extract the LLM again at start-up (ttnn)"`
 
-	Precision       string `envconfig:"LA_PREC" default:"accuracy"` // accuracy or bfp8attn
-	Trace           bool   `envconfig:"LA_TRACE" default:"true"`    // traced decode
-	TraceRegionSize int    `envconfig:"LA_TRACE_REGION_SIZE" default:"50000000"`
-	WarmupRuns      int    `envconfig:"LA_WARMUP_RUNS" default:"2"`
-	WarmupDecode    int    `envconfig:"LA_WARMUP_DECODE_STEPS" default:"4"`
-	MeshShape       string `envconfig:"TT_MESH_SHAPE" default:"1x1"`
-	DeviceID        string `envconfig:"TT_DEVICE_ID"` // physical device id; "" = the default
+	Precision       string `envconfig:"LA_PREC" default:"accuracy" desc:"ttnn precision: accuracy or bfp8attn"`
+	Trace           bool   `envconfig:"LA_TRACE" default:"true" desc:"traced decode on the chip (ttnn)"`
+	TraceRegionSize int    `envconfig:"LA_TRACE_REGION_SIZE" default:"50000000" desc:"bytes of device memory for the decode trace (ttnn)"`
+	WarmupRuns      int    `envconfig:"LA_WARMUP_RUNS" default:"2" desc:"warm-up runs before the worker is ready (ttnn)"`
+	WarmupDecode    int    `envconfig:"LA_WARMUP_DECODE_STEPS" default:"4" desc:"decode steps of each warm-up run (ttnn)"`
+	MeshShape       string `envconfig:"TT_MESH_SHAPE" default:"1x1" desc:"device mesh RxC (ttnn)"`
+	DeviceID        string `envconfig:"TT_DEVICE_ID" desc:"physical device number (ttnn); empty = the default"`
 
-	PythonLib  string `envconfig:"LA_PYTHON_LIB"`                             // libpython to load; "" = the default
-	PythonSite string `envconfig:"LA_PYTHON_SITE"`                            // ':'-separated site directories
-	Adapter    string `envconfig:"LA_TTNN_ADAPTER" default:"la_ttnn_adapter"` // adapter module
-	Path       string `envconfig:"LA_TTNN_PATH"`                              // directory holding the adapter
+	PythonLib  string `envconfig:"LA_PYTHON_LIB" desc:"libpython the ttnn backend loads; empty = the default"`
+	PythonSite string `envconfig:"LA_PYTHON_SITE" desc:"':'-separated site directories of the ttnn adapter's Python"`
+	Adapter    string `envconfig:"LA_TTNN_ADAPTER" default:"la_ttnn_adapter" desc:"Python module of the ttnn adapter"`
+	Path       string `envconfig:"LA_TTNN_PATH" desc:"directory holding the ttnn adapter"`
 }
 
 // Embedded is the NATS server the worker starts when LA_NATS_URL is empty. It takes its
@@ -130,9 +130,9 @@ type TTNN struct {
 // in process with a login of its own; LA_NATS_OPERATOR_USER and
 // LA_NATS_OPERATOR_PASSWORD are the operator's (every permission: dead-letter replay).
 type Embedded struct {
-	Listen           string `envconfig:"LA_NATS_LISTEN" default:"127.0.0.1:4222"`
-	OperatorUser     string `envconfig:"LA_NATS_OPERATOR_USER"`
-	OperatorPassword string `envconfig:"LA_NATS_OPERATOR_PASSWORD" secret:"true"`
+	Listen           string `envconfig:"LA_NATS_LISTEN" default:"127.0.0.1:4222" desc:"the embedded NATS server's client address; off loopback only with authentication"`
+	OperatorUser     string `envconfig:"LA_NATS_OPERATOR_USER" desc:"the embedded server's operator login (every permission)"`
+	OperatorPassword string `envconfig:"LA_NATS_OPERATOR_PASSWORD" secret:"true" desc:"password of LA_NATS_OPERATOR_USER"`
 }
 
 // The sections the libraries declare themselves (their fields' tags name the variables,
@@ -154,27 +154,27 @@ type (
 // Runner tunes each chip's job runner: the timing jobs declares, and what the worker
 // derives the rest of a jobs.RunnerConfig from.
 type Runner struct {
-	WorkerName string `envconfig:"LA_WORKER_NAME"`          // "" = host-pid
-	ResultsURL string `envconfig:"LA_RESULTS_URL"`          // "" = file://<LA_DATA_DIR>/results/
-	Prefetch   int    `envconfig:"LA_PREFETCH" default:"0"` // 0 = LA_MAX_BATCH + 2
+	WorkerName string `envconfig:"LA_WORKER_NAME" desc:"name in results, state and logs; empty = host-pid (-chipN added per chip)"`
+	ResultsURL string `envconfig:"LA_RESULTS_URL" desc:"output prefix of jobs that name none; empty = file://LA_DATA_DIR/results/"`
+	Prefetch   int    `envconfig:"LA_PREFETCH" default:"0" desc:"job messages held per chip, running or being prepared; 0 = LA_MAX_BATCH + 2"`
 	jobs.RunnerTiming
 	// MaxDecodedBytes is the image memory all jobs of the worker (every chip's Runner)
 	// share, as estimated from each image's header before it is decoded; 0 = a quarter of
 	// the memory the worker may use (imagemem.DefaultSize).
-	MaxDecodedBytes int64 `envconfig:"LA_MAX_DECODED_BYTES" default:"0"`
+	MaxDecodedBytes int64 `envconfig:"LA_MAX_DECODED_BYTES" default:"0" desc:"image memory all jobs share, estimated from each image's header; 0 = a quarter of the worker's memory"`
 }
 
 // Observe is logging and metrics.
 type Observe struct {
-	MetricsAddr string `envconfig:"LA_METRICS_ADDR" default:":9464"` // "off" disables
-	LogFormat   string `envconfig:"LA_LOG_FORMAT" default:"auto"`    // auto, text, json
-	LogLevel    string `envconfig:"LA_LOG_LEVEL" default:"info"`     // debug, info, warn, error
+	MetricsAddr string `envconfig:"LA_METRICS_ADDR" default:":9464" desc:"address of /metrics and the probes /livez and /readyz; off disables"`
+	LogFormat   string `envconfig:"LA_LOG_FORMAT" default:"auto" desc:"log format: text, json, or auto (text on a terminal, else json)"`
+	LogLevel    string `envconfig:"LA_LOG_LEVEL" default:"info" desc:"least level logged: debug, info, warn or error"`
 
 	// OpenTelemetry traces, OTLP over HTTP, under the standard names the OTel SDKs read;
 	// off unless the endpoint is set (docs/worker.md, "Traces").
-	OTLPEndpoint string `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT"`              // base URL, e.g. http://otel-collector:4318; /v1/traces is added
-	OTLPHeaders  string `envconfig:"OTEL_EXPORTER_OTLP_HEADERS" secret:"true"` // key=value,... sent with every export (credentials)
-	ServiceName  string `envconfig:"OTEL_SERVICE_NAME" default:"la-worker"`    // service.name of the spans
+	OTLPEndpoint string `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector base URL for traces (/v1/traces is added); empty = no traces"`
+	OTLPHeaders  string `envconfig:"OTEL_EXPORTER_OTLP_HEADERS" secret:"true" desc:"key1=value1,key2=value2 sent with every export (URL-encoded values)"`
+	ServiceName  string `envconfig:"OTEL_SERVICE_NAME" default:"la-worker" desc:"service.name of the spans"`
 }
 
 // TracesEnabled reports whether spans are exported.

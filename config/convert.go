@@ -43,14 +43,19 @@ func (c Worker) RunnerConfig(name string, chip int) jobs.RunnerConfig {
 		name = fmt.Sprintf("%s-chip%d", name, chip)
 	}
 	r := c.Runner
-	prefetch := r.Prefetch
-	if prefetch == 0 { // enough held to fill every slot and have the next ones prepared
-		prefetch = c.Engine.MaxBatch + 2
-	}
 	return jobs.RunnerConfig{
-		Worker: name, Prefetch: prefetch, DefaultOutput: r.ResultsURL,
+		Worker: name, Prefetch: c.RunnerPrefetch(), DefaultOutput: r.ResultsURL,
 		MaxImageBytes: c.Storage.MaxImageBytes, RunnerTiming: r.RunnerTiming,
 	}
+}
+
+// RunnerPrefetch is the job messages each Runner holds: LA_PREFETCH, or when it is 0 enough to
+// fill every slot and have the next ones prepared (LA_MAX_BATCH + 2).
+func (c Worker) RunnerPrefetch() int {
+	if c.Runner.Prefetch == 0 {
+		return c.Engine.MaxBatch + 2
+	}
+	return c.Runner.Prefetch
 }
 
 // DecodedBytes is the size of the decoded-image budget the Runners share:

@@ -17,6 +17,7 @@ type Setting struct {
 	Name    string // the variable, e.g. LA_GRACE
 	Value   string // the effective value; "[redacted]" for a set secret
 	Default string // the default from the tag; "" when none
+	Desc    string // the one-line meaning from the tag
 	Source  string // "environment" or "default"
 	Secret  bool
 	// Section is the struct the variable is declared in ("Engine", "NATS", ...; the tree's
@@ -56,13 +57,17 @@ func Settings(tree any, environ []string) []Setting {
 			Name:    f.Tag.Get("envconfig"),
 			Value:   format(v),
 			Default: f.Tag.Get("default"),
+			Desc:    f.Tag.Get("desc"),
 			Source:  "default",
 			Secret:  f.Tag.Get("secret") != "",
 			Section: section,
 			secret:  f.Tag.Get("secret"),
 		}
-		if set[s.Name] {
+		switch {
+		case set[s.Name]:
 			s.Source = "environment"
+		case !s.Secret && isText(v) && s.Value != s.Default:
+			s.Source = "derived" // filled in from other settings (Finish)
 		}
 		s.Value = s.Shown(s.Value)
 		out = append(out, s)
@@ -109,6 +114,13 @@ func walkSection(v reflect.Value, section string, top bool, visit func(section s
 	}
 }
 
+// isText reports whether v is a string or a list of strings: a value whose printed form
+// is its tag's, so that one that differs from its default was changed after loading.
+func isText(v reflect.Value) bool {
+	k := v.Kind()
+	return k == reflect.String || k == reflect.Slice && v.Type().Elem().Kind() == reflect.String
+}
+
 // format writes a value the way envconfig reads it back.
 func format(v reflect.Value) string {
 	if d, ok := v.Interface().(time.Duration); ok {
@@ -124,16 +136,16 @@ func format(v reflect.Value) string {
 	return fmt.Sprint(v.Interface())
 }
 
-// Print writes settings as a table: variable, value, source.
+// Print writes settings as a table: variable, value, source and meaning.
 func Print(w io.Writer, settings []Setting) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VARIABLE\tVALUE\tSOURCE")
+	fmt.Fprintln(tw, "VARIABLE\tVALUE\tSOURCE\tMEANING")
 	for _, s := range settings {
 		value := s.Value
 		if value == "" {
 			value = `""`
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, value, s.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, value, s.Source, s.Desc)
 	}
 	return tw.Flush()
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,8 +85,7 @@ func Run(ctx context.Context, cfg config.Worker, opts Options) (err error) {
 		opts.Landmarks = io.Discard
 	}
 	if cfg.Runner.WorkerName == "" {
-		host, _ := os.Hostname()
-		cfg.Runner.WorkerName = fmt.Sprintf("%s-%d", strings.ReplaceAll(host, ".", "-"), os.Getpid())
+		cfg.Runner.WorkerName = config.HostWorkerName(strconv.Itoa(os.Getpid()))
 	}
 	s := &service{cfg: cfg, opts: opts, log: opts.Log.With("worker", cfg.Runner.WorkerName)}
 	s.runCtx, s.stop = context.WithCancel(ctx)

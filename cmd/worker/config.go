@@ -50,5 +50,5 @@ func runConfig(args []string, stdout io.Writer) error {
 	if err != nil {
 		return cli.UsageError{Err: err}
 	}
-	return config.Print(stdout, config.Settings(cfg, os.Environ()))
+	return config.Print(stdout, cfg.Effective(os.Environ()))
 }

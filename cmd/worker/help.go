@@ -26,7 +26,7 @@ func runHelp() cli.Help {
 		Env:       config.Settings(config.Worker{}, nil),
 		Environ:   os.Environ(),
 		BySection: true,
-		Footer: "docs/worker.md says what each variable means; `worker config` prints the effective values\n" +
+		Footer: "docs/worker.md says more about each variable; `worker config` prints the values in effect\n" +
 			"and where each came from. An unknown LA_* variable stops the worker with the closest name.",
 	}
 }
@@ -34,9 +34,10 @@ func runHelp() cli.Help {
 func configHelp() cli.Help {
 	return cli.Help{
 		Usage: []string{"worker config"},
-		Summary: "Prints every variable of the worker's configuration with its effective value and whether\n" +
-			"it came from the environment or the default (secrets redacted), or exits 2 naming what\n" +
-			"does not load. It starts nothing. The variables are those `worker --help` lists.",
+		Summary: "Prints every variable of the worker's configuration with the value in effect, where it came\n" +
+			"from (the environment, the default, or derived from other settings where 0 or empty means\n" +
+			"derived) and its meaning, secrets redacted; or exits 2 naming what does not load. It starts\n" +
+			"nothing. The variables are those `worker --help` lists.",
 	}
 }
 

@@ -86,8 +86,8 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"bench", "(env LA_WEIGHTS_QUANT; default bf16)"},
 		{"loadtest", "(env LA_CHIPS; default 1)"},
 		{"loadtest", "(env LA_MAX_BATCH; default 1,8)"},
-		{"run", "LA_GRACE                     30s"},
-		{"run", "LA_NATS_URL                  - [set: \"nats://"},
+		{"run", "LA_GRACE after SIGTERM, time the jobs in flight get to finish before they are given back (default 30s)"},
+		{"run", "LA_NATS_URL comma-separated NATS server URLs; empty = the worker's embedded server [set: \"nats://"},
 	} {
 		_, stdout, _ := runWithin(t, 20*time.Second, []string{want[0], "--help"})
 		if !strings.Contains(stdout, want[1]) && !strings.Contains(strings.Join(strings.Fields(stdout), " "), want[1]) {

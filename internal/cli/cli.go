@@ -150,7 +150,7 @@ func (h Help) Write(w io.Writer) error {
 	b.WriteString("\nflags (before or after the arguments):\n")
 	writeRows(&b, rows, leftWidth(rows))
 	if len(h.Env) > 0 {
-		b.WriteString("\nenvironment (default; current value when set):\n")
+		b.WriteString("\nenvironment (meaning, default; current value when set):\n")
 		section := ""
 		var vars [][2]string
 		left := 0
@@ -213,17 +213,23 @@ func (h Help) varDefault(s config.Setting) string {
 	return s.Default
 }
 
-// describeVar is a variable's second column: its default and, when the environment sets
-// it, its value (never a secret's).
+// describeVar is a variable's second column: its meaning, its default and, when the
+// environment sets it, its value (never a secret's).
 func (h Help) describeVar(s config.Setting, set map[string]string) string {
-	d := h.varDefault(s)
-	if d == "" {
-		d = "-"
+	var parts []string
+	if s.Desc != "" {
+		parts = append(parts, s.Desc)
+	}
+	if d := h.varDefault(s); d != "" {
+		parts = append(parts, "(default "+d+")")
 	}
 	if v, ok := set[s.Name]; ok {
-		d += fmt.Sprintf(" [set: %q]", s.Shown(v))
+		parts = append(parts, fmt.Sprintf("[set: %q]", s.Shown(v)))
 	}
-	return d
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
 }
 
 // isZero reports whether a flag's default is its type's zero value (not worth printing),

@@ -78,6 +78,7 @@ func TestHelpListsFlagsVariablesAndDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := b.String()
+	flat := strings.Join(strings.Fields(got), " ") // a row's second column wraps
 	for _, want := range []string{
 		"usage: t [flags] INPUT...\n       t other\n",
 		"--out DIR ", "--overlay ", "--concurrency int", "images at once (default 4)",
@@ -85,7 +86,7 @@ func TestHelpListsFlagsVariablesAndDefaults(t *testing.T) {
 		"LA_NATS_URL ", "nats://127.0.0.1:4222", "LA_NATS_TIMEOUT", "10s", "LA_SUBMIT_UPLOAD",
 		"LA_NATS_USER", `[set: "someone"]`, `[set: "[redacted]"]`, "-h, --help",
 	} {
-		if !strings.Contains(got, want) {
+		if !strings.Contains(got, want) && !strings.Contains(flat, want) {
 			t.Errorf("help lacks %q:\n%s", want, got)
 		}
 	}

@@ -1,0 +1,65 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// Effective lists the worker's settings as `worker config` shows them: Settings, with each
+// variable whose 0 or empty value means "derived" showing the value in effect instead
+// (Source "derived"). environ is the process environment, as for Settings.
+func (c Worker) Effective(environ []string) []Setting {
+	out := Settings(c, environ)
+	derived := c.derived()
+	for i, s := range out {
+		if v, ok := derived[s.Name]; ok {
+			out[i].Value, out[i].Source = v, "derived"
+		}
+	}
+	return out
+}
+
+// derived is the value in effect of each variable left at its "derived" value (0 or
+// empty), written as the component that derives it will: the same rules, stated here so
+// that `worker config` can show them without opening the engine.
+func (c Worker) derived() map[string]string {
+	d := map[string]string{}
+	e := c.Engine
+	if c.Runner.Prefetch == 0 {
+		d["LA_PREFETCH"] = fmt.Sprintf("%d (LA_MAX_BATCH + 2)", c.RunnerPrefetch())
+	}
+	if c.Runner.MaxDecodedBytes == 0 {
+		d["LA_MAX_DECODED_BYTES"] = fmt.Sprintf("%d (a quarter of the memory the worker may use)", c.Runner.DecodedBytes())
+	}
+	if e.Threads == 0 && e.Backend == "cpu" {
+		d["LA_THREADS"] = strconv.Itoa(runtime.NumCPU()) + " (one per core)"
+	}
+	if e.InTokenLimit == 0 {
+		if e.Backend == "sim" {
+			d["LA_IN_TOKEN_LIMIT"] = "1024 (the served limit)"
+		} else {
+			d["LA_IN_TOKEN_LIMIT"] = "min(1024, the checkpoint's)"
+		}
+	}
+	if e.CanonGrid == "" {
+		if e.Backend == "cpu" {
+			d["LA_CANON_GRID"] = "native (each image's own grid)"
+		} else {
+			d["LA_CANON_GRID"] = "from LA_CANON_ASPECT " + e.CanonAspect + " at open"
+		}
+	}
+	if c.Runner.WorkerName == "" {
+		d["LA_WORKER_NAME"] = HostWorkerName("<pid>")
+	}
+	return d
+}
+
+// HostWorkerName is the worker name LA_WORKER_NAME leaves to be derived: the host name,
+// its dots as dashes, and the process id.
+func HostWorkerName(pid string) string {
+	host, _ := os.Hostname()
+	return strings.ReplaceAll(host, ".", "-") + "-" + pid
+}
