@@ -2,7 +2,9 @@
 # make demo: start the worker on the embedded single-machine default (bundled tiny-shapes
 # model), draw a dozen fresh shape scenes with a query each (bin/genscenes), submit them,
 # score the answers against the true boxes, and leave the results and overlay pictures in
-# demo-out/ for a person to open. LA_DEMO_SEED=N draws the same scenes again.
+# demo-out/ for a person to open. LA_DEMO_SEED=N draws the same scenes again;
+# LA_DEMO_HELDOUT=1 submits the bundled model's 96 held-out scenes (testdata/heldout.jsonl)
+# instead of fresh ones. Each scene is asked its own query; the last line is the found rate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=demo-out
@@ -21,11 +23,18 @@ for _ in $(seq 1 600); do
 	sleep 0.1
 done
 
-bin/genscenes make -n "${LA_DEMO_SCENES:-12}" -seed "${LA_DEMO_SEED:-0}" -out "$out/scenes"
+if [ -n "${LA_DEMO_HELDOUT:-}" ]; then
+	manifest=tools/tinymodel/testdata/heldout.jsonl
+	scenes=tools/tinymodel/testdata/heldout/
+else
+	bin/genscenes make -n "${LA_DEMO_SCENES:-12}" -seed "${LA_DEMO_SEED:-0}" -out "$out/scenes"
+	manifest=$out/scenes/manifest.jsonl
+	scenes=$out/scenes/
+fi
 rc=0
-LA_NATS_URL="nats://$nats" bin/submit --overlay --out "$out" "$out/scenes/manifest.jsonl" || rc=$?
+LA_NATS_URL="nats://$nats" bin/submit --overlay --out "$out" "$manifest" || rc=$?
 echo
 bin/genscenes score "$out/results.jsonl" || rc=$?
 echo
-echo "scenes: $out/scenes/   results: $out/results.jsonl   overlays: $out/overlays/   worker log: $out/worker.log"
+echo "scenes: $scenes   results: $out/results.jsonl   overlays: $out/overlays/   worker log: $out/worker.log"
 exit "$rc"

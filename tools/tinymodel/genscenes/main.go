@@ -3,6 +3,10 @@
 //
 //	genscenes make -n 12 -seed 7 -out DIR   # DIR/scene-00.png ..., DIR/manifest.jsonl for submit
 //	genscenes score DIR/results.jsonl       # per scene: what was asked, found, missed
+//	genscenes heldout HELDOUT.json          # the held-out scenes' manifest, on stdout
+//
+// The README's quick start submits testdata/heldout.jsonl, which `genscenes heldout
+// testdata/heldout.json` writes: each held-out scene with its own query and task.
 //
 // Each manifest line carries the true boxes in its metadata, which the service echoes into
 // every result, so score needs nothing but submit's results.jsonl.
@@ -16,6 +20,7 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -32,7 +37,7 @@ func main() {
 	}
 }
 
-const usage = "usage: genscenes make [-n N] [-seed S] -out DIR | genscenes score RESULTS.jsonl"
+const usage = "usage: genscenes make [-n N] [-seed S] -out DIR | genscenes score RESULTS.jsonl | genscenes heldout HELDOUT.json"
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
@@ -63,6 +68,11 @@ func run(args []string, stdout io.Writer) error {
 			return errors.New(usage)
 		}
 		return score(args[1], stdout)
+	case "heldout":
+		if len(args) != 2 {
+			return errors.New(usage)
+		}
+		return heldoutManifest(args[1], stdout)
 	}
 	return errors.New(usage)
 }
@@ -213,3 +223,58 @@ func score(path string, stdout io.Writer) error {
 		all.Queries+failed, failed, all.Found, all.Objects, 100*found, meanIoU, fp, all.NoneOK, all.Absent, 100*noneAcc)
 	return nil
 }
+
+// heldoutScene is what heldoutManifest reads of a scene of heldout.json (written by
+// export_goldens.py): the image relative to the file, the task and query, the picture's
+// size and the true boxes in the model's 0..1000 units.
+type heldoutScene struct {
+	File   string       `json:"file"`
+	Task   string       `json:"task"`
+	Query  string       `json:"query"`
+	Width  int          `json:"width"`
+	Height int          `json:"height"`
+	Truth  [][4]float64 `json:"truth"`
+}
+
+// heldoutManifest writes the manifest of the held-out scenes: one line per scene with its
+// own query and task, the true boxes in pixels in the metadata (as make's), the image
+// named relative to the manifest, which lies beside heldout.json.
+func heldoutManifest(path string, stdout io.Writer) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var doc struct {
+		Scenes []json.RawMessage `json:"scenes"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(doc.Scenes) == 0 {
+		return fmt.Errorf("%s: no scenes", path)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
+	for i, raw := range doc.Scenes {
+		var s heldoutScene
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("%s: scene %d: %w", path, i, err)
+		}
+		if s.File == "" || s.Query == "" || s.Task == "" || s.Width <= 0 || s.Height <= 0 {
+			return fmt.Errorf("%s: scene %d: want file, task, query, width and height", path, i)
+		}
+		boxes := make([][4]float64, len(s.Truth))
+		for j, t := range s.Truth {
+			w, h := float64(s.Width)/1000, float64(s.Height)/1000
+			boxes[j] = [4]float64{round2(t[0] * w), round2(t[1] * h), round2(t[2] * w), round2(t[3] * h)}
+		}
+		line := manifestLine{Image: s.File, Query: s.Query, Task: s.Task,
+			Metadata: truth{Scene: strings.TrimSuffix(s.File, filepath.Ext(s.File)), Boxes: boxes}}
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }

@@ -91,3 +91,62 @@ func TestScoreRejectsResultsWithoutTruth(t *testing.T) {
 		t.Fatal("no arguments: want the usage error")
 	}
 }
+
+// TestHeldoutManifestIsCurrent: testdata/heldout.jsonl, which the README's quick start
+// submits, is what `genscenes heldout` makes of heldout.json (each scene's own query and
+// task, true boxes in pixels), and submit reads it with every image there.
+func TestHeldoutManifestIsCurrent(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"heldout", "../testdata/heldout.json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	committed, err := os.ReadFile("../testdata/heldout.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), committed) {
+		t.Fatal("testdata/heldout.jsonl is stale: go run ./tools/tinymodel/genscenes heldout tools/tinymodel/testdata/heldout.json > tools/tinymodel/testdata/heldout.jsonl")
+	}
+	items, err := submit.ReadManifest("../testdata/heldout.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := map[string]bool{}
+	for _, it := range items {
+		if _, err := os.Stat(it.Image); err != nil {
+			t.Errorf("manifest names %s: %v", it.Image, err)
+		}
+		var m truth
+		if err := json.Unmarshal(it.Metadata, &m); err != nil || m.Boxes == nil {
+			t.Errorf("%s: metadata %s, want the true boxes", it.Image, it.Metadata)
+		}
+		for _, b := range m.Boxes {
+			if b[0] < 0 || b[1] < 0 || b[2] > 1000 || b[3] > 1000 || b[2] <= b[0] || b[3] <= b[1] {
+				t.Errorf("%s: true box %v is not a box in pixels", it.Image, b)
+			}
+		}
+		queries[it.Query] = true
+	}
+	if len(items) != 96 || len(queries) < 20 {
+		t.Errorf("%d scenes with %d distinct queries; want the 96 held-out scenes, each with its own", len(items), len(queries))
+	}
+}
+
+func TestHeldoutRefusesBadInput(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"empty.json":   `{"scenes": []}`,
+		"notjson.json": `{`,
+		"noquery.json": `{"scenes": [{"file": "a.png", "task": "detect", "width": 10, "height": 10}]}`,
+		"nowidth.json": `{"scenes": [{"file": "a.png", "task": "detect", "query": "q", "height": 10}]}`,
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := run([]string{"heldout", p}, &out); err == nil {
+			t.Errorf("%s: no error (wrote %q)", name, out.String())
+		}
+	}
+}
