@@ -1,25 +1,30 @@
 # The two commands a newcomer needs (README "Quick start"):
 #   make run    build the worker and run it on the embedded single-machine default
 #   make test   run every test (race detector on)
-# Both install what they need first (Debian packages: OpenBLAS for the CPU backend,
-# libpython and numpy for the ttnn bridge tests, uvicorn for the launcher test, python3
-# for the example producer's test, systemd-analyze for the unit check; and the versitygw
-# S3 test server), so they work on a fresh Debian 12 machine with Go 1.26 as root.
+# Both install what they need first, so they work on a fresh Debian 12 machine with Go 1.26
+# as root: make run only what building and running need, make test the rest besides.
+# tools/deps.sh installs the missing packages and waits for another apt instead of failing.
 
 GO        ?= go
 BIN       := bin
 VERSITYGW_VERSION := v1.8.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
-APT_PACKAGES := libopenblas-dev libjpeg62-turbo-dev pkg-config libpython3.11 python3 python3-numpy python3-uvicorn systemd
+# Building and running: the C compiler and headers for cgo (gcc, libc6-dev; -race needs
+# them too), pkg-config, OpenBLAS (the CPU backend) and libjpeg-turbo (JPEG decoding),
+# git (the version stamp below) and make; ca-certificates for Go's module downloads.
+RUN_PACKAGES  := gcc libc6-dev pkg-config libopenblas-dev libjpeg62-turbo-dev git make ca-certificates
+# The tests alone: libpython and numpy for the ttnn bridge tests, uvicorn for the launcher
+# test, python3 for the example producer's test, systemd-analyze for the unit check.
+TEST_PACKAGES := libpython3.11 python3 python3-numpy python3-uvicorn systemd
 
-.PHONY: run demo test deps build vet
+.PHONY: run demo test deps run-deps build vet
 
-deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+run-deps:
+	@tools/deps.sh --no-recommends $(RUN_PACKAGES)
+
+# make test's: make run's, the tests' packages and the versitygw S3 server the tests start.
+deps: run-deps
+	@tools/deps.sh $(TEST_PACKAGES)
 	@test -x $(GOBIN_DIR)/versitygw || { echo "building versitygw $(VERSITYGW_VERSION) (the S3 server the tests start)"; \
 		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 
@@ -30,9 +35,24 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_PKG := github.com/locateanything/detect/internal/version
 LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
 
-build: deps
+build: run-deps
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/submit ./cmd/submit
+
+# A release tarball: the two binaries built here, genscenes, the README and the quick start's
+# held-out scenes, so that another Debian 12 amd64 machine runs the quick start from one
+# download, with neither Go nor a compiler: it needs only Debian's libopenblas0 and
+# libjpeg62-turbo (README "From a release tarball").
+DIST := locate-anything-$(VERSION)-linux-$(shell $(GO) env GOARCH)
+.PHONY: dist
+dist: build
+	$(GO) build -o $(BIN)/genscenes ./tools/tinymodel/genscenes
+	rm -rf dist/$(DIST) && mkdir -p dist/$(DIST)/bin dist/$(DIST)/tools/tinymodel/testdata
+	cp $(BIN)/worker $(BIN)/submit $(BIN)/genscenes dist/$(DIST)/bin/
+	cp README.md dist/$(DIST)/
+	cp -r tools/tinymodel/testdata/heldout tools/tinymodel/testdata/heldout.jsonl dist/$(DIST)/tools/tinymodel/testdata/
+	tar -C dist -czf dist/$(DIST).tar.gz $(DIST)
+	@echo "dist/$(DIST).tar.gz"
 
 # LA_ENGINE=sim make run: the same on a simulated Blackhole p150a (docs/sim.md).
 run: build
