@@ -112,11 +112,12 @@ func layout(area image.Rectangle, startPx float64, items []item, obstacles []ima
 	return legendLayout(area, startPx, items, obstacles)
 }
 
-// withFace runs f with the metrics of a face of px pixels.
-func withFace(px float64, f func(metrics) (plan, bool)) (plan, bool) {
+// withFace runs f with the metrics of a face of px pixels, and closes the face.
+func withFace[T any](px float64, f func(metrics) (T, bool)) (T, bool) {
 	face := newFace(px)
 	if face == nil {
-		return plan{}, false
+		var zero T
+		return zero, false
 	}
 	defer face.Close()
 	return f(metricsOf(face, px))

@@ -301,13 +301,9 @@ type bandPlan struct {
 func planBand(b image.Rectangle, startPx float64) bandPlan {
 	for _, s := range []string{simulatedText, simulatedShort} {
 		for _, px := range sizes(startPx) {
-			var bp bandPlan
-			_, ok := withFace(px, func(m metrics) (plan, bool) {
-				if m.width(s) > b.Dx() || m.lineH > b.Dy() {
-					return plan{}, false
-				}
-				bp = bandPlan{rect: image.Rect(b.Min.X, b.Max.Y-m.lineH, b.Max.X, b.Max.Y), text: s, fontPx: px}
-				return plan{}, true
+			bp, ok := withFace(px, func(m metrics) (bandPlan, bool) {
+				fits := m.width(s) <= b.Dx() && m.lineH <= b.Dy()
+				return bandPlan{rect: image.Rect(b.Min.X, b.Max.Y-m.lineH, b.Max.X, b.Max.Y), text: s, fontPx: px}, fits
 			})
 			if ok {
 				return bp
