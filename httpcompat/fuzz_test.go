@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/rawjson"
 )
 
 // FuzzPredictRequest runs a /predict body through what the handler does before the engine
@@ -91,7 +92,7 @@ func checkFieldErrors(t *testing.T, body []byte, errs []fieldError) {
 			t.Fatalf("%.300q: 422 entry echoes %d bytes: %.300s", body, len(e.Input), e.Input)
 		}
 	}
-	if _, err := encodeJSON(validationErrors{Detail: errs}); err != nil {
+	if _, err := rawjson.Marshal(validationErrors{Detail: errs}); err != nil {
 		t.Fatalf("%.300q: the 422 answer does not encode: %v", body, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/pipeline"
+	"github.com/locateanything/detect/internal/rawjson"
 )
 
 // TestPredictRefusesAnUnknownGenerationMode: generation_mode takes the engine's modes; any
@@ -77,17 +78,17 @@ func TestPredictResponseWritesDecodeStepsForHybridAnswersOnly(t *testing.T) {
 		GenerationMode: engine.GenerationAR, DecodeSteps: 12,
 	}
 	type plain PredictResponse
-	ar, err := encodeJSON(NewPredictResponse(pred, nil))
+	ar, err := rawjson.Marshal(NewPredictResponse(pred, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstream, _ := encodeJSON(plain(NewPredictResponse(pred, nil)))
+	upstream, _ := rawjson.Marshal(plain(NewPredictResponse(pred, nil)))
 	if !bytes.Equal(ar, upstream) || bytes.Contains(ar, []byte("decode_steps")) {
 		t.Errorf("AR answer:\n%s\nwant the struct's own bytes:\n%s", ar, upstream)
 	}
 
 	pred.GenerationMode, pred.DecodeMode, pred.DecodeSteps = engine.GenerationHybrid, "hybrid_greedy", 4
-	hy, err := encodeJSON(NewPredictResponse(pred, nil))
+	hy, err := rawjson.Marshal(NewPredictResponse(pred, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

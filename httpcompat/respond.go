@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+
+	"github.com/locateanything/detect/internal/rawjson"
 )
 
 // StatusClientClosedRequest is what the log records for a client that went away before its
@@ -32,25 +34,13 @@ type validationErrors struct {
 	Detail []fieldError `json:"detail"`
 }
 
-// encodeJSON writes v the way FastAPI's JSONResponse does: compact, no HTML escaping of
-// <, > and & (raw_text is full of tags), no trailing newline.
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
 func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := encodeJSON(v)
+	body, err := rawjson.Marshal(v)
 	if err != nil {
 		// The Python server fails the same way (json.dumps with allow_nan=False).
 		s.log.Error("encode response", "err", err)
 		status = http.StatusInternalServerError
-		body, _ = encodeJSON(detail{Detail: "ValueError: " + err.Error()})
+		body, _ = rawjson.Marshal(detail{Detail: "ValueError: " + err.Error()})
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/rawjson"
 )
 
 // PredictResponse is the /predict answer as the upstream Python server writes it: its keys
@@ -43,7 +44,7 @@ type PredictResponse struct {
 // "decode_steps" between num_generated_tokens and stopped_on_eos.
 func (r PredictResponse) MarshalJSON() ([]byte, error) {
 	type plain PredictResponse // the same fields without this method
-	b, err := encodeJSON(plain(r))
+	b, err := rawjson.Marshal(plain(r))
 	if err != nil || r.DecodeSteps == nil {
 		return b, err
 	}

@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/overlay"
+	"github.com/locateanything/detect/internal/rawjson"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -221,7 +221,7 @@ func refusedForGood(err error) bool {
 // putResult stores res at <output>/<id>.json, which becomes its ResultURL.
 func (s *sink) putResult(ctx context.Context, output string, res *Result) error {
 	res.ResultURL = ResultURL(output, res.ID)
-	body, err := encodeJSON(res)
+	body, err := rawjson.Marshal(res)
 	if err != nil {
 		return fmt.Errorf("encode result of job %s: %w", res.ID, err)
 	}
@@ -244,7 +244,7 @@ func (s *sink) maxBody() int {
 
 // resultMessage is res as published: whole when it fits in a message, else its reference.
 func (s *sink) resultMessage(res *Result) ([]byte, error) {
-	body, err := encodeJSON(res)
+	body, err := rawjson.Marshal(res)
 	if err != nil || len(body) <= s.maxBody() {
 		return body, err
 	}
@@ -253,7 +253,7 @@ func (s *sink) resultMessage(res *Result) ([]byte, error) {
 		s.log.Error("result too large to publish and not stored: published without metadata and the answer's lists",
 			"id", res.ID, "bytes", len(body))
 	}
-	if body, err = encodeJSON(ref); err != nil || len(body) <= s.maxBody() {
+	if body, err = rawjson.Marshal(ref); err != nil || len(body) <= s.maxBody() {
 		return body, err
 	}
 	// Only a huge image URL or error message gets here; the stored result keeps them.
@@ -261,7 +261,7 @@ func (s *sink) resultMessage(res *Result) ([]byte, error) {
 	if ref.Error != nil {
 		ref.Error = &ErrorInfo{Code: ref.Error.Code, Message: cut(ref.Error.Message, 1024)}
 	}
-	return encodeJSON(ref)
+	return rawjson.Marshal(ref)
 }
 
 // reference is r as published when it is too large for one NATS message: the bulky parts
@@ -285,18 +285,6 @@ func cut(s string, n int) string {
 		n--
 	}
 	return s[:n] + " [...]"
-}
-
-// encodeJSON is json.Marshal without HTML escaping: metadata echoed from a job keeps its
-// size (json.Marshal writes each <, > and & as a six-byte \u escape).
-func encodeJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // put stores body at url, below the output prefix output; what names it in the error
@@ -344,7 +332,7 @@ func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgI
 	} else {
 		rec.JobBase64 = orig.data
 	}
-	body, err := encodeJSON(rec)
+	body, err := rawjson.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode dead-letter record of job %s: %w", res.ID, err)
 	}
@@ -354,7 +342,7 @@ func (s *sink) deadLetter(ctx context.Context, res *Result, orig *original, msgI
 			return err
 		}
 		rec.Reason = cut(rec.Reason, 4096)
-		if body, err = encodeJSON(rec); err != nil {
+		if body, err = rawjson.Marshal(rec); err != nil {
 			return fmt.Errorf("encode dead-letter record of job %s: %w", res.ID, err)
 		}
 	}

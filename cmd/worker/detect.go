@@ -18,6 +18,7 @@ import (
 	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/internal/cli"
+	"github.com/locateanything/detect/internal/rawjson"
 	"github.com/locateanything/detect/worker"
 )
 
@@ -41,7 +42,7 @@ type answeredBy struct {
 // MarshalJSON writes the answer as /predict does (its own MarshalJSON places the hybrid
 // addition), then "tokens" and "answered_by" after its keys.
 func (o detectOutput) MarshalJSON() ([]byte, error) {
-	answer, err := marshalRaw(o.Answer)
+	answer, err := rawjson.Marshal(o.Answer)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +50,7 @@ func (o detectOutput) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	by, err := marshalRaw(o.AnsweredBy)
+	by, err := rawjson.Marshal(o.AnsweredBy)
 	if err != nil {
 		return nil, err
 	}
@@ -58,18 +59,6 @@ func (o detectOutput) MarshalJSON() ([]byte, error) {
 	out = append(out, `,"answered_by":`...)
 	out = append(out, by...)
 	return append(out, '}'), nil
-}
-
-// marshalRaw is json.Marshal without HTML escaping: raw_text is full of <ref> and <box>,
-// printed as the model wrote them.
-func marshalRaw(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // detectOptions are `worker detect`'s flags.
