@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/s3utils"
+
+	"github.com/locateanything/detect/internal/tlsfiles"
 )
 
 // s3Store serves s3:// URLs through minio-go, which also does the retrying.
@@ -96,16 +97,13 @@ func bucketLookup(pathStyle string) (minio.BucketLookupType, error) {
 
 // certPool is the system roots plus the PEM certificates in file.
 func certPool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
+	system, err := x509.SystemCertPool()
+	if err != nil {
+		system = nil // no system roots on this machine: trust the file alone
+	}
+	pool, err := tlsfiles.CertPool(file, system)
 	if err != nil {
 		return nil, fmt.Errorf("LA_S3_CA_FILE: %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool() // no system roots on this machine: trust the file alone
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("LA_S3_CA_FILE %s: no PEM certificate found", file)
 	}
 	return pool, nil
 }

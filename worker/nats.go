@@ -2,15 +2,14 @@ package worker
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/internal/tlsfiles"
 	"github.com/locateanything/detect/jobs/natsembed"
 )
 
@@ -79,13 +78,9 @@ func embeddedTLS(n config.NATS) (*tls.Config, error) {
 	}
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if n.TLSCA != "" {
-		pem, err := os.ReadFile(n.TLSCA)
+		pool, err := tlsfiles.CertPool(n.TLSCA, nil)
 		if err != nil {
 			return nil, fmt.Errorf("LA_NATS_TLS_CA (the CA of the embedded NATS server's clients): %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("LA_NATS_TLS_CA %s: no PEM certificate in the file", n.TLSCA)
 		}
 		tc.ClientAuth, tc.ClientCAs = tls.RequireAndVerifyClientCert, pool
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/locateanything/detect/internal/settings"
+	"github.com/locateanything/detect/internal/tlsfiles"
 )
 
 // Config says how to reach NATS. The settings are declared here (the tags: variable,
@@ -107,13 +108,9 @@ func (c Config) Options(name string, log *slog.Logger) ([]nats.Option, error) {
 func (c Config) tlsConfig() (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.TLSCA != "" {
-		pem, err := os.ReadFile(c.TLSCA)
+		pool, err := tlsfiles.CertPool(c.TLSCA, nil)
 		if err != nil {
 			return nil, fmt.Errorf("LA_NATS_TLS_CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("LA_NATS_TLS_CA %s: no PEM certificate in the file", c.TLSCA)
 		}
 		tc.RootCAs = pool
 	}
