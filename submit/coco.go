@@ -3,8 +3,9 @@ package submit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"log/slog"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -114,37 +115,59 @@ type cocoSet struct {
 	Jobs     map[string]bool
 }
 
-// exportCOCO writes the COCO files of the run's set from its results.jsonl.
+// exportCOCO writes the COCO files of the run's set from its results.jsonl; what the
+// export had to leave out goes to the summary's warnings.
 func (r *batchRun) exportCOCO() error {
 	set := cocoSet{Items: r.items, Defaults: r.cfg.Defaults, Jobs: map[string]bool{}}
 	for id := range r.expected {
 		set.Jobs[id] = true
 	}
-	return writeCOCO(r.cfg.OutDir, set, r.log)
+	warnings, err := writeCOCO(r.cfg.OutDir, set)
+	for _, w := range warnings {
+		r.warn(w, 0)
+	}
+	return err
 }
 
+// ErrNoBoxes says why an export wrote no results list: COCO's results format has no way
+// to say "nothing found" that its tools read (pycocotools' loadRes looks at the first
+// entry of the list, so an empty one fails), and a file that breaks the evaluation is
+// worse than none.
+var ErrNoBoxes = errors.New("COCO export: no boxes in this run's results, so " + COCOResultsFile +
+	" is not written (an empty list is no results file COCO tools can load); " + COCOFile +
+	" lists the images and categories with no annotations")
+
 // writeCOCO writes detections.coco.json and detections.results.json in dir for set, from
-// the rows of dir's results.jsonl. log is told how many boxes were left out.
-func writeCOCO(dir string, set cocoSet, log *slog.Logger) error {
+// the rows of dir's results.jsonl, and returns the warnings of the export: boxes left out,
+// and ErrNoBoxes's text when there is no box at all. A results list of an earlier run
+// is removed then, so that the directory never pairs this dataset with other answers.
+func writeCOCO(dir string, set cocoSet) (warnings []string, err error) {
 	rows, err := ReadRows(dir)
 	if err != nil {
-		return fmt.Errorf("COCO export: %w", err)
+		return nil, fmt.Errorf("COCO export: %w", err)
 	}
 	f, dropped := buildCOCO(set, rows)
-	if dropped > 0 && log != nil {
-		log.Warn("COCO export: boxes whose label is not one of the query's categories were left out (results.jsonl keeps them)", "boxes", dropped)
+	if dropped > 0 {
+		warnings = append(warnings, fmt.Sprintf("COCO export: %d boxes whose label is not one of the query's categories were left out (results.jsonl keeps them)", dropped))
+	}
+	if err := writeJSONFile(filepath.Join(dir, COCOFile), f); err != nil {
+		return warnings, fmt.Errorf("COCO export: %w", err)
+	}
+	resultsPath := filepath.Join(dir, COCOResultsFile)
+	if len(f.Annotations) == 0 {
+		if err := os.Remove(resultsPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return warnings, fmt.Errorf("COCO export: removing the earlier %s: %w", COCOResultsFile, err)
+		}
+		return append(warnings, ErrNoBoxes.Error()), nil
 	}
 	results := make([]COCOResult, len(f.Annotations))
 	for i, a := range f.Annotations {
 		results[i] = COCOResult{ImageID: a.ImageID, CategoryID: a.CategoryID, BBox: a.BBox, Score: a.Score}
 	}
-	if err := writeJSONFile(filepath.Join(dir, COCOFile), f); err != nil {
-		return fmt.Errorf("COCO export: %w", err)
+	if err := writeJSONFile(resultsPath, results); err != nil {
+		return warnings, fmt.Errorf("COCO export: %w", err)
 	}
-	if err := writeJSONFile(filepath.Join(dir, COCOResultsFile), results); err != nil {
-		return fmt.Errorf("COCO export: %w", err)
-	}
-	return nil
+	return warnings, nil
 }
 
 // buildCOCO makes the dataset from the set's succeeded rows, and counts the boxes left out

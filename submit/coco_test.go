@@ -3,7 +3,8 @@ package submit
 import (
 	"bytes"
 	"encoding/json"
-	"log/slog"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -91,7 +92,7 @@ func TestCOCOExportIsStable(t *testing.T) {
 		cocoRow("old", "m.jsonl:1", t0.Add(time.Hour), cocoDet("red circle", 0, 0, 1, 1, 1)), // an earlier run's query
 	}
 	dir := writeRows(t, rows...)
-	if err := writeCOCO(dir, set, nil); err != nil {
+	if _, err := writeCOCO(dir, set); err != nil {
 		t.Fatal(err)
 	}
 	f, res, raw := readCOCO(t, dir)
@@ -143,7 +144,7 @@ func TestCOCOExportIsStable(t *testing.T) {
 	// The same rows in another order, written again: the same bytes.
 	rows[0], rows[4] = rows[4], rows[0]
 	dir2 := writeRows(t, rows...)
-	if err := writeCOCO(dir2, set, nil); err != nil {
+	if _, err := writeCOCO(dir2, set); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, again := readCOCO(t, dir2); !bytes.Equal(again, raw) {
@@ -170,17 +171,54 @@ func TestCOCOFileNamesNeverCollide(t *testing.T) {
 // TestCOCOLeavesInventedLabelsOut: a box whose label the query did not ask for is no
 // category and stays out, with a warning; the categories stay the query's.
 func TestCOCOLeavesInventedLabelsOut(t *testing.T) {
-	var logged strings.Builder
 	dir := writeRows(t, cocoRow("j", "x.png", time.Now(), cocoDet("triangle", 0, 0, 1, 1, 0.2), cocoDet("green triangle", 0, 0, 1, 1, 0.2)))
 	set := cocoSet{Items: []Item{{Image: "/x.png", Rel: "x.png", Origin: "x.png"}}, Defaults: JobDefaults{Query: "triangle</c>"}, Jobs: map[string]bool{"j": true}}
-	if err := writeCOCO(dir, set, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+	warnings, err := writeCOCO(dir, set)
+	if err != nil {
 		t.Fatal(err)
 	}
 	f, _, _ := readCOCO(t, dir)
 	if len(f.Categories) != 1 || f.Categories[0].Name != "triangle" || len(f.Annotations) != 1 {
 		t.Errorf("categories %+v, %d annotations; want triangle alone with its box", f.Categories, len(f.Annotations))
 	}
-	if !strings.Contains(logged.String(), "boxes=1") {
-		t.Errorf("log %q, want a warning counting the box left out", logged.String())
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "1 boxes whose label") {
+		t.Errorf("warnings %q, want one counting the box left out", warnings)
+	}
+}
+
+// TestCOCOWithoutBoxesWritesNoResultsList: an export with no box writes the dataset (its
+// images and categories) but no results list, since pycocotools' loadRes fails on an
+// empty one; it says so, and removes the list of an earlier run that had boxes.
+func TestCOCOWithoutBoxesWritesNoResultsList(t *testing.T) {
+	items := []Item{{Image: "/x.png", Rel: "x.png", Origin: "x.png"}}
+	set := cocoSet{Items: items, Defaults: JobDefaults{Query: "triangle"}, Jobs: map[string]bool{"j": true}}
+	dir := writeRows(t, cocoRow("j", "x.png", time.Now(), cocoDet("triangle", 0, 0, 1, 1, 0.2)))
+	if _, err := writeCOCO(dir, set); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, COCOResultsFile)); err != nil {
+		t.Fatalf("a run with a box: %v", err)
+	}
+	// The same directory, rerun with another query that finds nothing.
+	data, err := os.ReadFile(filepath.Join(writeRows(t, cocoRow("k", "x.png", time.Now())), ResultsFile))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(dir, ResultsFile), data, 0o644))
+	set.Jobs = map[string]bool{"k": true}
+	warnings, err := writeCOCO(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || warnings[0] != ErrNoBoxes.Error() || !strings.Contains(warnings[0], COCOResultsFile+" is not written") {
+		t.Errorf("warnings %q, want the one that says why no results list", warnings)
+	}
+	if _, err := os.Stat(filepath.Join(dir, COCOResultsFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after a run without boxes: %v; want no file (an empty list breaks loadRes)", COCOResultsFile, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, COCOFile))
+	must(t, err)
+	var f COCODataset
+	must(t, json.Unmarshal(raw, &f))
+	if len(f.Images) != 1 || len(f.Categories) != 1 || len(f.Annotations) != 0 {
+		t.Errorf("dataset: %d images, %d categories, %d annotations; want the image and category, no annotation", len(f.Images), len(f.Categories), len(f.Annotations))
 	}
 }

@@ -19,6 +19,7 @@ const (
 	ResultsFile = "results.jsonl"        // one Row per finished job
 	StateFile   = "submit-state.jsonl"   // the batch, then one line per published job
 	COCOFile    = "detections.coco.json" // with --coco
+	FailedFile  = "failed.jsonl"         // the set's jobs that did not succeed: id, source, file, status, code, message
 	OverlaysDir = "overlays"             // with --overlay: the image's path below its input, as .png or .jpg
 )
 

@@ -16,6 +16,8 @@ type progressSnapshot struct {
 	Collected int // results collected this run
 	Elapsed   time.Duration
 	Planning  bool // still reading and hashing inputs
+	// NATSLost is how long the NATS connection has been lost; 0 while it is up.
+	NATSLost time.Duration
 }
 
 // progress draws a bar on a terminal (rewritten in place) or prints a plain line when
@@ -39,6 +41,16 @@ func (p *progress) update(s progressSnapshot) {
 	fmt.Fprintln(p.w, line)
 }
 
+// say prints a message on a line of its own, below the bar when one is drawn (the next
+// update draws it again).
+func (p *progress) say(format string, args ...any) {
+	if p.w == nil {
+		return
+	}
+	p.finish()
+	fmt.Fprintf(p.w, "submit: "+format+"\n", args...)
+}
+
 // finish ends the bar's line so that what follows starts on a fresh one.
 func (p *progress) finish() {
 	if p.drawn {
@@ -60,6 +72,9 @@ func (s progressSnapshot) line() string {
 	}
 	if s.Planning {
 		b.WriteString(" (still reading inputs)")
+	}
+	if s.NATSLost > 0 {
+		fmt.Fprintf(&b, " (NATS connection lost %s ago: waiting for it)", s.NATSLost.Round(time.Second))
 	}
 	return b.String()
 }

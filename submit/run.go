@@ -1,24 +1,31 @@
 package submit
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/jobs/natsconn"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -69,6 +76,59 @@ type Summary struct {
 	Latencies   []time.Duration
 	Elapsed     time.Duration
 	Interrupted bool // ended by ctx before every result arrived
+	// Failures are the first MaxListedFailures jobs of the set that did not succeed, in
+	// the order their results were read; FailedFile lists them all.
+	Failures []Failure
+	// FailedFile is the output directory's FailedFile when some job failed, else "".
+	FailedFile string
+	// Warnings are the run's distinct warnings in the order first seen: those of the
+	// results (a query the worker ran as written but that looks wrong), counted once per
+	// text, and the run's own (the COCO export's).
+	Warnings []Warning
+}
+
+// MaxListedFailures is how many failed jobs the summary names; the output directory's
+// FailedFile lists every one.
+const MaxListedFailures = 10
+
+// Failure is a job of the set that did not succeed: its input and why.
+type Failure struct {
+	ID      string      `json:"id"`
+	Source  string      `json:"source"`         // the path, URL or manifest line it came from
+	File    string      `json:"file,omitempty"` // its path below its input
+	Status  jobs.Status `json:"status"`         // failed, canceled or expired
+	Code    string      `json:"code,omitempty"`
+	Message string      `json:"message,omitempty"`
+}
+
+// String is the failure on one line: its input, its code (or status) and message.
+func (f Failure) String() string {
+	code := f.Code
+	if code == "" {
+		code = string(f.Status)
+	}
+	if f.Message == "" {
+		return fmt.Sprintf("%s: %s", f.Source, code)
+	}
+	return fmt.Sprintf("%s: %s: %s", f.Source, code, f.Message)
+}
+
+// Warning is one distinct warning and how many jobs gave it (0: a warning of the run).
+type Warning struct {
+	Text string
+	Jobs int
+}
+
+// String is the warning with the number of jobs it concerns.
+func (w Warning) String() string {
+	switch w.Jobs {
+	case 0:
+		return w.Text
+	case 1:
+		return w.Text + " (1 job)"
+	default:
+		return fmt.Sprintf("%s (%d jobs)", w.Text, w.Jobs)
+	}
 }
 
 // Pending is the number of jobs without a result.
@@ -88,6 +148,29 @@ func (s Summary) String() string {
 		fmtDuration(percentile(s.Latencies, 50)), fmtDuration(percentile(s.Latencies, 95)),
 		len(s.Latencies), rate, s.Collected, s.Elapsed.Round(time.Millisecond))
 	return line1 + "\n" + line2
+}
+
+// Problems is what the run wants the user to see beside the counts: each warning once,
+// then the failed jobs with their codes (the first MaxListedFailures, and where the whole
+// list is). It is empty when every job succeeded without a warning.
+func (s Summary) Problems() string {
+	var b strings.Builder
+	for _, w := range s.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", w)
+	}
+	if s.Failed > 0 && len(s.Failures) > 0 {
+		fmt.Fprintf(&b, "%d failed:\n", s.Failed)
+		for _, f := range s.Failures {
+			fmt.Fprintf(&b, "  %s\n", f)
+		}
+		if s.Failed > len(s.Failures) {
+			fmt.Fprintf(&b, "  ... and %d more\n", s.Failed-len(s.Failures))
+		}
+		if s.FailedFile != "" {
+			fmt.Fprintf(&b, "every failed job: %s\n", s.FailedFile)
+		}
+	}
+	return b.String()
 }
 
 func fmtDuration(d time.Duration) string {
@@ -159,6 +242,35 @@ type batchRun struct {
 	// replayed holds jobs whose row says failed but which were published again since
 	// (submit dlq replay): only a result finished after the time held counts.
 	replayed map[string]time.Time
+	// failures are the set's jobs that did not succeed, as their rows were read;
+	// warnings index the summary's warnings by text.
+	failures []Failure
+	warnings map[string]int
+	// lostAt is when the NATS connection was found lost; zero while it is up. natsLost
+	// says the same to the publishers' goroutines.
+	lostAt   time.Time
+	natsLost atomic.Bool
+}
+
+// watchNATS says when the NATS connection is lost and when it is back: nats.go reconnects
+// by itself, and meanwhile nothing is published or collected, which the progress line
+// alone would show as a run that merely stalled.
+func (r *batchRun) watchNATS(prog *progress) {
+	if r.env.JS == nil {
+		return
+	}
+	nc := r.env.JS.Conn()
+	up := nc.Status() == nats.CONNECTED
+	switch {
+	case !up && r.lostAt.IsZero():
+		r.lostAt = time.Now()
+		r.natsLost.Store(true)
+		prog.say("NATS connection lost: nothing is published or collected until it is back (the jobs already queued go on); retrying")
+	case up && !r.lostAt.IsZero():
+		prog.say("NATS connection back after %s (%s); going on", time.Since(r.lostAt).Round(time.Second), natsconn.RedactURL(nc.ConnectedUrl()))
+		r.lostAt = time.Time{}
+		r.natsLost.Store(false)
+	}
 }
 
 // newBatchRun checks cfg and fills in its defaults, opens the output directory (resuming the
@@ -200,11 +312,22 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 	}
 	r := &batchRun{cfg: cfg, env: env, log: log, start: time.Now(),
 		expected: map[string]expectedJob{}, done: map[string]bool{},
-		early: map[string]jobs.Result{}, replayed: map[string]time.Time{}}
+		early: map[string]jobs.Result{}, replayed: map[string]time.Time{}, warnings: map[string]int{}}
+
+	// The inputs and their queries first: a mistake in them is the user's to fix, and
+	// must be said before an output directory or a batch exists.
+	var err error
+	if r.items = cfg.Listed; r.items == nil {
+		if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
+			return nil, &InputError{Err: err}
+		}
+	}
+	if err := checkQueries(r.items, cfg.Defaults); err != nil {
+		return nil, err
+	}
 
 	var out *outDir
 	var prior *outState
-	var err error
 	if cfg.dryRun {
 		prior, err = readOutState(cfg.OutDir, false)
 	} else {
@@ -232,12 +355,6 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 		}
 	}
 
-	r.items = cfg.Listed
-	if r.items == nil {
-		if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
-			return fail(&InputError{Err: err})
-		}
-	}
 	assignStems(r.items, r.cfg.Defaults)
 	if env.JS == nil && cfg.dryRun {
 		return r, nil // a dry run without NATS: the output directory is all the evidence
@@ -253,6 +370,41 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 	}
 	r.state = jobs.NewStateStore(kv)
 	return r, nil
+}
+
+// checkQueries refuses a set in which an image has no query (every task needs one: none
+// given to --query, none on its manifest line) or one longer than a job may carry, naming
+// the first such image and how many there are.
+func checkQueries(items []Item, d JobDefaults) error {
+	var missing, long []string
+	for _, it := range items {
+		switch q := effectiveQuery(it, d); {
+		case q == "":
+			missing = append(missing, it.Origin)
+		case utf8.RuneCountInString(q) > jobs.MaxQueryChars:
+			long = append(long, it.Origin)
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		return &InputError{Err: fmt.Errorf("no query for %s%s: give --query, or a query on each manifest line",
+			missing[0], more(len(missing)-1, "image"))}
+	case len(long) > 0:
+		return &InputError{Err: fmt.Errorf("the query of %s%s is longer than %d characters",
+			long[0], more(len(long)-1, "image"), jobs.MaxQueryChars)}
+	}
+	return nil
+}
+
+// more is " and N more <what>s", or "" for none.
+func more(n int, what string) string {
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return " and 1 more " + what
+	}
+	return fmt.Sprintf(" and %d more %ss", n, what)
 }
 
 // resolveBatch picks the batch: the flag, else the one the output directory belongs to,
@@ -282,6 +434,9 @@ func resolveBatch(flag string, prior *outState, dir string) (string, error) {
 // every case.
 func (r *batchRun) execute(parent context.Context) (sum Summary, err error) {
 	defer func() {
+		if ferr := r.writeFailures(); err == nil && ferr != nil {
+			err = ferr
+		}
 		if cerr := r.out.close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -366,7 +521,9 @@ func (r *batchRun) execute(parent context.Context) (sum Summary, err error) {
 			}
 			if c.Err != nil {
 				lastReadErr = c.Err
-				r.log.Warn("reading results", "err", c.Err)
+				if r.lostAt.IsZero() { // while NATS is lost, the lost line says it once
+					r.log.Warn("reading results", "err", c.Err)
+				}
 				continue
 			}
 			if err := r.receive(ctx, c.Result, planning); err != nil {
@@ -376,6 +533,7 @@ func (r *batchRun) execute(parent context.Context) (sum Summary, err error) {
 			if err := r.out.sync(); err != nil {
 				return r.sum, err
 			}
+			r.watchNATS(prog)
 		case <-tick.C:
 			prog.update(r.snapshot(planning))
 		}
@@ -390,6 +548,37 @@ func (r *batchRun) execute(parent context.Context) (sum Summary, err error) {
 		}
 	}
 	return r.sum, nil
+}
+
+// writeFailures lists the set's failed jobs in the output directory's FailedFile, one JSON
+// object a line, and names the first ones in the summary; with none it removes an earlier
+// run's list, so the file always speaks of the latest run.
+func (r *batchRun) writeFailures() error {
+	path := filepath.Join(r.cfg.OutDir, FailedFile)
+	r.sum.Failures = r.failures[:min(len(r.failures), MaxListedFailures)]
+	if len(r.failures) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing %s: %w", path, err)
+		}
+		return nil
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	for _, f := range r.failures {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	r.sum.FailedFile = path
+	return nil
 }
 
 // publishDrain is how long an interrupted run waits for the publishes in flight.
@@ -443,7 +632,7 @@ func (r *batchRun) admit(ctx context.Context, p planned) (publish bool, err erro
 		if !replayedSince(row, p) {
 			r.done[id] = true
 			r.sum.AlreadyDone++
-			r.count(row.Status)
+			r.finished(row)
 			// A crash may have come between the row and its files.
 			if err := ensureImageJSON(r.cfg.OutDir, row); err != nil {
 				return false, err
@@ -477,12 +666,32 @@ func (r *batchRun) acceptable(res jobs.Result) bool {
 	return !ok || res.FinishedAt.After(after)
 }
 
-func (r *batchRun) count(s jobs.Status) {
-	if s == jobs.StatusSucceeded {
-		r.sum.Succeeded++
-	} else {
-		r.sum.Failed++
+// finished counts a row of the set, new or from an earlier run, and takes note of its
+// failure and its warnings.
+func (r *batchRun) finished(row Row) {
+	for _, w := range row.Warnings {
+		r.warn(w, 1)
 	}
+	if row.Status == jobs.StatusSucceeded {
+		r.sum.Succeeded++
+		return
+	}
+	r.sum.Failed++
+	f := Failure{ID: row.ID, Source: row.Source, File: row.File, Status: row.Status}
+	if row.Error != nil {
+		f.Code, f.Message = row.Error.Code, row.Error.Message
+	}
+	r.failures = append(r.failures, f)
+}
+
+// warn records a warning once per text; jobs is how many jobs it adds (0 for one of the run).
+func (r *batchRun) warn(text string, jobs int) {
+	if i, ok := r.warnings[text]; ok {
+		r.sum.Warnings[i].Jobs += jobs
+		return
+	}
+	r.warnings[text] = len(r.sum.Warnings)
+	r.sum.Warnings = append(r.sum.Warnings, Warning{Text: text, Jobs: jobs})
 }
 
 // receive handles one result from the stream.
@@ -503,12 +712,12 @@ func (r *batchRun) receive(ctx context.Context, res jobs.Result, planning bool) 
 func (r *batchRun) deliver(ctx context.Context, res jobs.Result) error {
 	r.done[res.ID] = true
 	r.sum.Collected++
-	r.count(res.Status)
 	if t := res.TimingMS; t.Total > 0 {
 		r.sum.Latencies = append(r.sum.Latencies, time.Duration((t.QueueWait+t.Total)*float64(time.Millisecond)))
 	}
 	job := r.expected[res.ID]
 	row := Row{Source: job.source, File: job.rel, Result: res}
+	r.finished(row)
 	localFiles(&row, job.name)
 	if err := r.out.writeRow(row); err != nil {
 		return err
@@ -583,11 +792,15 @@ func (r *batchRun) downloadOverlay(ctx context.Context, path, url string) error 
 const maxOverlayBytes = 256 << 20
 
 func (r *batchRun) snapshot(planning bool) progressSnapshot {
-	return progressSnapshot{
+	s := progressSnapshot{
 		Total: r.sum.Total, Done: r.sum.Succeeded + r.sum.Failed, Failed: r.sum.Failed,
 		Published: r.sum.Submitted, Collected: r.sum.Collected,
 		Elapsed: time.Since(r.start), Planning: planning,
 	}
+	if !r.lostAt.IsZero() {
+		s.NATSLost = max(time.Since(r.lostAt), time.Second)
+	}
+	return s
 }
 
 // startPlanners plans every item on cfg.Concurrency goroutines and sends the jobs on the
@@ -658,7 +871,9 @@ func (r *batchRun) startPlanners(ctx context.Context, wg *sync.WaitGroup) <-chan
 func (r *batchRun) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <-chan *jobs.Job, done chan<- published) {
 	pub := &publisher{js: r.env.JS, class: r.cfg.Class, backoff: r.cfg.Backoff,
 		warn: func(id string, attempt int, wait time.Duration, err error) {
-			r.log.Warn("publish failed, retrying", "id", id, "attempt", attempt, "wait", wait, "err", err)
+			if !r.natsLost.Load() { // while NATS is lost, the lost line says it once
+				r.log.Warn("publish failed, retrying", "id", id, "attempt", attempt, "wait", wait, "err", err)
+			}
 		}}
 	for range r.cfg.MaxInFlight {
 		wg.Go(func() {

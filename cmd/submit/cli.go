@@ -332,6 +332,7 @@ func runCmd(ctx context.Context, args []string, cio IO) int {
 	if sum.Batch != "" {
 		fmt.Fprintf(cio.Stdout, "batch %s, results in %s\n", sum.Batch, rc.OutDir)
 		fmt.Fprintln(cio.Stdout, sum.String())
+		fmt.Fprint(cio.Stdout, sum.Problems())
 	}
 	if err != nil {
 		return fail(cio, err)
