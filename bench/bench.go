@@ -15,6 +15,7 @@ import (
 	"runtime"
 
 	"github.com/locateanything/detect/bench/machine"
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/checkpoint"
 	"github.com/locateanything/detect/engine/native"
 	"github.com/locateanything/detect/internal/cli"
@@ -56,8 +57,8 @@ type Defaults struct {
 	// Weights chooses the checkpoint when --weights is empty (cmd/worker: the one the
 	// worker would run); nil makes --weights required.
 	Weights func() (string, error)
-	Quant   string // --quant (LA_WEIGHTS_QUANT); "" = bf16
-	Threads int    // --threads (LA_THREADS)
+	Quant   engine.WeightsQuant // --quant (LA_WEIGHTS_QUANT); "" = bf16
+	Threads int                 // --threads (LA_THREADS)
 }
 
 // Run implements `worker bench` with the arguments after the subcommand name, writing
@@ -140,7 +141,7 @@ func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch *string)
 	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
-	fs.StringVar(&o.quant, "quant", cmp.Or(d.Quant, "bf16"), "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
+	fs.StringVar(&o.quant, "quant", string(cmp.Or(d.Quant, engine.WeightsBF16)), "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
 	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
 	return fs, grid, batch
 }
@@ -163,8 +164,8 @@ func parseFlags(args []string, d Defaults) (options, error) {
 	if o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.threads < 0 || o.streamMiB < 1 {
 		return o, usagef("bench: --tokens, --prompt, --runs and --stream-mib must be positive, --threads not negative")
 	}
-	if o.quant != "bf16" && o.quant != "q8" {
-		return o, usagef("bench: --quant %q: want bf16 or q8", o.quant)
+	if !engine.WeightsQuants.Has(engine.WeightsQuant(o.quant)) {
+		return o, usagef("bench: --quant %q: want one of %s", o.quant, engine.WeightsQuants.List())
 	}
 	if *batch != "" {
 		var err error
@@ -212,7 +213,7 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 	if f.kernelGBps, err = native.MeasureMatvec(11008, 2048, 24, o.threads, 3); err != nil {
 		return f, fmt.Errorf("bench: %w", err)
 	}
-	if o.quant == "q8" { // the same 24 matrices' weights, a little over half the bytes
+	if o.quant == string(engine.WeightsQ8) { // the same 24 matrices' weights, a little over half the bytes
 		if f.kernelQ8GBps, err = native.MeasureMatvecQ8(11008, 2048, 24, o.threads, 3); err != nil {
 			return f, fmt.Errorf("bench: %w", err)
 		}
@@ -230,7 +231,7 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 // for each sequence of the sweep's largest batch), on the resident copy of the weights or
 // (--resident=false) the file mapping.
 func openBackend(m *checkpoint.Model, o options) (*native.Backend, error) {
-	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, MaxBatch: 1, Threads: o.threads, WeightsQuant: o.quant}
+	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, MaxBatch: 1, Threads: o.threads, WeightsQuant: engine.WeightsQuant(o.quant)}
 	if len(o.batches) > 0 {
 		opts.MaxSeqLen, opts.MaxBatch = sweepSeqLen(o), o.batches[len(o.batches)-1]
 	}

@@ -147,7 +147,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--weights", "x", "--batch", "4,2"}, "ascending batch sizes", true},
 		{[]string{"--weights", "x", "--batch", "0"}, "ascending batch sizes", true},
 		{[]string{"--weights", "x", "--batch", "1,x"}, "ascending batch sizes", true},
-		{[]string{"--weights", "x", "--quant", "q4"}, `--quant "q4": want bf16 or q8`, true},
+		{[]string{"--weights", "x", "--quant", "q4"}, `--quant "q4": want one of bf16, q8`, true},
 		{[]string{"--weights", "/nonexistent/ckpt"}, "bench:", false},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge", true},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short", true},

@@ -52,29 +52,24 @@ type Worker struct {
 // Engine is the model's run-time knobs; the upstream server's knobs keep their names and
 // meaning (docs/background.md).
 type Engine struct {
-	Backend         string `envconfig:"LA_ENGINE" default:"cpu" desc:"backend: cpu, ttnn (Blackhole) or sim (a simulated p150a: the chip's time, no model)"`
-	Threads         int    `envconfig:"LA_THREADS" default:"0" desc:"host threads of the cpu backend; 0 = one per core"`
-	InTokenLimit    int    `envconfig:"LA_IN_TOKEN_LIMIT" default:"0" desc:"image patches before the first resize shrinks the image; 0 = the checkpoint's, at most 1024 (1024 on sim)"`
-	CanonGrid       string `envconfig:"LA_CANON_GRID" desc:"fixed vision grid HxW in patches, or native; empty = native on cpu, else derived from LA_CANON_ASPECT"`
-	CanonAspect     string `envconfig:"LA_CANON_ASPECT" default:"1920x1080" desc:"WxH the canonical grid is derived from when LA_CANON_GRID is empty"`
-	MaxSeqLen       int    `envconfig:"LA_MAX_SEQ_LEN" default:"4096" desc:"model context in tokens per sequence: prompt + budget must fit"`
-	MaxBatch        int    `envconfig:"LA_MAX_BATCH" default:"8" desc:"sequences a chip decodes together, 1-32"`
-	MaxNewTokens    int    `envconfig:"LA_MAX_NEW_TOKENS" default:"128" desc:"generation budget of a request that names none"`
-	MaxNewTokensCap int    `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024" desc:"largest max_new_tokens a request may ask for"`
-	Chips           int    `envconfig:"LA_CHIPS" default:"1" desc:"chips driven by this worker, one Runner and engine each"`
+	Backend         engine.BackendKind `envconfig:"LA_ENGINE" default:"cpu" desc:"backend: cpu, ttnn (Blackhole) or sim (a simulated p150a: the chip's time, no model)"`
+	Threads         int                `envconfig:"LA_THREADS" default:"0" desc:"host threads of the cpu backend; 0 = one per core"`
+	InTokenLimit    int                `envconfig:"LA_IN_TOKEN_LIMIT" default:"0" desc:"image patches before the first resize shrinks the image; 0 = the checkpoint's, at most 1024 (1024 on sim)"`
+	CanonGrid       string             `envconfig:"LA_CANON_GRID" desc:"fixed vision grid HxW in patches, or native; empty = native on cpu, else derived from LA_CANON_ASPECT"`
+	CanonAspect     string             `envconfig:"LA_CANON_ASPECT" default:"1920x1080" desc:"WxH the canonical grid is derived from when LA_CANON_GRID is empty"`
+	MaxSeqLen       int                `envconfig:"LA_MAX_SEQ_LEN" default:"4096" desc:"model context in tokens per sequence: prompt + budget must fit"`
+	MaxBatch        int                `envconfig:"LA_MAX_BATCH" default:"8" desc:"sequences a chip decodes together, 1-32"`
+	MaxNewTokens    int                `envconfig:"LA_MAX_NEW_TOKENS" default:"128" desc:"generation budget of a request that names none"`
+	MaxNewTokensCap int                `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024" desc:"largest max_new_tokens a request may ask for"`
+	Chips           int                `envconfig:"LA_CHIPS" default:"1" desc:"chips driven by this worker, one Runner and engine each"`
 	// GenerationMode is how requests that name none are decoded: ar (one token per step,
 	// the validated deployment's) or hybrid (parallel box decoding, docs/hybrid-decoding.md).
-	GenerationMode string `envconfig:"LA_GENERATION_MODE" default:"ar" desc:"decoding of a request that names none: ar (one token per step) or hybrid (parallel box decoding)"`
+	GenerationMode engine.GenerationMode `envconfig:"LA_GENERATION_MODE" default:"ar" desc:"decoding of a request that names none: ar (one token per step) or hybrid (parallel box decoding)"`
 	// WeightsQuant is the cpu backend's decoder and LM head weights: bf16 (the
 	// checkpoint's, the exact path) or q8, the fast path (int8 blocks made at open, and
 	// prefill and vision in bf16 on AMX where the CPU has it; docs/cpu-backend.md).
-	WeightsQuant string `envconfig:"LA_WEIGHTS_QUANT" default:"bf16" desc:"cpu decoder weights: bf16 (the checkpoint's, exact) or q8 (int8 blocks made at open, faster)"`
+	WeightsQuant engine.WeightsQuant `envconfig:"LA_WEIGHTS_QUANT" default:"bf16" desc:"cpu decoder weights: bf16 (the checkpoint's, exact) or q8 (int8 blocks made at open, faster)"`
 }
-
-// WeightsQuants are the values LA_WEIGHTS_QUANT takes: the CPU backend's decoder and LM
-// head weights as the checkpoint stores them, or converted at open to int8 blocks of 32
-// with one scale each (docs/cpu-backend.md).
-var WeightsQuants = []string{"bf16", "q8"}
 
 // Weights says where the checkpoint comes from (provision.Choose applies the rules).
 type Weights struct {
@@ -337,18 +332,18 @@ const TTNNKVPositions = 1024 * 32
 type adder func(format string, args ...any)
 
 func (e Engine) validate(add adder) {
-	if !slices.Contains([]string{"cpu", "ttnn", "sim"}, e.Backend) {
-		add("LA_ENGINE is %q, want cpu, ttnn or sim", e.Backend)
+	if !engine.BackendKinds.Has(e.Backend) {
+		add("LA_ENGINE is %q, want one of %s", e.Backend, engine.BackendKinds.List())
 	}
-	if e.WeightsQuant != "" && !slices.Contains(WeightsQuants, e.WeightsQuant) { // "" is bf16, as in native.Options
-		add("LA_WEIGHTS_QUANT is %q, want bf16 or q8", e.WeightsQuant)
-	} else if e.WeightsQuant == "q8" && e.Backend != "cpu" {
+	if e.WeightsQuant != "" && !engine.WeightsQuants.Has(e.WeightsQuant) { // "" is bf16, as in native.Options
+		add("LA_WEIGHTS_QUANT is %q, want one of %s", e.WeightsQuant, engine.WeightsQuants.List())
+	} else if e.WeightsQuant == engine.WeightsQ8 && e.Backend != engine.BackendCPU {
 		add("LA_WEIGHTS_QUANT=q8 is a cpu backend setting (LA_ENGINE is %q)", e.Backend)
 	}
 	if e.MaxBatch < 1 || e.MaxBatch > MaxBatchLimit {
 		add("LA_MAX_BATCH is %d, want 1..%d", e.MaxBatch, MaxBatchLimit)
 	}
-	if e.Backend == "ttnn" && e.MaxBatch*e.MaxSeqLen > TTNNKVPositions {
+	if e.Backend == engine.BackendTTNN && e.MaxBatch*e.MaxSeqLen > TTNNKVPositions {
 		add("LA_MAX_BATCH x LA_MAX_SEQ_LEN is %d x %d = %d, more than the ttnn backend's paged KV pool of %d positions; lower one of them",
 			e.MaxBatch, e.MaxSeqLen, e.MaxBatch*e.MaxSeqLen, TTNNKVPositions)
 	}
@@ -359,21 +354,9 @@ func (e Engine) validate(add adder) {
 	if e.MaxNewTokens < 1 || e.MaxNewTokens > e.MaxNewTokensCap {
 		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", e.MaxNewTokens, e.MaxNewTokensCap)
 	}
-	if !engine.GenerationMode(e.GenerationMode).Valid() {
-		add("LA_GENERATION_MODE is %q, want %s", e.GenerationMode, GenerationModeList())
+	if !e.GenerationMode.Valid() {
+		add("LA_GENERATION_MODE is %q, want one of %s", e.GenerationMode, engine.GenerationModes.List())
 	}
-}
-
-// GenerationModeList names the generation modes for messages: "ar or hybrid".
-func GenerationModeList() string {
-	names := make([]string, len(engine.GenerationModes))
-	for i, m := range engine.GenerationModes {
-		names[i] = string(m)
-	}
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 func (t TTNN) validate(add adder) {

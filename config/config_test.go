@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/locateanything/detect/engine"
 )
 
 func TestClosestNameSuggestsTypos(t *testing.T) {
@@ -95,7 +97,7 @@ func TestPrefetchFollowsTheBatch(t *testing.T) {
 func TestWeightsQuantIsValidated(t *testing.T) {
 	complaints := func(backend, quant string) []string {
 		var out []string
-		e := Engine{Backend: backend, WeightsQuant: quant, GenerationMode: "ar", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 1, MaxNewTokensCap: 1}
+		e := Engine{Backend: engine.BackendKind(backend), WeightsQuant: engine.WeightsQuant(quant), GenerationMode: "ar", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 1, MaxNewTokensCap: 1}
 		e.validate(func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) })
 		return out
 	}
@@ -105,7 +107,7 @@ func TestWeightsQuantIsValidated(t *testing.T) {
 		}
 	}
 	for bad, want := range map[[2]string]string{
-		{"cpu", "q4"}:  `LA_WEIGHTS_QUANT is "q4", want bf16 or q8`,
+		{"cpu", "q4"}:  `LA_WEIGHTS_QUANT is "q4", want one of bf16, q8`,
 		{"ttnn", "q8"}: "LA_WEIGHTS_QUANT=q8 is a cpu backend setting",
 	} {
 		if c := complaints(bad[0], bad[1]); !slices.ContainsFunc(c, func(s string) bool { return strings.Contains(s, want) }) {
@@ -124,7 +126,7 @@ func TestWeightsQuantIsValidated(t *testing.T) {
 func TestTTNNKVPoolBoundsTheBatch(t *testing.T) {
 	complaints := func(backend string, batch, seq int) []string {
 		var out []string
-		e := Engine{Backend: backend, GenerationMode: "ar", MaxBatch: batch, Chips: 1, MaxSeqLen: seq, MaxNewTokens: 1, MaxNewTokensCap: 1}
+		e := Engine{Backend: engine.BackendKind(backend), GenerationMode: "ar", MaxBatch: batch, Chips: 1, MaxSeqLen: seq, MaxNewTokens: 1, MaxNewTokensCap: 1}
 		e.validate(func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) })
 		return out
 	}
@@ -146,13 +148,13 @@ func TestTTNNKVPoolBoundsTheBatch(t *testing.T) {
 func TestGenerationModeIsValidated(t *testing.T) {
 	for mode, ok := range map[string]bool{"ar": true, "hybrid": true, "fast": false, "HYBRID": false, "": false} {
 		var complaints []string
-		e := Engine{Backend: "cpu", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 8, MaxNewTokensCap: 8, GenerationMode: mode}
+		e := Engine{Backend: "cpu", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 8, MaxNewTokensCap: 8, GenerationMode: engine.GenerationMode(mode)}
 		e.validate(func(f string, a ...any) { complaints = append(complaints, fmt.Sprintf(f, a...)) })
 		switch {
 		case ok && len(complaints) > 0:
 			t.Errorf("LA_GENERATION_MODE=%q refused: %v", mode, complaints)
 		case !ok && (len(complaints) != 1 || !strings.Contains(complaints[0], "LA_GENERATION_MODE") ||
-			!strings.Contains(complaints[0], "want ar or hybrid")):
+			!strings.Contains(complaints[0], "want one of ar, hybrid")):
 			t.Errorf("LA_GENERATION_MODE=%q: complaints %v, want one naming the variable and the modes", mode, complaints)
 		}
 	}

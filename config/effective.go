@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/locateanything/detect/engine"
 )
 
 // Effective lists the worker's settings as `worker config` shows them: Settings, with each
@@ -34,18 +36,18 @@ func (c Worker) derived() map[string]string {
 	if c.Runner.MaxDecodedBytes == 0 {
 		d["LA_MAX_DECODED_BYTES"] = fmt.Sprintf("%d (a quarter of the memory the worker may use)", c.Runner.DecodedBytes())
 	}
-	if e.Threads == 0 && e.Backend == "cpu" {
+	if e.Threads == 0 && e.Backend == engine.BackendCPU {
 		d["LA_THREADS"] = strconv.Itoa(runtime.NumCPU()) + " (one per core)"
 	}
 	if e.InTokenLimit == 0 {
-		if e.Backend == "sim" {
+		if e.Backend == engine.BackendSim {
 			d["LA_IN_TOKEN_LIMIT"] = "1024 (the served limit)"
 		} else {
 			d["LA_IN_TOKEN_LIMIT"] = "min(1024, the checkpoint's)"
 		}
 	}
 	if e.CanonGrid == "" {
-		if e.Backend == "cpu" {
+		if e.Backend == engine.BackendCPU {
 			d["LA_CANON_GRID"] = "native (each image's own grid)"
 		} else {
 			d["LA_CANON_GRID"] = "from LA_CANON_ASPECT " + e.CanonAspect + " at open"

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"image"
+
+	"github.com/locateanything/detect/internal/settings"
 )
 
 // Task picks the query template (docs/background.md, "Tasks and query templates").
@@ -20,17 +22,10 @@ const (
 )
 
 // Tasks lists every task in documentation order.
-var Tasks = []Task{TaskDetect, TaskGround, TaskGroundOne, TaskPoint, TaskText, TaskRegion}
+var Tasks = settings.Set[Task]{TaskDetect, TaskGround, TaskGroundOne, TaskPoint, TaskText, TaskRegion}
 
 // Valid reports whether t names a known task.
-func (t Task) Valid() bool {
-	for _, k := range Tasks {
-		if t == k {
-			return true
-		}
-	}
-	return false
-}
+func (t Task) Valid() bool { return Tasks.Has(t) }
 
 // GenerationMode is how the decoder writes an answer (docs/hybrid-decoding.md).
 type GenerationMode string
@@ -45,17 +40,41 @@ const (
 )
 
 // GenerationModes lists every generation mode, the default first.
-var GenerationModes = []GenerationMode{GenerationAR, GenerationHybrid}
+var GenerationModes = settings.Set[GenerationMode]{GenerationAR, GenerationHybrid}
 
 // Valid reports whether m names a known generation mode.
-func (m GenerationMode) Valid() bool {
-	for _, k := range GenerationModes {
-		if m == k {
-			return true
-		}
-	}
-	return false
-}
+func (m GenerationMode) Valid() bool { return GenerationModes.Has(m) }
+
+// BackendKind names a backend (LA_ENGINE): what runs the model.
+type BackendKind string
+
+const (
+	// BackendCPU is the model in C on the host (engine/native, cpu_*.c).
+	BackendCPU BackendKind = "cpu"
+	// BackendTTNN drives a Blackhole chip through the Python adapter (engine/native, ttnn_*.c).
+	BackendTTNN BackendKind = "ttnn"
+	// BackendSim is a simulated p150a: the chip's time, no model (engine/sim).
+	BackendSim BackendKind = "sim"
+)
+
+// BackendKinds lists every backend, the default first.
+var BackendKinds = settings.Set[BackendKind]{BackendCPU, BackendTTNN, BackendSim}
+
+// WeightsQuant is how the cpu backend holds the decoder's and LM head's weights
+// (LA_WEIGHTS_QUANT; docs/cpu-backend.md).
+type WeightsQuant string
+
+const (
+	// WeightsBF16 keeps the checkpoint's own weights: the exact path. The default; "" means
+	// it too.
+	WeightsBF16 WeightsQuant = "bf16"
+	// WeightsQ8 converts them at open to int8 blocks of 32 with one scale each: the fast
+	// path, a cpu backend option.
+	WeightsQ8 WeightsQuant = "q8"
+)
+
+// WeightsQuants lists every weights quantization, the default first.
+var WeightsQuants = settings.Set[WeightsQuant]{WeightsBF16, WeightsQ8}
 
 // MaxQueryChars is the longest query, in characters, that the contract accepts (the
 // upstream server's limit; /predict and jobs alike).

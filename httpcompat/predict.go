@@ -199,16 +199,12 @@ func checkRequest(req predictRequest, lim limits) (engine.Request, error) {
 		task = engine.TaskDetect
 	}
 	if !task.Valid() {
-		names := make([]string, len(engine.Tasks))
-		for i, t := range engine.Tasks {
-			names[i] = string(t)
-		}
-		return engine.Request{}, fmt.Errorf("unknown task %q; use one of %s", task, strings.Join(names, ", "))
+		return engine.Request{}, fmt.Errorf("unknown task %q; use one of %s", task, engine.Tasks.List())
 	}
 	if req.GenerationMode != "" && !req.GenerationMode.Valid() {
 		return engine.Request{}, engine.InputErrorf(engine.CodeBadGeneration,
 			"unknown generation_mode %q; use one of %s (or leave it out for the server's default)",
-			req.GenerationMode, generationModeNames())
+			req.GenerationMode, engine.GenerationModes.List())
 	}
 	var img []byte // nil for an image_url: receive fetches it once the rest is checked
 	switch {
@@ -224,15 +220,6 @@ func checkRequest(req predictRequest, lim limits) (engine.Request, error) {
 		}
 	}
 	return engine.Request{Image: img, Query: req.Query, Task: task, MaxNewTokens: budget, GenerationMode: req.GenerationMode}, nil
-}
-
-// generationModeNames lists the generation modes for messages: "ar, hybrid".
-func generationModeNames() string {
-	names := make([]string, len(engine.GenerationModes))
-	for i, m := range engine.GenerationModes {
-		names[i] = string(m)
-	}
-	return strings.Join(names, ", ")
 }
 
 // fail answers a request that the engine or the chip could not serve.

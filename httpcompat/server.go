@@ -126,7 +126,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, errors.New("httpcompat: image URLs are on (LA_HTTP_IMAGE_URLS) but no image source was given")
 	}
 	if !opts.GenerationMode.Valid() {
-		return nil, fmt.Errorf("httpcompat: generation mode %q is not one of %s", opts.GenerationMode, generationModeNames())
+		return nil, fmt.Errorf("httpcompat: generation mode %q is not one of %s", opts.GenerationMode, engine.GenerationModes.List())
 	}
 	build := version.Get()
 	if opts.Build != nil {

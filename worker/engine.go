@@ -68,7 +68,7 @@ func Open(ctx context.Context, cfg config.Worker, log *slog.Logger, s Setup) (en
 	log.Info("weights chosen", "dir", choice.Dir, "model", choice.Model, "why", choice.Reason)
 	opts := engineOptions(cfg.Engine, choice)
 	opts.Sim, opts.SimMeter = cfg.Sim, s.Meter
-	if cfg.Engine.Backend == "ttnn" {
+	if cfg.Engine.Backend == engine.BackendTTNN {
 		if err := ttnnOptions(ctx, &opts, cfg, log); err != nil {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func engineOptions(e config.Engine, choice provision.Choice) pipeline.OpenOption
 		CanonAspect:     e.CanonAspect,
 		MaxNewTokens:    e.MaxNewTokens,
 		MaxNewTokensCap: e.MaxNewTokensCap,
-		GenerationMode:  engine.GenerationMode(e.GenerationMode),
+		GenerationMode:  e.GenerationMode,
 	}
 }
 

@@ -39,7 +39,7 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(backend string) *engine.Prediction {
-		cfg.Engine.Backend = backend
+		cfg.Engine.Backend = engine.BackendKind(backend)
 		eng, err := OpenEngine(context.Background(), cfg, 0, log)
 		if err != nil {
 			t.Fatalf("open %s: %v", backend, err)

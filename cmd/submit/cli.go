@@ -226,12 +226,12 @@ func runFlags(o *runOptions) *flag.FlagSet {
 	rc := &o.rc
 	fs.StringVar(&rc.OutDir, "out", "", "output `DIR`: results.jsonl, a JSON file and overlay per image mirroring the inputs, resume state, COCO (required)")
 	fs.StringVar(&rc.Defaults.Query, "query", "", "query `Q` of every image without its own (detect: categories joined by </c>)")
-	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "task `T`: "+taskList())
+	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "task `T`: "+engine.Tasks.List())
 	fs.IntVar(&rc.Defaults.MaxNewTokens, "max-new-tokens", 0, "token budget `N` per job (0 = the worker's default)")
-	fs.StringVar(&o.mode, "generation-mode", "", "decode every job in mode `M`: "+generationModeList()+
+	fs.StringVar(&o.mode, "generation-mode", "", "decode every job in mode `M`: "+engine.GenerationModes.List()+
 		" (ar: one token per step; hybrid: a whole box per step when the model is sure; empty: the worker's LA_GENERATION_MODE)")
 	fs.BoolVar(&rc.Defaults.Overlay, "overlay", false, "ask for overlay pictures and download them into OUT/overlays/, below each image's path")
-	fs.StringVar(&o.overlayFormat, "overlay-format", "", "with --overlay, the overlays' format `F`: "+overlayFormatList()+" (empty: png; jpeg is about a fifth of the size)")
+	fs.StringVar(&o.overlayFormat, "overlay-format", "", "with --overlay, the overlays' format `F`: "+overlay.Formats.List()+" (empty: png; jpeg is about a fifth of the size)")
 	fs.BoolVar(&rc.COCO, "coco", false, "also write "+submit.COCOFile+" (a COCO dataset) and "+submit.COCOResultsFile+" (its results list)")
 	fs.StringVar(&rc.Defaults.Batch, "batch", "", "batch name `B` (default: the one OUT belongs to, else a new one)")
 	fs.StringVar(&rc.Class, "class", jobs.DefaultClass, "job class `C`: jobs go to la.jobs.<C>")
@@ -258,13 +258,13 @@ func checkRun(o *runOptions, fs *flag.FlagSet, inputs []string, cfg config.Submi
 	}
 	switch {
 	case !rc.Defaults.Task.Valid():
-		return usagef("--task %q is not one of %s", o.task, taskList())
+		return usagef("--task %q is not one of %s", o.task, engine.Tasks.List())
 	case o.overlayFormat != "" && !overlay.Format(o.overlayFormat).Valid():
-		return usagef("--overlay-format %q is not one of %s", o.overlayFormat, overlayFormatList())
+		return usagef("--overlay-format %q is not one of %s", o.overlayFormat, overlay.Formats.List())
 	case o.overlayFormat != "" && !rc.Defaults.Overlay:
 		return usagef("--overlay-format %s needs --overlay", o.overlayFormat)
 	case o.mode != "" && !engine.GenerationMode(o.mode).Valid():
-		return usagef("--generation-mode %q is not one of %s", o.mode, generationModeList())
+		return usagef("--generation-mode %q is not one of %s", o.mode, engine.GenerationModes.List())
 	case rc.Defaults.MaxNewTokens < 0:
 		return usagef("--max-new-tokens %d is negative", rc.Defaults.MaxNewTokens)
 	case rc.Class != "" && !jobs.ValidToken(rc.Class):
@@ -370,28 +370,4 @@ func withEnv(h cli.Help, cio IO) cli.Help {
 		"LA_FILE_ROOTS": "/ when every LA_NATS_URL server is on loopback and no LA_S3_ENDPOINT is set",
 	}
 	return h
-}
-
-func overlayFormatList() string {
-	names := make([]string, len(overlay.Formats))
-	for i, f := range overlay.Formats {
-		names[i] = string(f)
-	}
-	return strings.Join(names, ", ")
-}
-
-func taskList() string {
-	names := make([]string, len(engine.Tasks))
-	for i, t := range engine.Tasks {
-		names[i] = string(t)
-	}
-	return strings.Join(names, ", ")
-}
-
-func generationModeList() string {
-	names := make([]string, len(engine.GenerationModes))
-	for i, m := range engine.GenerationModes {
-		names[i] = string(m)
-	}
-	return strings.Join(names, ", ")
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/locateanything/detect/bench"
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/internal/cli"
 	"github.com/locateanything/detect/worker"
 )
@@ -21,7 +22,7 @@ func runBench(args []string, stdout io.Writer) error {
 	if err != nil {
 		return cli.UsageError{Err: err}
 	}
-	if cfg.Engine.Backend != "cpu" {
+	if cfg.Engine.Backend != engine.BackendCPU {
 		return cli.UsageError{Err: fmt.Errorf("bench times the cpu engine, and LA_ENGINE is %q", cfg.Engine.Backend)}
 	}
 	return bench.Run(args, benchDefaults(cfg), stdout)

@@ -76,9 +76,9 @@ func detectFlags(o *detectOptions, cfg config.Worker) *flag.FlagSet {
 	fs.StringVar(&o.weights, "weights", cfg.Weights.Directory(), "checkpoint `DIR` (empty: what the worker would run, down to the bundled model)")
 	fs.StringVar(&o.image, "image", "", "image `FILE` (PNG, JPEG, GIF, WebP; required)")
 	fs.StringVar(&o.query, "query", "", "what to find; several categories joined with </c> (required but for --task text)")
-	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "detect, ground, ground_one, point, text or region")
+	fs.StringVar(&o.task, "task", string(engine.TaskDetect), "one of "+engine.Tasks.List())
 	fs.IntVar(&o.maxNew, "max-new-tokens", cfg.Engine.MaxNewTokens, "token budget")
-	fs.StringVar(&o.mode, "generation-mode", cfg.Engine.GenerationMode,
+	fs.StringVar(&o.mode, "generation-mode", string(cfg.Engine.GenerationMode),
 		"decode in `MODE`: ar (one token per step) or hybrid (parallel box decoding: a whole box per step when the model is sure)")
 	fs.IntVar(&o.inTokenLimit, "in-token-limit", cfg.Engine.InTokenLimit, "most image patches before the image is shrunk (0 = min(1024, the checkpoint's))")
 	fs.StringVar(&o.grid, "grid", cfg.Engine.CanonGrid, "vision grid: native, or `HxW` in 14-px patches (even sides); empty: native on the cpu engine, else derived from LA_CANON_ASPECT")
@@ -101,7 +101,7 @@ func (o detectOptions) apply(cfg *config.Worker) {
 	}
 	e := &cfg.Engine
 	e.MaxNewTokens, e.MaxNewTokensCap = o.maxNew, max(e.MaxNewTokensCap, o.maxNew)
-	e.GenerationMode, e.InTokenLimit, e.CanonGrid, e.Threads = o.mode, o.inTokenLimit, o.grid, o.threads
+	e.GenerationMode, e.InTokenLimit, e.CanonGrid, e.Threads = engine.GenerationMode(o.mode), o.inTokenLimit, o.grid, o.threads
 	e.MaxBatch = 1
 }
 
@@ -140,7 +140,7 @@ func runDetect(args []string, stdout io.Writer) error {
 	case o.image == "" || o.query == "" && o.task != string(engine.TaskText):
 		return cli.UsageError{Err: fmt.Errorf("detect needs --image and --query (worker detect --help)")}
 	case !engine.GenerationMode(o.mode).Valid():
-		return cli.UsageError{Err: fmt.Errorf("--generation-mode %q is not one of %s", o.mode, config.GenerationModeList())}
+		return cli.UsageError{Err: fmt.Errorf("--generation-mode %q is not one of %s", o.mode, engine.GenerationModes.List())}
 	case o.maxNew < 1 || o.threads < 0 || o.inTokenLimit < 0:
 		return cli.UsageError{Err: fmt.Errorf("--max-new-tokens must be positive, --threads and --in-token-limit not negative")}
 	}

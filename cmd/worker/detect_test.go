@@ -85,8 +85,8 @@ func TestDetectRefusesMissingArguments(t *testing.T) {
 func TestDetectRefusesAnUnknownGenerationMode(t *testing.T) {
 	err := runDetect([]string{"--weights", "../../testdata/checkpoints/absent", "--image", "x.png", "--query", "x",
 		"--generation-mode", "fast"}, &bytes.Buffer{})
-	if !cli.IsUsage(err) || !strings.Contains(err.Error(), "--generation-mode") || !strings.Contains(err.Error(), "ar or hybrid") {
-		t.Errorf("got %v, want a usage error naming --generation-mode and ar or hybrid", err)
+	if !cli.IsUsage(err) || !strings.Contains(err.Error(), "--generation-mode") || !strings.Contains(err.Error(), "ar, hybrid") {
+		t.Errorf("got %v, want a usage error naming --generation-mode and ar, hybrid", err)
 	}
 }
 

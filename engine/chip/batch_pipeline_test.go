@@ -115,7 +115,7 @@ func TestBatchedAnswersEqualAnswersAlone(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := pipeline.OpenOptions{
-				WeightsDir: c.dir, Backend: c.backend, Threads: 2, MaxSeqLen: 1024, InTokenLimit: 64,
+				WeightsDir: c.dir, Backend: engine.BackendKind(c.backend), Threads: 2, MaxSeqLen: 1024, InTokenLimit: 64,
 				CanonGrid: "native", MaxNewTokens: 8, MaxNewTokensCap: 64,
 				// The simulated chip at 10x its speed (slow enough that the requests overlap on a
 				// loaded machine): its answers, not its timing, are checked.

@@ -81,9 +81,9 @@ type Options struct {
 	// products, softmax, weight widening); 0 means one per online CPU.
 	Threads int
 	// WeightsQuant is the CPU backend's decoder and LM head weight format
-	// (LA_WEIGHTS_QUANT): "" or "bf16" for the checkpoint's own weights (the exact path),
-	// "q8" for int8 blocks of 32 made at open (docs/cpu-backend.md). The cpu backend only.
-	WeightsQuant string
+	// (LA_WEIGHTS_QUANT): "" or bf16 for the checkpoint's own weights (the exact path), q8
+	// for int8 blocks of 32 made at open (docs/cpu-backend.md). The cpu backend only.
+	WeightsQuant engine.WeightsQuant
 	// BackendOptions are backend-specific settings, passed to the backend as la_config's
 	// "key=value" option lines (ttnn: python_lib, adapter, path, llm_dir). Keys must not
 	// contain '=' or a newline, values no newline.
@@ -149,16 +149,16 @@ var _ engine.Backend = (*Backend)(nil)
 // ErrClosed is returned by every call on a closed Backend.
 var ErrClosed = errors.New("native backend is closed")
 
-// Open loads the checkpoint m into the named backend, "cpu" or "ttnn".
-func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
+// Open loads the checkpoint m into the named backend, cpu or ttnn.
+func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend, error) {
 	if m == nil || m.Config == nil {
 		return nil, errors.New("native: open: no checkpoint")
 	}
 	var ops *C.la_backend_ops
 	switch backend {
-	case "cpu":
+	case engine.BackendCPU:
 		ops = C.la_cpu_backend()
-	case "ttnn":
+	case engine.BackendTTNN:
 		ops = C.la_ttnn_backend()
 	default:
 		return nil, fmt.Errorf("native: open: unknown backend %q (this build has \"cpu\" and \"ttnn\")", backend)
@@ -176,16 +176,16 @@ func Open(backend string, m *checkpoint.Model, o Options) (*Backend, error) {
 	}
 
 	switch {
-	case o.WeightsQuant != "" && o.WeightsQuant != "bf16" && o.WeightsQuant != "q8":
-		return nil, fmt.Errorf("native: open %s: weights quantization %q, want bf16 or q8", backend, o.WeightsQuant)
-	case o.WeightsQuant == "q8" && backend != "cpu":
+	case o.WeightsQuant != "" && !engine.WeightsQuants.Has(o.WeightsQuant):
+		return nil, fmt.Errorf("native: open %s: weights quantization %q, want one of %s", backend, o.WeightsQuant, engine.WeightsQuants.List())
+	case o.WeightsQuant == engine.WeightsQ8 && backend != engine.BackendCPU:
 		return nil, fmt.Errorf("native: open %s: q8 weights are a cpu backend option", backend)
-	case o.WeightsQuant == "q8":
+	case o.WeightsQuant == engine.WeightsQ8:
 		o.BackendOptions = maps.Clone(o.BackendOptions)
 		if o.BackendOptions == nil {
 			o.BackendOptions = map[string]string{}
 		}
-		o.BackendOptions["weights_quant"] = "q8"
+		o.BackendOptions["weights_quant"] = string(engine.WeightsQ8)
 		// The fast path is fast throughout: where the CPU has AMX, prefill and vision
 		// multiply in bf16 on its tiles too (docs/cpu-backend.md), unless the caller chose.
 		if _, chosen := o.BackendOptions["matmul"]; !chosen && AMXAvailable() {
@@ -344,7 +344,7 @@ func (b *Backend) MaxBatch() int { return b.maxBatch }
 // for the 303-token demo prompt; docs/background.md, "Caveats the adapter inherits"), which
 // /predict reports as prefill_tokens.
 func (b *Backend) PrefillLength(n int) int {
-	if b.name != "ttnn" {
+	if b.name != string(engine.BackendTTNN) {
 		return n
 	}
 	padded := 128

@@ -30,7 +30,7 @@ func TestTTNNWorkerPipelineMatchesCPU(t *testing.T) {
 			options = map[string]string{"adapter": "la_ttnn_standin", "path": ttnnDir}
 		}
 		p, err := pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../../testdata/checkpoints/tiny-bf16", Backend: backend, Threads: 2,
+			WeightsDir: "../../testdata/checkpoints/tiny-bf16", Backend: engine.BackendKind(backend), Threads: 2,
 			MaxSeqLen: 512, MaxBatch: 1, InTokenLimit: 80, CanonGrid: "native", MaxNewTokens: 24, MaxNewTokensCap: 64,
 			BackendOptions: options,
 		})
@@ -91,7 +91,7 @@ func TestTTNNWorkerPipelineHybridMatchesCPU(t *testing.T) {
 			options = map[string]string{"adapter": "la_ttnn_standin", "path": ttnnDir}
 		}
 		p, err := pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", Backend: backend, Threads: 2,
+			WeightsDir: "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", Backend: engine.BackendKind(backend), Threads: 2,
 			MaxSeqLen: 512, MaxBatch: 2, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
 			GenerationMode: engine.GenerationHybrid, BackendOptions: options,
 		})

@@ -5,6 +5,7 @@ import (
 	"image"
 
 	"github.com/locateanything/detect/engine/imageproc"
+	"github.com/locateanything/detect/internal/settings"
 )
 
 // Format is how an overlay picture is encoded: the `overlay_format` of a job.
@@ -19,10 +20,10 @@ const (
 )
 
 // Formats lists the formats, the default first.
-var Formats = []Format{PNG, JPEG}
+var Formats = settings.Set[Format]{PNG, JPEG}
 
 // Valid reports whether f names a format.
-func (f Format) Valid() bool { return f == PNG || f == JPEG }
+func (f Format) Valid() bool { return Formats.Has(f) }
 
 // Ext is the file extension of f, with its dot: ".png" or ".jpg".
 func (f Format) Ext() string {

@@ -26,16 +26,16 @@ type OpenOptions struct {
 	ModelName       string // for /info and results: what the checkpoint is ("LocateAnything-3B", "tiny-shapes")
 	WeightsRepo     string // for /info: where the weights came from
 	WeightsRevision string
-	Backend         string // "cpu", "ttnn" or "sim" (LA_ENGINE)
-	WeightsQuant    string // LA_WEIGHTS_QUANT: cpu decoder weights, "bf16" ("" too) or "q8"
-	Threads         int    // 0 = one per CPU
-	MaxSeqLen       int    // LA_MAX_SEQ_LEN, per sequence
-	MaxBatch        int    // LA_MAX_BATCH: sequences decoded together
-	InTokenLimit    int    // LA_IN_TOKEN_LIMIT; 0 = the checkpoint's, at most ServedInTokenLimit
-	CanonGrid       string // LA_CANON_GRID: "native", "HxW", or "" (native on cpu, else derived)
-	CanonAspect     string // LA_CANON_ASPECT: "WxH" the canonical grid is derived from
-	MaxNewTokens    int    // LA_MAX_NEW_TOKENS
-	MaxNewTokensCap int    // LA_MAX_NEW_TOKENS_CAP
+	Backend         engine.BackendKind  // LA_ENGINE
+	WeightsQuant    engine.WeightsQuant // LA_WEIGHTS_QUANT: cpu decoder weights; "" = bf16
+	Threads         int                 // 0 = one per CPU
+	MaxSeqLen       int                 // LA_MAX_SEQ_LEN, per sequence
+	MaxBatch        int                 // LA_MAX_BATCH: sequences decoded together
+	InTokenLimit    int                 // LA_IN_TOKEN_LIMIT; 0 = the checkpoint's, at most ServedInTokenLimit
+	CanonGrid       string              // LA_CANON_GRID: "native", "HxW", or "" (native on cpu, else derived)
+	CanonAspect     string              // LA_CANON_ASPECT: "WxH" the canonical grid is derived from
+	MaxNewTokens    int                 // LA_MAX_NEW_TOKENS
+	MaxNewTokensCap int                 // LA_MAX_NEW_TOKENS_CAP
 	// GenerationMode is the default for requests that name none (LA_GENERATION_MODE); "" = ar.
 	GenerationMode engine.GenerationMode
 	MaxPixels      int64 // decode budget for one image
@@ -63,7 +63,7 @@ type OpenOptions struct {
 // and Close (engine/chip does). The simulated chip (Backend "sim") reads only the
 // checkpoint's configuration and tokenizer, not its weights.
 func Open(o OpenOptions) (*Pipeline, error) {
-	if o.Backend == sim.Name {
+	if o.Backend == engine.BackendSim {
 		cfg, err := checkpoint.LoadConfig(o.WeightsDir)
 		if err != nil {
 			return nil, fmt.Errorf("opening the checkpoint: %w", err)
@@ -103,7 +103,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	}
 	if o.InTokenLimit > 0 {
 		pre.InTokenLimit = o.InTokenLimit
-	} else if o.Backend == sim.Name {
+	} else if o.Backend == engine.BackendSim {
 		// The simulated chip stands in for the served model whatever checkpoint lends it a
 		// tokenizer, so the host side resizes as it does in production.
 		pre.InTokenLimit = ServedInTokenLimit
@@ -111,7 +111,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 		pre.InTokenLimit = min(pre.InTokenLimit, ServedInTokenLimit)
 	}
 	gridEnv := o.CanonGrid
-	if gridEnv == "" && o.Backend == "cpu" {
+	if gridEnv == "" && o.Backend == engine.BackendCPU {
 		gridEnv = "native" // the CPU backend builds nothing per grid
 	}
 	if pre.CanonGrid, err = imageproc.ResolveCanonGrid(gridEnv, o.CanonAspect, pre); err != nil {
@@ -126,14 +126,14 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	for k, v := range o.BackendOptions {
 		backendOptions[k] = v
 	}
-	if o.Backend == "ttnn" { // the chip builds its vision graph for one grid
+	if o.Backend == engine.BackendTTNN { // the chip builds its vision graph for one grid
 		backendOptions["canon_grid"] = formatGrid(pre.CanonGrid)
 	}
 	var backend interface {
 		engine.Backend
 		MaxSeqLen() int
 	}
-	if o.Backend == sim.Name {
+	if o.Backend == engine.BackendSim {
 		backend, err = sim.New(sim.Options{
 			Costs: o.Sim, MaxBatch: o.MaxBatch, MaxSeqLen: o.MaxSeqLen, Tokenizer: tok,
 			EOS: int32(cfg.Text.EOSTokenID), ImageToken: int32(cfg.ImageTokenID),
@@ -211,11 +211,11 @@ func matmul(b any) string {
 }
 
 // device describes where a backend runs, for /health and /info.
-func device(backend string, threads int) string {
+func device(backend engine.BackendKind, threads int) string {
 	switch backend {
-	case "ttnn":
+	case engine.BackendTTNN:
 		return "Blackhole p150a mesh 1x1"
-	case sim.Name:
+	case engine.BackendSim:
 		return "simulated Blackhole p150a"
 	}
 	return fmt.Sprintf("CPU, %d threads", threads)
@@ -223,14 +223,14 @@ func device(backend string, threads int) string {
 
 // precision names the checkpoint's weight type; the CPU backend computes in f32. The
 // simulated chip computes nothing.
-func precision(backend, quant, matmul string, m *checkpoint.Model) string {
-	if backend == sim.Name {
+func precision(backend engine.BackendKind, quant engine.WeightsQuant, matmul string, m *checkpoint.Model) string {
+	if backend == engine.BackendSim {
 		return "none (simulated)"
 	}
 	switch {
-	case quant == "q8" && matmul == "amx":
+	case quant == engine.WeightsQ8 && matmul == "amx":
 		return "int8 decoder weights (q8, blocks of 32); prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
-	case quant == "q8":
+	case quant == engine.WeightsQ8:
 		return "int8 decoder weights (q8, blocks of 32), f32 compute"
 	case matmul == "amx":
 		return "checkpoint weights; prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -72,20 +71,8 @@ func (c *Check) Finite(name string, v, lowest float64) {
 // OneOf requires one of the allowed values.
 func (c *Check) OneOf(name, v string, allowed ...string) {
 	if !slices.Contains(allowed, v) {
-		c.Add("%s is %q, want %s", name, v, List(allowed))
+		c.Add("%s is %q, want one of %s", name, v, Set[string](allowed).List())
 	}
-}
-
-// List names values for messages: "a", "a or b", "a, b or c".
-func List[T ~string](values []T) string {
-	names := make([]string, len(values))
-	for i, v := range values {
-		names[i] = string(v)
-	}
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // Split is the complaints of an error that joins several (errors.Join, recursively), or

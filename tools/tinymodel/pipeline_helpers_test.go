@@ -20,7 +20,7 @@ func openBundled(t *testing.T, maxNew int, quant string) *pipeline.Pipeline {
 	runtime.LockOSThread()
 	p, err := pipeline.Open(pipeline.OpenOptions{
 		WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
-		CanonGrid: "native", MaxNewTokens: maxNew, MaxNewTokensCap: maxNew, WeightsQuant: quant,
+		CanonGrid: "native", MaxNewTokens: maxNew, MaxNewTokensCap: maxNew, WeightsQuant: engine.WeightsQuant(quant),
 	})
 	if err != nil {
 		runtime.UnlockOSThread()
