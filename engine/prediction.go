@@ -1,8 +1,9 @@
 package engine
 
 // Prediction is the model's answer to one request, with what the run measured. It is a
-// plain value: the /predict contract (httpcompat) and the job results (jobs) each own the
-// JSON they write from it. Detection, Point and Timing carry the JSON both contracts share.
+// plain value, and each contract writes its own JSON from it: /predict (httpcompat) with
+// types of its own that print floats as the upstream Python server does, the job results
+// (jobs) with Detection and Point as tagged here and a timing of the job's own stages.
 type Prediction struct {
 	Query              string
 	Width, Height      int    // original image size
