@@ -27,7 +27,7 @@
 #   --port-rev REV    commit of the port [92c1682da792c1e8a5dec91acc2be4b02c742ded]
 #   --ggml-src SRC    git URL or path of ggml [https://github.com/ggml-org/ggml]
 #   --ggml-rev REV    commit of ggml [7142aa6bf9fcaeec0fef8d80fcd90afe4268adf1, the port's submodule]
-#   --weights DIR     the bf16 checkpoint both engines read [/tmp/la-random-3b]
+#   --weights DIR     the bf16 checkpoint both engines read [${TMPDIR:-/tmp}/la-random-3b]
 #   --image FILE      the image, 448x448 for a 32x32 patch grid [bench/ggml/dog-448.jpg]
 #   --prompt TEXT     the detection query [one category, dog: 295 prompt tokens in all]
 #   --tokens N        decode steps after the prefill [64]
@@ -45,7 +45,7 @@
 #                     `worker bench` command line (e.g. --quant=q8) [ours=<this repository>]
 #   --reference NAME  the configuration ratios are taken against [the first --ours]
 #   --lock FILE       flock file held around every process that loads the model
-#                     [/tmp/bench3b.lock]
+#                     [${TMPDIR:-/tmp}/bench3b.lock]
 #   --python FILE     python3 with numpy and torch, for the converter [/usr/bin/python3]
 #   --jobs N          parallel build jobs [nproc]
 #   --parts N         parts the f32 GGUF is quantized in, to bound the quantizer's memory
@@ -63,7 +63,7 @@ port_src=https://github.com/mudler/locate-anything.cpp
 port_rev=92c1682da792c1e8a5dec91acc2be4b02c742ded
 ggml_src=https://github.com/ggml-org/ggml
 ggml_rev=7142aa6bf9fcaeec0fef8d80fcd90afe4268adf1
-weights=/tmp/la-random-3b
+weights=${TMPDIR:-/tmp}/la-random-3b
 image=$here/dog-448.jpg
 prompt='Locate all the instances that matches the following description: dog.'
 tokens=64
@@ -73,7 +73,7 @@ first_round=1
 configs=f32,q8_0,q8_0-llamafile
 ours=()
 reference=
-lock=/tmp/bench3b.lock
+lock=${TMPDIR:-/tmp}/bench3b.lock
 python=/usr/bin/python3
 jobs=$(nproc)
 quant_parts=4

@@ -20,7 +20,7 @@ import (
 //
 // It runs on tiny-bf16, and on a full-size checkpoint when LA_BENCH_3B names its
 // directory (the random 3B one of docs/cpu-backend.md; run it under
-// `flock /tmp/bench3b.lock`, with -benchtime 10x: a block step at batch 8 takes seconds).
+// `flock ${TMPDIR:-/tmp}/bench3b.lock`, with -benchtime 10x: a block step at batch 8 takes seconds).
 func BenchmarkBlockStep(b *testing.B) {
 	models := []struct{ name, dir string }{{"tiny-bf16", filepath.Join(checkpointsDir, "tiny-bf16")}}
 	if dir := os.Getenv("LA_BENCH_3B"); dir != "" {

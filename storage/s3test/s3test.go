@@ -5,8 +5,8 @@
 //	srv.CreateBucket(t, "images")
 //	// point the code under test at srv.Endpoint with srv.AccessKey / srv.SecretKey
 //
-// The binary is found through $VERSITYGW, then versitygw on PATH, then
-// /root/go/bin/versitygw. When it is missing the test fails with the install command.
+// The binary is found through $VERSITYGW, then versitygw on PATH, then $GOPATH/bin and
+// ~/go/bin (where go install puts it). When it is missing the test fails with the install command.
 // Each server gets its own data directory (t.TempDir), a free 127.0.0.1 port and random
 // root credentials, and is stopped in t.Cleanup. StartWith serves HTTPS with a given
 // certificate, for tests of TLS with a private CA (LA_S3_CA_FILE).
@@ -291,7 +291,7 @@ func findBinary() (string, error) {
 	if p, err := exec.LookPath("versitygw"); err == nil {
 		return p, nil
 	}
-	candidates := []string{"/root/go/bin/versitygw"}
+	var candidates []string
 	if gopath := os.Getenv("GOPATH"); gopath != "" {
 		candidates = append(candidates, filepath.Join(gopath, "bin", "versitygw"))
 	}
@@ -303,7 +303,7 @@ func findBinary() (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("versitygw not found ($VERSITYGW, PATH, /root/go/bin); install it with: %s", InstallCommand)
+	return "", fmt.Errorf("versitygw not found ($VERSITYGW, PATH, $GOPATH/bin, ~/go/bin); install it with: %s", InstallCommand)
 }
 
 func randomKey(t testing.TB, n int) string {

@@ -299,7 +299,6 @@ func findVersitygw() (string, error) {
 	if home, err := os.UserHomeDir(); err == nil {
 		candidates = append(candidates, filepath.Join(home, "go", "bin", "versitygw"))
 	}
-	candidates = append(candidates, "/root/go/bin/versitygw")
 	for _, p := range candidates {
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
