@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/locateanything/detect/internal/bearer"
 	"github.com/locateanything/detect/internal/settings"
 )
 
@@ -46,7 +47,11 @@ type Config struct {
 	// Options.Images (which it then requires: the worker's storage Router, with the roots and
 	// S3 credentials its jobs use); off, image_url is refused with 400. Opt-in, since it lets
 	// an HTTP client read any image below those roots.
-	ImageURLs bool `envconfig:"LA_HTTP_IMAGE_URLS" default:"false" desc:"true: /predict takes an image_url, read through LA_FILE_ROOTS and the S3 credentials (docs/http.md)"`
+	// Token, when set, is the bearer token /predict and /info require (Authorization: Bearer
+	// <token>; 401 otherwise); the worker's metrics port requires it for /metrics too. The
+	// probes, /v1/models and /openapi.json stay open. Optional: "" is no token.
+	Token     string `envconfig:"LA_HTTP_TOKEN" secret:"true" desc:"bearer token /predict, /info and /metrics require; empty: none (docs/http.md)"`
+	ImageURLs bool   `envconfig:"LA_HTTP_IMAGE_URLS" default:"false" desc:"true: /predict takes an image_url, read through LA_FILE_ROOTS and the S3 credentials (docs/http.md)"`
 }
 
 // Enabled reports whether the server runs: LA_HTTP_ADDR is neither off nor empty.
@@ -66,6 +71,9 @@ func (c Config) Validate() error {
 	v.PositiveDuration("LA_HTTP_WRITE_TIMEOUT", c.WriteTimeout)
 	v.PositiveDuration("LA_HTTP_IDLE_TIMEOUT", c.IdleTimeout)
 	v.PositiveDuration("LA_HTTP_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+	if err := bearer.Valid(c.Token); err != nil {
+		v.Add("LA_HTTP_TOKEN %v", err) // never the token itself: Validate's errors are logged
+	}
 	return v.Err()
 }
 

@@ -243,6 +243,7 @@ func testConfig(own Config) Config {
 		{own.MinBodyRate != 0, func() { c.MinBodyRate = own.MinBodyRate }},
 		{own.MaxDecodedBytes != 0, func() { c.MaxDecodedBytes = own.MaxDecodedBytes }},
 		{own.ImageURLs, func() { c.ImageURLs = true }},
+		{own.Token != "", func() { c.Token = own.Token }},
 	} {
 		if set.ok {
 			set.set()

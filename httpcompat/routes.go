@@ -21,13 +21,34 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /livez", s.handleLivez)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)
-	mux.HandleFunc("GET /info", s.handleInfo)
+	mux.Handle("GET /info", s.authorized(http.HandlerFunc(s.handleInfo)))
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
 	// measured outside a recoverPanics of its own, so a panic is counted as the 500 it is.
-	mux.Handle("POST /predict", s.opts.Metrics.measured(s.recoverPanics(http.HandlerFunc(s.handlePredict)).ServeHTTP))
+	mux.Handle("POST /predict", s.opts.Metrics.measured(s.recoverPanics(s.authorized(http.HandlerFunc(s.handlePredict))).ServeHTTP))
 	mux.HandleFunc("/", s.handleUnrouted)
 	return s.recoverPanics(mux)
+}
+
+// TokenRealm is the realm of the bearer challenge (WWW-Authenticate) on a 401.
+const TokenRealm = "locateanything-detect"
+
+// authorized lets a request through to next when LA_HTTP_TOKEN is unset or the request
+// carries it (Authorization: Bearer <token>); otherwise it answers 401 with the bearer
+// challenge, before any of the body is read.
+func (s *Server) authorized(next http.Handler) http.Handler {
+	if !s.guard.On() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.guard.Check(r); err != nil {
+			s.log.Info("request refused: no valid bearer token", "path", r.URL.Path, "status", http.StatusUnauthorized, "err", err)
+			s.guard.Challenge(w, err)
+			s.writeDetail(w, http.StatusUnauthorized, "%v", err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // handleUnrouted answers 404 and 405 with FastAPI's bodies instead of net/http's plain text.

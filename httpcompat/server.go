@@ -28,6 +28,7 @@ import (
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/internal/bearer"
 	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/internal/version"
 )
@@ -79,6 +80,7 @@ type Server struct {
 	started time.Time
 	source  sourceInfo
 	handler http.Handler
+	guard   bearer.Guard // LA_HTTP_TOKEN on /predict and /info; off when unset
 
 	ready     atomic.Pointer[readyState] // nil while starting
 	uploading atomic.Int64               // /predict requests sending their body now
@@ -139,6 +141,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		started: time.Now(),
 		source:  sourceFrom(build),
 		memory:  imagemem.NewBudget(cfg.MaxDecodedBytes),
+		guard:   bearer.New(cfg.Token, TokenRealm),
 		drained: make(chan struct{}),
 	}
 	s.handler = s.routes()

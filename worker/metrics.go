@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/locateanything/detect/engine/chip"
+	"github.com/locateanything/detect/internal/bearer"
 	"github.com/locateanything/detect/internal/version"
 )
 
@@ -65,14 +66,15 @@ type metricsServer struct {
 
 // listenMetrics opens addr, so that a bad LA_METRICS_ADDR fails the start-up. Beside
 // /metrics it answers the probes /livez and /readyz (ready: nil when ready, else why not),
-// so a worker without the /predict server can be probed too.
-func listenMetrics(addr string, reg *prometheus.Registry, ready func() error) (*metricsServer, error) {
+// so a worker without the /predict server can be probed too. /metrics asks for the bearer
+// token LA_HTTP_TOKEN when guard is on; the probes never do (kubelet sends none).
+func listenMetrics(addr string, reg *prometheus.Registry, ready func() error, guard bearer.Guard) (*metricsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listen on %s (LA_METRICS_ADDR): %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", guard.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		writeProbe(w, http.StatusOK, probe{Status: "ok"})
 	})

@@ -27,6 +27,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/httpcompat"
+	"github.com/locateanything/detect/internal/bearer"
 	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
@@ -272,7 +273,7 @@ func (s *service) serveMetrics(context.Context) error {
 	for i, c := range s.chips {
 		registerChip(s.reg, i, c)
 	}
-	ms, err := listenMetrics(s.cfg.Observe.MetricsAddr, s.reg, s.readiness)
+	ms, err := listenMetrics(s.cfg.Observe.MetricsAddr, s.reg, s.readiness, bearer.New(s.cfg.HTTP.Token, httpcompat.TokenRealm))
 	if err != nil {
 		return err
 	}

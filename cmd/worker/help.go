@@ -90,7 +90,7 @@ func smokeHelp() cli.Help {
 		Usage: []string{"worker smoke --url URL --image FILE --query QUERY [flags]"},
 		Summary: "Waits for GET /health to say ok, reads /info, POSTs one image to /predict with an overlay,\n" +
 			"checks every field of the answer and prints one line: PASS with the figures, or why it\n" +
-			"did not pass (exit 1).",
+			"did not pass (exit 1). With LA_HTTP_TOKEN set it sends that token (Authorization: Bearer).",
 		Flags: smokeFlags(&o),
 	}
 }

@@ -42,6 +42,7 @@ type smokeOptions struct {
 	timeout      time.Duration
 	maxNewTokens int
 	minBoxes     int
+	token        string // LA_HTTP_TOKEN: sent as a bearer token when set
 }
 
 // smokePrediction is the part of the /predict response the check reads.
@@ -121,6 +122,7 @@ func parseSmokeFlags(args []string) (smokeOptions, error) {
 		return o, errors.New("flags: --query is required")
 	}
 	o.url = strings.TrimSuffix(o.url, "/")
+	o.token = os.Getenv("LA_HTTP_TOKEN") // the server's own variable; never a flag, which ps would show
 	return o, nil
 }
 
@@ -131,12 +133,12 @@ func smokeCheck(o smokeOptions) (string, error) {
 		return "", fmt.Errorf("read image: %w", err)
 	}
 	ctx := context.Background()
-	if err := smokeWaitHealthy(ctx, o.url, o.wait); err != nil {
+	if err := smokeWaitHealthy(ctx, o.url, o.wait, o.token); err != nil {
 		return "", err
 	}
 
 	var info map[string]any
-	if err := smokeGet(ctx, o.url+"/info", 30*time.Second, &info); err != nil {
+	if err := smokeGet(ctx, o.url+"/info", 30*time.Second, o.token, &info); err != nil {
 		return "", fmt.Errorf("GET /info: %w", err)
 	}
 	if _, ok := info["model"].(string); !ok {
@@ -151,7 +153,7 @@ func smokeCheck(o smokeOptions) (string, error) {
 	if o.maxNewTokens > 0 {
 		body["max_new_tokens"] = o.maxNewTokens
 	}
-	raw, err := smokePost(ctx, o.url+"/predict", o.timeout, body)
+	raw, err := smokePost(ctx, o.url+"/predict", o.timeout, o.token, body)
 	if err != nil {
 		return "", fmt.Errorf("POST /predict: %w", err)
 	}
@@ -178,14 +180,14 @@ func smokeCheck(o smokeOptions) (string, error) {
 }
 
 // smokeWaitHealthy asks GET /health until it says ok or wait has passed.
-func smokeWaitHealthy(ctx context.Context, base string, wait time.Duration) error {
+func smokeWaitHealthy(ctx context.Context, base string, wait time.Duration, token string) error {
 	deadline := time.Now().Add(wait)
 	last := "no answer"
 	for {
 		var h struct {
 			Status string `json:"status"`
 		}
-		err := smokeGet(ctx, base+"/health", 5*time.Second, &h)
+		err := smokeGet(ctx, base+"/health", 5*time.Second, token, &h)
 		switch {
 		case err == nil && h.Status == "ok":
 			return nil
@@ -201,14 +203,14 @@ func smokeWaitHealthy(ctx context.Context, base string, wait time.Duration) erro
 	}
 }
 
-func smokeGet(ctx context.Context, url string, timeout time.Duration, into any) error {
+func smokeGet(ctx context.Context, url string, timeout time.Duration, token string, into any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	raw, err := smokeSend(req)
+	raw, err := smokeSend(req, token)
 	if err != nil {
 		return err
 	}
@@ -218,7 +220,7 @@ func smokeGet(ctx context.Context, url string, timeout time.Duration, into any) 
 	return nil
 }
 
-func smokePost(ctx context.Context, url string, timeout time.Duration, body any) ([]byte, error) {
+func smokePost(ctx context.Context, url string, timeout time.Duration, token string, body any) ([]byte, error) {
 	payload, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -230,12 +232,15 @@ func smokePost(ctx context.Context, url string, timeout time.Duration, body any)
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	return smokeSend(req)
+	return smokeSend(req, token)
 }
 
-// smokeSend does req and returns the body of a 200; any other status is an error carrying the
-// server's detail.
-func smokeSend(req *http.Request) ([]byte, error) {
+// smokeSend does req, with the bearer token when there is one, and returns the body of a
+// 200; any other status is an error carrying the server's detail.
+func smokeSend(req *http.Request, token string) ([]byte, error) {
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err

@@ -188,3 +188,19 @@ func TestSmokeHonoursTheBudget(t *testing.T) {
 		t.Fatalf("line %q err %v; want the budget of 9 hit before EOS", line, err)
 	}
 }
+
+// TestSmokeSendsTheToken: against a server that requires LA_HTTP_TOKEN, smoke passes when
+// the same variable is set in its environment, and says 401 when it is not.
+func TestSmokeSendsTheToken(t *testing.T) {
+	t.Setenv("LA_HTTP_TOKEN", "smoke-token-0123456789")
+	ts, _, _ := smokeServer(t, true) // reads the worker's settings: the token included
+	line, err := runSmokeLine(t, "--url", ts.URL, "--image", "../../testdata/images/dog.jpg", "--query", "dog</c>bicycle")
+	if err != nil || !smokePassLineRE.MatchString(line) {
+		t.Fatalf("with the token: line %q, err %v", line, err)
+	}
+	t.Setenv("LA_HTTP_TOKEN", "")
+	line, err = runSmokeLine(t, "--url", ts.URL, "--image", "../../testdata/images/dog.jpg", "--query", "dog</c>bicycle", "--wait", "1s")
+	if err == nil || !strings.Contains(line, "HTTP 401") {
+		t.Fatalf("without the token: line %q, err %v; want a FAIL naming HTTP 401", line, err)
+	}
+}
