@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/locateanything/detect/engine/checkpoint"
 	"github.com/locateanything/detect/provision/extract"
 )
 
@@ -46,8 +47,9 @@ func realAdapterOptions(dir, llmDir string, extra ...string) map[string]string {
 
 // TestTTNNRealAdapterWithoutChip opens the real adapter through the bridge on a host
 // without ttnn, after the first-boot extraction: the settings (from the option lines, not
-// the environment) and file checks pass and open fails with the clear missing-stack error,
-// not a crash.
+// the environment) are checked first, and open then fails in one line saying no Blackhole
+// device was found (a host with a chip's device node but without ttnn: the clear
+// missing-stack error), not a crash.
 func TestTTNNRealAdapterWithoutChip(t *testing.T) {
 	lockThread(t)
 	snapshot := filepath.Join(checkpointsDir, "tiny-f32")
@@ -71,11 +73,22 @@ func TestTTNNRealAdapterWithoutChip(t *testing.T) {
 	} {
 		t.Setenv(name, value)
 	}
-	wantError(t, open(realAdapterOptions(dir, res.Dir)),
-		"adapter open: RuntimeError: the TT-NN stack is not importable", "la_ttnn_adapter.py:")
+	if !hasDeviceNode(t) {
+		// No chip: that is the whole message, in one line, before the files and imports.
+		for _, llm := range []string{res.Dir, t.TempDir()} {
+			err := open(realAdapterOptions(dir, llm))
+			wantError(t, err, "adapter open: RuntimeError: no Blackhole device found: no device node in /dev/tenstorrent/")
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("the no-chip error spans lines: %q", err)
+			}
+		}
+	} else {
+		wantError(t, open(realAdapterOptions(dir, res.Dir)),
+			"adapter open: RuntimeError: the TT-NN stack is not importable", "la_ttnn_adapter.py:")
 
-	// Without the extraction the adapter says what to do.
-	wantError(t, open(realAdapterOptions(dir, t.TempDir())), "FileNotFoundError: extracted LLM missing", "first-boot extraction")
+		// Without the extraction the adapter says what to do.
+		wantError(t, open(realAdapterOptions(dir, t.TempDir())), "FileNotFoundError: extracted LLM missing", "first-boot extraction")
+	}
 
 	// A knob the worker did not pass, or a grid the chip cannot run, is a clear error.
 	o := realAdapterOptions(dir, res.Dir)
@@ -83,4 +96,39 @@ func TestTTNNRealAdapterWithoutChip(t *testing.T) {
 	wantError(t, open(o), "ValueError: no precision option: the worker passes LA_PREC as option precision")
 	wantError(t, open(realAdapterOptions(dir, res.Dir, "canon_grid", "native")),
 		"ValueError: LA_CANON_GRID=native: the ttnn backend needs a fixed grid HxW")
+}
+
+// hasDeviceNode says whether this host has a Tenstorrent chip's device node, which changes
+// the first error a chip-less open gives.
+func hasDeviceNode(t *testing.T) bool {
+	t.Helper()
+	entries, err := os.ReadDir("/dev/tenstorrent")
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTTNNAdapterNotFoundWithoutChip: on a host without a chip, an adapter module the
+// bridge cannot import (LA_ENGINE=ttnn with no LA_TTNN_PATH) fails in one line that says no
+// Blackhole device was found and names what was looked for, rather than only Python's
+// "No module named ...".
+func TestTTNNAdapterNotFoundWithoutChip(t *testing.T) {
+	if hasDeviceNode(t) {
+		t.Skip("this host has a /dev/tenstorrent node")
+	}
+	lockThread(t)
+	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
+	_, err := Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64,
+		BackendOptions: adapterOptions("la_no_such_adapter", t.TempDir())})
+	wantError(t, err, "no Blackhole device found: no device node in /dev/tenstorrent/, and importing adapter "+
+		"module la_no_such_adapter", "ModuleNotFoundError: No module named 'la_no_such_adapter'")
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("the no-chip error spans lines: %q", err)
+	}
 }

@@ -58,6 +58,7 @@
  * The adapter gets the whole options text as config["options"] and reads its own keys
  * (canon_grid, precision, trace, ...) from there.
  */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,9 @@
 #include "ttnn_python.h"
 
 #define OPTION_LEN 4096
+
+/* Where the Tenstorrent kernel driver puts a node per chip (/dev/tenstorrent/0, ...). */
+#define DEVICE_DIR "/dev/tenstorrent"
 
 /* The adapter's functions, looked up once at open. */
 typedef struct {
@@ -676,14 +680,31 @@ static void release_engine(la_engine *e) {
     free(e);
 }
 
-/* import_adapter imports the module and looks up its protocol functions. */
+/* device_nodes counts the chips' device nodes in DEVICE_DIR (0 when it is absent). */
+static int device_nodes(void) {
+    DIR *d = opendir(DEVICE_DIR);
+    if (!d)
+        return 0;
+    int n = 0;
+    for (struct dirent *ent; (ent = readdir(d)) != NULL;)
+        if (ent->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* import_adapter imports the module and looks up its protocol functions. An adapter that
+ * cannot be imported on a host without a chip is first of all a host without a chip
+ * (LA_ENGINE=ttnn on a laptop), so the message says that before the Python error. */
 static int import_adapter(la_engine *e, const char *adapter, char *err, size_t errlen) {
     const la_python *py = e->py;
     e->module = py->PyImport_ImportModule(adapter);
     if (!e->module) {
-        char what[400];
-        snprintf(what, sizeof what, "importing adapter module %s (set LA_TTNN_PATH, option "
-                 "path, to the directory holding it)", adapter);
+        char what[512]; /* the adapter option is under 256 bytes */
+        snprintf(what, sizeof what, "%simporting adapter module %s (set LA_TTNN_PATH, option "
+                 "path, to the directory holding it)", device_nodes() == 0 ?
+                 "no Blackhole device found: no device node in " DEVICE_DIR "/, and " : "",
+                 adapter);
         return ttnn_python_error(py, what, err, errlen);
     }
     struct {

@@ -81,6 +81,8 @@ IDLE_POSITION = -1
 STEP_MAX_ROWS = 16
 STEP_MAX_K = 8
 STEP_MAX_WATCH = 16
+# Where the Tenstorrent kernel driver puts a node per chip (/dev/tenstorrent/0, ...).
+DEVICE_DIR = "/dev/tenstorrent"
 TILE = 32  # rows of a device tile: a block step's rows start on one, so one tile holds them
 
 # The exit status when the device can be neither used nor closed (a trace capture may be
@@ -945,8 +947,24 @@ def add_site_dirs(python_site):
     return added
 
 
+def check_device(device_dir=None):
+    """Fails in one line when the host has no Tenstorrent chip: no device node in
+    device_dir (the kernel driver's /dev/tenstorrent). Checked before the extracted files
+    and the slow imports, so LA_ENGINE=ttnn on a host without a chip says just that."""
+    device_dir = device_dir or DEVICE_DIR
+    try:
+        nodes = [n for n in os.listdir(device_dir) if not n.startswith(".")]
+    except OSError:
+        nodes = []
+    if not nodes:
+        raise RuntimeError(f"no Blackhole device found: no device node in {device_dir}/ (the Tenstorrent kernel "
+                           "driver makes one per chip; LA_ENGINE=cpu runs without a chip)")
+    return nodes
+
+
 def open(config):  # noqa: A001 - the protocol's name
     settings = Settings.from_config(config)
+    check_device()
     settings.check_files()
     add_site_dirs(settings.python_site)
     return Engine(settings, _import_device_stack())

@@ -170,11 +170,35 @@ class FilesAndOpenTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "one chip"):
             self.settings(mesh_shape="1x2").check_files()
 
+    def device_dir(self, *nodes):
+        """A stand-in for /dev/tenstorrent holding the given nodes, patched in for the test."""
+        d = os.path.join(self.tmp.name, "dev-tenstorrent")
+        os.makedirs(d, exist_ok=True)
+        for n in nodes:
+            open(os.path.join(d, n), "w").close()
+        patcher = mock.patch.object(A, "DEVICE_DIR", d)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        return d
+
     def test_open_without_ttnn_is_a_clear_error(self):
+        self.device_dir("0")
         for f in ("model.safetensors", "config.json"):
             open(os.path.join(self.llm, f), "w").close()
         with self.assertRaisesRegex(RuntimeError, "TT-NN stack is not importable"):
             A.open(self.config())
+
+    def test_open_without_a_chip_says_so_in_one_line(self):
+        # Before the extracted files and the imports: a host without a chip fails on that.
+        for d in (self.device_dir(), os.path.join(self.tmp.name, "absent")):
+            with mock.patch.object(A, "DEVICE_DIR", d):
+                with self.assertRaises(RuntimeError) as cm:
+                    A.open(self.config())
+                msg = str(cm.exception)
+                self.assertTrue(msg.startswith("no Blackhole device found: no device node in " + d + "/"), msg)
+                self.assertNotIn("\n", msg)
+        self.device_dir("0")
+        self.assertEqual(A.check_device(), ["0"])
 
     def test_open_checks_settings_first(self):
         with self.assertRaisesRegex(ValueError, "LA_CANON_GRID=native"):
