@@ -70,6 +70,7 @@ func commands() map[string]command {
 		"dlq list":   {"dead-lettered jobs, of one batch with --batch", dlqListHelp, dlqListCmd},
 		"dlq show":   {"one dead-letter record (JSON)", dlqShowHelp, dlqShowCmd},
 		"dlq replay": {"publish dead-lettered jobs again, after fixing the cause", dlqReplayHelp, dlqReplayCmd},
+		"retry":      {"run a batch's failed jobs again, after fixing the cause", retryHelp, retryCmd},
 	}
 }
 

@@ -1,0 +1,84 @@
+package submit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/jobs"
+)
+
+// RetryReport is what Retry did: the jobs published again, and those of the batch that
+// failed but could not be, each with the reason.
+type RetryReport struct {
+	Batch   string      `json:"batch"`
+	Retried []string    `json:"retried"`
+	Skipped []RetrySkip `json:"skipped"`
+}
+
+// RetrySkip is a failed job Retry left alone, and why.
+type RetrySkip struct {
+	ID  string `json:"id"`
+	Why string `json:"why"`
+}
+
+// Retry runs the failed jobs of batch again: each job of the batch whose latest result
+// failed and that has a dead-letter record is replayed as DLQReplay does (state back to
+// queued, cancel request cleared, the claim released so that the one new message owns
+// the id, the original bytes published under a fresh message id, the records removed).
+// Each job keeps one result per message and one owner at a time: the old message's
+// claim is gone before the new one is published, and a job whose latest result is not
+// a failure (it succeeded since, or is being retried) is left alone. A failed job
+// without a record (its record aged out of LA_DLQ, LA_DLQ_MAX_AGE) or whose record is a
+// duplicate_id loser's (the id belongs to another job) is skipped with the reason.
+func (a *Admin) Retry(ctx context.Context, batch string) (RetryReport, error) {
+	rep := RetryReport{Batch: batch, Retried: []string{}, Skipped: []RetrySkip{}}
+	if !jobs.ValidToken(batch) {
+		return rep, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
+	}
+	latest := map[string]jobs.Status{}
+	var order []string
+	err := readAll(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+batch+".>", func(m jetstream.Msg) error {
+		var r jobs.Result
+		if err := json.Unmarshal(m.Data(), &r); err != nil || r.ID == "" {
+			return nil // not a result: nothing to retry
+		}
+		if _, seen := latest[r.ID]; !seen {
+			order = append(order, r.ID)
+		}
+		latest[r.ID] = r.Status
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	entries, err := a.DLQList(ctx)
+	if err != nil {
+		return rep, err
+	}
+	record := map[string]jobs.DLQRecord{} // each job's latest record
+	for _, e := range entries {
+		record[e.Record.ID] = e.Record
+	}
+	for _, id := range order {
+		if latest[id] != jobs.StatusFailed {
+			continue
+		}
+		rec, ok := record[id]
+		switch {
+		case !ok:
+			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: "no dead-letter record (older than LA_DLQ_MAX_AGE, or removed): the job's bytes are gone; submit its input again"})
+			continue
+		case rec.Code == jobs.CodeDuplicateID:
+			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: "its message lost the id to another job (duplicate_id): submit it under an id of its own"})
+			continue
+		}
+		if err := a.DLQReplay(ctx, id); err != nil {
+			return rep, err
+		}
+		rep.Retried = append(rep.Retried, id)
+	}
+	return rep, nil
+}
