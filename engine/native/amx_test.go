@@ -100,9 +100,9 @@ func TestAMXMatmulOption(t *testing.T) {
 		t.Errorf("exact path multiplies with %q, want f32", got)
 	}
 	o.WeightsQuant = "q8"
-	want := "f32"
+	want := MatmulF32
 	if AMXAvailable() {
-		want = "amx"
+		want = MatmulAMX
 	}
 	if got := openBackend(t, m, o).Matmul(); got != want {
 		t.Errorf("q8 path multiplies with %q on this machine, want %q", got, want)

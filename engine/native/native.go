@@ -109,7 +109,7 @@ type Backend struct {
 	cProb                  *C.float
 	step                   *stepBuffers
 
-	matmul string // the cpu backend's prefill and vision GEMMs: "f32" or "amx"
+	matmul Matmul // the cpu backend's prefill and vision GEMMs
 }
 
 // stepBuffers are Step's C-side arguments, sized for the largest call: MaxBatch slots of
@@ -189,7 +189,7 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 		// The fast path is fast throughout: where the CPU has AMX, prefill and vision
 		// multiply in bf16 on its tiles too (docs/cpu-backend.md), unless the caller chose.
 		if _, chosen := o.BackendOptions["matmul"]; !chosen && AMXAvailable() {
-			o.BackendOptions["matmul"] = "amx"
+			o.BackendOptions["matmul"] = string(MatmulAMX)
 		}
 	}
 	for k, v := range o.BackendOptions {
@@ -216,7 +216,7 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 		cNext:      (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
 		cProb:      (*C.float)(C.calloc(C.size_t(o.MaxBatch), 4)),
 		step:       newStepBuffers(o.MaxBatch),
-		matmul:     cmp.Or(o.BackendOptions["matmul"], "f32"),
+		matmul:     cmp.Or(Matmul(o.BackendOptions["matmul"]), MatmulF32),
 	}
 	if b.errBuf == nil || b.cSlots == nil || b.cTokens == nil || b.cNext == nil || b.cProb == nil || !b.step.ok() {
 		b.freeBuffers()
@@ -331,7 +331,7 @@ func (b *Backend) Name() string { return b.name }
 
 // Matmul names how the cpu backend multiplies in prefill and the vision tower: "f32"
 // (OpenBLAS, float32) or "amx" (bf16 tiles with float32 sums); "f32" for other backends.
-func (b *Backend) Matmul() string { return b.matmul }
+func (b *Backend) Matmul() Matmul { return b.matmul }
 
 // MaxSeqLen is the KV-cache length of each slot.
 func (b *Backend) MaxSeqLen() int { return b.maxSeqLen }

@@ -203,8 +203,8 @@ func formatGrid(g [2]int) string {
 }
 
 // matmul is how a native CPU backend multiplies in prefill and vision ("" elsewhere).
-func matmul(b any) string {
-	if m, ok := b.(interface{ Matmul() string }); ok {
+func matmul(b any) native.Matmul {
+	if m, ok := b.(interface{ Matmul() native.Matmul }); ok {
 		return m.Matmul()
 	}
 	return ""
@@ -223,16 +223,16 @@ func device(backend engine.BackendKind, threads int) string {
 
 // precision names the checkpoint's weight type; the CPU backend computes in f32. The
 // simulated chip computes nothing.
-func precision(backend engine.BackendKind, quant engine.WeightsQuant, matmul string, m *checkpoint.Model) string {
+func precision(backend engine.BackendKind, quant engine.WeightsQuant, matmul native.Matmul, m *checkpoint.Model) string {
 	if backend == engine.BackendSim {
 		return "none (simulated)"
 	}
 	switch {
-	case quant == engine.WeightsQ8 && matmul == "amx":
+	case quant == engine.WeightsQ8 && matmul == native.MatmulAMX:
 		return "int8 decoder weights (q8, blocks of 32); prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
 	case quant == engine.WeightsQ8:
 		return "int8 decoder weights (q8, blocks of 32), f32 compute"
-	case matmul == "amx":
+	case matmul == native.MatmulAMX:
 		return "checkpoint weights; prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
 	}
 	if t, ok := m.Tensor("language_model.model.embed_tokens.weight"); ok {
