@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/storage"
+	"github.com/locateanything/detect/submit"
+)
+
+// `submit clean` removes what workers stored for results, batch by batch or by age: the
+// listing without --yes removes nothing, --batch removes that batch's result JSON and
+// overlays and leaves the other batch's, and --older-than reaches every batch by the
+// time its results finished.
+func TestEndToEndCleanStoredResults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	sys := startSystem(t, enginetest.New(), systemOptions{})
+	dir := t.TempDir()
+	writeImages(t, filepath.Join(dir, "a"), 2)
+	writeImages(t, filepath.Join(dir, "b"), 1)
+	stored := map[string][]string{} // batch -> the URLs of its stored files
+	for _, batch := range []string{"a", "b"} {
+		out := filepath.Join(dir, "out-"+batch)
+		code, stdout, _ := sys.submit(t, "--out", out, "--batch", batch, "--query", "dog", "--overlay", "--upload", "s3://images/up/", filepath.Join(dir, batch))
+		if code != ExitOK {
+			t.Fatalf("batch %s: exit %d, %q", batch, code, stdout)
+		}
+		rows, err := submit.ReadRows(out)
+		must(t, err)
+		for _, r := range rows {
+			if r.ResultURL == "" || r.OverlayURL == nil {
+				t.Fatalf("row %s stores no result or overlay: %+v", r.ID, r)
+			}
+			stored[batch] = append(stored[batch], r.ResultURL, *r.OverlayURL)
+		}
+	}
+	exists := func(url string) bool {
+		_, err := sys.store.Stat(t.Context(), url)
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	count := func(batch string) (n int) {
+		for _, u := range stored[batch] {
+			if exists(u) {
+				n++
+			}
+		}
+		return n
+	}
+	if count("a") != 4 || count("b") != 2 {
+		t.Fatalf("stored before cleaning: a %d, b %d; want 4 and 2", count("a"), count("b"))
+	}
+
+	code, stdout, _ := sys.submit(t, "clean", "--batch", "a")
+	if code != ExitOK || strings.Count(stdout, "would remove ") != 6 || count("a") != 4 { // 2 JSON, 2 overlays, 2 spilled-job names
+		t.Errorf("listing: exit %d, %q, a has %d files; want 6 listed and nothing removed", code, stdout, count("a"))
+	}
+	code, stdout, _ = sys.submit(t, "clean", "--batch", "a", "--yes")
+	if code != ExitOK || count("a") != 0 || count("b") != 2 {
+		t.Errorf("clean --batch a: exit %d, %q; a keeps %d files, b %d; want 0 and 2", code, stdout, count("a"), count("b"))
+	}
+
+	code, stdout, _ = sys.submit(t, "clean", "--older-than", "1d", "--yes", "--json")
+	var rep submit.CleanReport
+	if code != ExitOK || json.Unmarshal([]byte(stdout), &rep) != nil || rep.Results != 0 || count("b") != 2 {
+		t.Errorf("clean --older-than 1d: exit %d, %q; want nothing that old", code, stdout)
+	}
+	time.Sleep(20 * time.Millisecond)
+	code, stdout, _ = sys.submit(t, "clean", "--older-than", "10ms", "--yes")
+	if code != ExitOK || count("b") != 0 || !strings.Contains(stdout, "3 results") {
+		t.Errorf("clean --older-than 10ms: exit %d, %q; b keeps %d files; want every result's files gone", code, stdout, count("b"))
+	}
+
+	for _, bad := range [][]string{{"clean"}, {"clean", "--batch", "a", "--older-than", "1d"}, {"clean", "--older-than", "soon"}} {
+		if code, _, _ := sys.submit(t, bad...); code != ExitUsage {
+			t.Errorf("submit %q: exit %d, want %d", bad, code, ExitUsage)
+		}
+	}
+}
