@@ -12,13 +12,13 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/sim"
@@ -287,17 +287,13 @@ func Loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Validate reports every setting that makes no sense, joined by "; ".
+// Validate reports every setting that makes no sense, joined by "; ": each section's own
+// Validate, and the rules that tie sections together.
 func (c Worker) Validate() error {
-	var errs []string
-	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	join := func(err error) {
-		for _, e := range settings.Split(err) {
-			add("%v", e)
-		}
-	}
-	c.Engine.validate(add)
-	c.TTNN.validate(add)
+	var v settings.Check
+	add, join := v.Add, v.Join
+	join(c.Engine.Validate())
+	join(c.TTNN.Validate())
 	join(c.Sim.Validate())
 	join(c.HTTP.Validate())
 	join(c.NATS.Validate())
@@ -308,14 +304,18 @@ func (c Worker) Validate() error {
 			"define the embedded server's operator; an external server's users are its own configuration (deploy/)")
 	}
 	join(c.Topology.Validate())
-	c.Runner.validate(add)
-	join(c.Runner.RunnerTiming.Validate())
-	c.Observe.validate(add)
+	join(c.Runner.Validate())
+	join(c.Observe.Validate())
 	join(c.Storage.Validate())
-	if len(errs) > 0 {
-		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	errs := settings.Split(v.Err())
+	if len(errs) == 0 {
+		return nil
 	}
-	return nil
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // MaxBatchLimit is the most sequences one chip may decode together (tt_transformers'
@@ -331,7 +331,10 @@ const TTNNKVPositions = 1024 * 32
 // adder collects one complaint.
 type adder func(format string, args ...any)
 
-func (e Engine) validate(add adder) {
+// Validate reports every engine setting that makes no sense, each naming its variable.
+func (e Engine) Validate() error {
+	var v settings.Check
+	add := v.Add
 	if !engine.BackendKinds.Has(e.Backend) {
 		add("LA_ENGINE is %q, want one of %s", e.Backend, engine.BackendKinds.List())
 	}
@@ -347,28 +350,30 @@ func (e Engine) validate(add adder) {
 		add("LA_MAX_BATCH x LA_MAX_SEQ_LEN is %d x %d = %d, more than the ttnn backend's paged KV pool of %d positions; lower one of them",
 			e.MaxBatch, e.MaxSeqLen, e.MaxBatch*e.MaxSeqLen, TTNNKVPositions)
 	}
-	positive(add, "LA_CHIPS", e.Chips)
-	notNegative(add, "LA_THREADS", e.Threads)
-	notNegative(add, "LA_IN_TOKEN_LIMIT", e.InTokenLimit)
-	positive(add, "LA_MAX_SEQ_LEN", e.MaxSeqLen)
+	v.Positive("LA_CHIPS", int64(e.Chips))
+	v.NotNegative("LA_THREADS", int64(e.Threads), "one per core")
+	v.NotNegative("LA_IN_TOKEN_LIMIT", int64(e.InTokenLimit), "the checkpoint's, at most 1024")
+	v.Positive("LA_MAX_SEQ_LEN", int64(e.MaxSeqLen))
 	if e.MaxNewTokens < 1 || e.MaxNewTokens > e.MaxNewTokensCap {
 		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", e.MaxNewTokens, e.MaxNewTokensCap)
 	}
 	if !e.GenerationMode.Valid() {
 		add("LA_GENERATION_MODE is %q, want one of %s", e.GenerationMode, engine.GenerationModes.List())
 	}
+	return v.Err()
 }
 
-func (t TTNN) validate(add adder) {
-	if !slices.Contains([]string{"accuracy", "bfp8attn"}, t.Precision) {
-		add("LA_PREC is %q, want accuracy or bfp8attn", t.Precision)
-	}
-	positive(add, "LA_TRACE_REGION_SIZE", t.TraceRegionSize)
-	positive(add, "LA_WARMUP_RUNS", t.WarmupRuns)
-	positive(add, "LA_WARMUP_DECODE_STEPS", t.WarmupDecode)
+// Validate reports every ttnn setting that makes no sense, each naming its variable.
+func (t TTNN) Validate() error {
+	var v settings.Check
+	v.OneOf("LA_PREC", t.Precision, "accuracy", "bfp8attn")
+	v.Positive("LA_TRACE_REGION_SIZE", int64(t.TraceRegionSize))
+	v.Positive("LA_WARMUP_RUNS", int64(t.WarmupRuns))
+	v.Positive("LA_WARMUP_DECODE_STEPS", int64(t.WarmupDecode))
 	if t.DeviceID != "" && strings.Trim(t.DeviceID, "0123456789") != "" {
-		add("TT_DEVICE_ID is %q, want a device number", t.DeviceID)
+		v.Add("TT_DEVICE_ID is %q, want a device number", t.DeviceID)
 	}
+	return v.Err()
 }
 
 // validateEmbedded checks the embedded server's settings. Whoever can publish a job can
@@ -412,22 +417,27 @@ func (c Worker) EmbeddedAuthenticated() bool {
 	return (n.User != "" && n.Password != "") || n.Token != "" || (n.TLSCA != "" && n.TLSCert != "" && n.TLSKey != "")
 }
 
-func (r Runner) validate(add adder) {
+// Validate reports every runner setting that makes no sense, the timing's included, each
+// naming its variable.
+func (r Runner) Validate() error {
+	var v settings.Check
 	if r.WorkerName != "" && !jobs.ValidToken(r.WorkerName) {
-		add("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", r.WorkerName)
+		v.Add("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", r.WorkerName)
 	}
-	notNegative(add, "LA_PREFETCH", r.Prefetch)
-	if r.MaxDecodedBytes < 0 {
-		add("LA_MAX_DECODED_BYTES is %d, want 0 (derived from the memory) or more", r.MaxDecodedBytes)
-	}
+	v.NotNegative("LA_PREFETCH", int64(r.Prefetch), "LA_MAX_BATCH + 2")
+	v.NotNegative("LA_MAX_DECODED_BYTES", r.MaxDecodedBytes, "derived from the memory")
+	v.Join(r.RunnerTiming.Validate())
+	return v.Err()
 }
 
-func (o Observe) validate(add adder) {
-	if !slices.Contains([]string{"auto", "text", "json"}, o.LogFormat) {
-		add("LA_LOG_FORMAT is %q, want auto, text or json", o.LogFormat)
-	}
+// Validate reports every logging, metrics and tracing setting that makes no sense, each
+// naming its variable.
+func (o Observe) Validate() error {
+	var v settings.Check
+	add := v.Add
+	v.OneOf("LA_LOG_FORMAT", o.LogFormat, "auto", "text", "json")
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(o.LogLevel)) {
-		add("LA_LOG_LEVEL is %q, want debug, info, warn or error", o.LogLevel)
+		add("LA_LOG_LEVEL is %q, want one of debug, info, warn, error", o.LogLevel)
 	}
 	if o.OTLPEndpoint != "" {
 		if u, err := url.Parse(o.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -437,6 +447,7 @@ func (o Observe) validate(add adder) {
 	if _, err := o.OTLPHeaderMap(); err != nil {
 		add("%v", err)
 	}
+	return v.Err()
 }
 
 // OTLPHeaderMap parses OTEL_EXPORTER_OTLP_HEADERS, the W3C baggage-like list
@@ -459,28 +470,4 @@ func (o Observe) OTLPHeaderMap() (map[string]string, error) {
 		out[k] = dv
 	}
 	return out, nil
-}
-
-func positive[T int | int64](add adder, name string, v T) {
-	if v < 1 {
-		add("%s is %d, want at least 1", name, v)
-	}
-}
-
-func notNegative(add adder, name string, v int) {
-	if v < 0 {
-		add("%s is %d, want 0 or more", name, v)
-	}
-}
-
-func positiveDuration(add adder, name string, d time.Duration) {
-	if d <= 0 {
-		add("%s is %s, want a positive duration", name, d)
-	}
-}
-
-func notNegativeDuration(add adder, name string, d time.Duration) {
-	if d < 0 {
-		add("%s is %s, want 0 (no limit) or a positive duration", name, d)
-	}
 }

@@ -1,13 +1,13 @@
 package config
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/settings"
 )
 
 func TestClosestNameSuggestsTypos(t *testing.T) {
@@ -88,7 +88,7 @@ func TestPrefetchFollowsTheBatch(t *testing.T) {
 	}
 	var complaints []string
 	c.Engine.MaxBatch = MaxBatchLimit + 1
-	c.Engine.validate(func(f string, a ...any) { complaints = append(complaints, fmt.Sprintf(f, a...)) })
+	complaints = messages(c.Engine.Validate())
 	if !slices.ContainsFunc(complaints, func(s string) bool { return strings.Contains(s, "LA_MAX_BATCH") }) {
 		t.Errorf("LA_MAX_BATCH=%d accepted: %v", MaxBatchLimit+1, complaints)
 	}
@@ -98,7 +98,7 @@ func TestWeightsQuantIsValidated(t *testing.T) {
 	complaints := func(backend, quant string) []string {
 		var out []string
 		e := Engine{Backend: engine.BackendKind(backend), WeightsQuant: engine.WeightsQuant(quant), GenerationMode: "ar", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 1, MaxNewTokensCap: 1}
-		e.validate(func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) })
+		out = messages(e.Validate())
 		return out
 	}
 	for _, ok := range [][2]string{{"cpu", "bf16"}, {"cpu", "q8"}, {"cpu", ""}, {"ttnn", "bf16"}} {
@@ -127,7 +127,7 @@ func TestTTNNKVPoolBoundsTheBatch(t *testing.T) {
 	complaints := func(backend string, batch, seq int) []string {
 		var out []string
 		e := Engine{Backend: engine.BackendKind(backend), GenerationMode: "ar", MaxBatch: batch, Chips: 1, MaxSeqLen: seq, MaxNewTokens: 1, MaxNewTokensCap: 1}
-		e.validate(func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) })
+		out = messages(e.Validate())
 		return out
 	}
 	if c := complaints("ttnn", 8, 4096); len(c) != 0 {
@@ -149,7 +149,7 @@ func TestGenerationModeIsValidated(t *testing.T) {
 	for mode, ok := range map[string]bool{"ar": true, "hybrid": true, "fast": false, "HYBRID": false, "": false} {
 		var complaints []string
 		e := Engine{Backend: "cpu", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 8, MaxNewTokensCap: 8, GenerationMode: engine.GenerationMode(mode)}
-		e.validate(func(f string, a ...any) { complaints = append(complaints, fmt.Sprintf(f, a...)) })
+		complaints = messages(e.Validate())
 		switch {
 		case ok && len(complaints) > 0:
 			t.Errorf("LA_GENERATION_MODE=%q refused: %v", mode, complaints)
@@ -167,4 +167,13 @@ func TestGenerationModeIsValidated(t *testing.T) {
 		}
 	}
 	t.Error("LA_GENERATION_MODE is not a setting of the worker")
+}
+
+// messages are the complaints of a section's Validate, one string each.
+func messages(err error) []string {
+	var out []string
+	for _, e := range settings.Split(err) {
+		out = append(out, e.Error())
+	}
+	return out
 }

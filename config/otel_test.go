@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 )
@@ -17,7 +16,7 @@ func TestOTLPSettings(t *testing.T) {
 	check := func(o Observe) []string {
 		var errs []string
 		o.LogFormat, o.LogLevel = "auto", "info"
-		o.validate(func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) })
+		errs = messages(o.Validate())
 		return errs
 	}
 	if errs := check(Observe{OTLPEndpoint: "http://otel-collector:4318", OTLPHeaders: "authorization=Bearer%20s3cret, x-team=vision"}); len(errs) > 0 {
