@@ -146,6 +146,9 @@ type Info struct {
 	MaxNewTokens    int              `json:"max_new_tokens"`
 	MaxNewTokensCap int              `json:"max_new_tokens_cap"`
 	MaxQueryChars   int              `json:"max_query_chars"`
+	// Simulated says the engine is the simulated chip (LA_ENGINE=sim): its answers are
+	// made up (Prediction.Simulated).
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // Codes of InputError. Each is a permanent failure of the request: retrying cannot help.

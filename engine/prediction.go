@@ -27,6 +27,10 @@ type Prediction struct {
 	// Warnings say what looks wrong with the request though it ran: a query that lists
 	// categories without </c>, an empty category (prompt.QueryWarnings).
 	Warnings []string
+	// Simulated marks an answer of the simulated chip (LA_ENGINE=sim, docs/sim.md): text
+	// made up at the chip's speed, not the model's. Every place that shows an answer (the
+	// result, /predict, the overlay) says so.
+	Simulated bool
 }
 
 // Detection is one box, in original-image pixels and in the model's 0..1000 space, with

@@ -28,7 +28,7 @@ var predictKeys = []string{
 // warnings on the response (only when there are any) and a score on every detection and
 // point. Clients of the upstream server ignore keys they do not know.
 var (
-	predictAdditions   = []string{"warnings"}
+	predictAdditions   = []string{"warnings", "simulated"}
 	detectionKeys      = []string{"label", "box", "box_norm", "score"}
 	pointKeys          = []string{"label", "point", "point_norm", "score"}
 	upstreamDetections = detectionKeys[:3]

@@ -88,7 +88,10 @@ type limitsInfo struct {
 }
 
 type workerInfo struct {
-	Backend   string  `json:"backend"` // engine backend: "cpu", "ttnn"
+	Backend string `json:"backend"` // engine backend: "cpu", "ttnn"
+	// Simulated is true when the backend is the simulated chip (LA_ENGINE=sim): its answers
+	// are made up at the chip's speed. An addition, absent for a real engine.
+	Simulated bool    `json:"simulated,omitempty"`
 	Chips     int     `json:"chips"`
 	Queue     *string `json:"queue"` // null when this worker serves HTTP only
 	GoVersion string  `json:"go_version"`
@@ -143,6 +146,7 @@ func (s *Server) info(in engine.Info) infoBody {
 		License: modelLicense,
 		Worker: workerInfo{
 			Backend:   in.Backend,
+			Simulated: in.Simulated,
 			Chips:     s.opts.Chips,
 			GoVersion: runtime.Version(),
 			UptimeS:   time.Since(s.started).Round(100 * time.Millisecond).Seconds(),

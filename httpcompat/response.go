@@ -33,6 +33,9 @@ type PredictResponse struct {
 	TimingMS           timing      `json:"timing_ms"`
 	OverlayPNGBase64   *string     `json:"overlay_png_b64"`
 	Warnings           []string    `json:"warnings,omitempty"` // an addition: absent when there are none
+	// Simulated marks an answer of the simulated chip (LA_ENGINE=sim): made up, not the
+	// model's. An addition, absent for a real answer, whose bytes stay the upstream's.
+	Simulated bool `json:"simulated,omitempty"`
 
 	// DecodeSteps is the device steps after the prefill, written (as decode_steps, right
 	// after num_generated_tokens) only for a hybrid answer: an AR answer's bytes stay the
@@ -109,6 +112,7 @@ func NewPredictResponse(p *engine.Prediction, overlay *string) PredictResponse {
 		},
 		OverlayPNGBase64: overlay,
 		Warnings:         p.Warnings,
+		Simulated:        p.Simulated,
 	}
 	if p.GenerationMode == engine.GenerationHybrid {
 		steps := p.DecodeSteps

@@ -106,6 +106,9 @@ func TestBatchedJobsAnswerAsAloneWithCancelAndDrain(t *testing.T) {
 		if res.RawText != want[j.id] {
 			t.Errorf("%s (%q on %s) batched:\n%s\nalone:\n%s", j.id, j.query, j.image, res.RawText, want[j.id])
 		}
+		if !res.Simulated { // and the schema accepts the mark (publishedResult checks it)
+			t.Errorf("%s: an answer of the simulated chip is not marked simulated", j.id)
+		}
 	}
 }
 

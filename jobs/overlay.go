@@ -32,5 +32,5 @@ func drawOverlay(prep *engine.Prepared, pred *engine.Prediction, f overlay.Forma
 		}
 		src = img
 	}
-	return overlayEncoder.Encode(overlay.Draw(src, pred.Detections, pred.Points), f)
+	return overlayEncoder.Encode(overlay.Options{Simulated: pred.Simulated}.Draw(src, pred.Detections, pred.Points), f)
 }

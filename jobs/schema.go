@@ -137,6 +137,9 @@ type Answer struct {
 	// Warnings say what looks wrong with the query though it ran as written (a list
 	// without </c>, an empty category); absent when nothing does.
 	Warnings []string `json:"warnings,omitempty"`
+	// Simulated marks an answer of the simulated chip (LA_ENGINE=sim): made up, not the
+	// model's; absent for a real one.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // answerOf is p as a result carries it.
@@ -148,7 +151,7 @@ func answerOf(p *engine.Prediction) Answer {
 		NumGeneratedTokens: p.NumGeneratedTokens, StoppedOnEOS: p.StoppedOnEOS, DecodeMode: p.DecodeMode,
 		// An engine that names no mode decodes one token per step.
 		GenerationMode: cmp.Or(p.GenerationMode, engine.GenerationAR), DecodeSteps: p.DecodeSteps,
-		Warnings: p.Warnings,
+		Warnings: p.Warnings, Simulated: p.Simulated,
 	}
 	if a.Detections == nil {
 		a.Detections = []engine.Detection{}

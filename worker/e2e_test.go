@@ -99,8 +99,8 @@ func TestWorkerEndToEndOnTheCPUEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.Model != "tiny-bf16" || bytes.Contains(rawResult, []byte("overlay_png_b64")) {
-		t.Fatalf("stored result names model %q (want tiny-bf16) or carries overlay_png_b64:\n%s", stored.Model, rawResult)
+	if stored.Model != "tiny-bf16" || bytes.Contains(rawResult, []byte("overlay_png_b64")) || bytes.Contains(rawResult, []byte(`"simulated"`)) {
+		t.Fatalf("stored result names model %q (want tiny-bf16), carries overlay_png_b64 or says a real answer is simulated:\n%s", stored.Model, rawResult)
 	}
 	png, err := os.ReadFile(strings.TrimPrefix(*stored.OverlayURL, "file://"))
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {

@@ -35,11 +35,20 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// registerChip exposes chip i's busy ratio and busy seconds, queue length, batch
-// occupancy and tokens generated.
+// registerChip exposes what engine chip i runs (la_engine_info: the model, the backend and
+// whether its answers are simulated, so that a dashboard cannot take LA_ENGINE=sim for the
+// model), its busy ratio and busy seconds, queue length, batch occupancy and tokens
+// generated.
 func registerChip(reg prometheus.Registerer, i int, c *chip.Chip) {
 	labels := prometheus.Labels{"chip": strconv.Itoa(i)}
+	in := c.Engine().Info()
+	engineInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "la_engine_info", Help: "Always 1; the labels say which model and engine the chip runs, and whether its answers are simulated (LA_ENGINE=sim).",
+		ConstLabels: prometheus.Labels{"chip": strconv.Itoa(i), "model": in.Model, "backend": in.Backend, "simulated": strconv.FormatBool(in.Simulated)},
+	})
+	engineInfo.Set(1)
 	reg.MustRegister(
+		engineInfo,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "la_device_busy_ratio", Help: "Fraction of the last minute the chip spent in device calls.", ConstLabels: labels,
 		}, c.BusyRatio),

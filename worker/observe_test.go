@@ -175,10 +175,14 @@ func TestObservabilityAfterAPredictAndAJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pred struct {
-		NumGeneratedTokens int `json:"num_generated_tokens"`
+		NumGeneratedTokens int  `json:"num_generated_tokens"`
+		Simulated          bool `json:"simulated"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&pred); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/predict: %d %v", resp.StatusCode, err)
+	}
+	if !res.Simulated || !pred.Simulated {
+		t.Errorf("the simulated chip's answers are not marked: result simulated %v, /predict simulated %v", res.Simulated, pred.Simulated)
 	}
 	resp.Body.Close()
 	if resp, err = http.Post(base+"/predict", "application/json", strings.NewReader(`{"query": "dog"}`)); err != nil {
@@ -223,6 +227,7 @@ func TestObservabilityAfterAPredictAndAJob(t *testing.T) {
 		{"la_queue_pending", map[string]string{"stream": jobs.JobsStream, "consumer": jobs.ConsumerName}, 0},
 		{"la_dlq_messages", nil, 0},
 		{"la_build_info", nil, 1},
+		{"la_engine_info", map[string]string{"chip": "0", "model": "tiny-shapes", "backend": "sim", "simulated": "true"}, 1},
 		{"la_device_running", chip0, 0},
 	} {
 		if v, ok := sample(families, c.name, c.labels); !ok || v != c.want {

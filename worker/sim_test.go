@@ -59,11 +59,15 @@ func TestWorkerOnTheSimulatedChip(t *testing.T) {
 		Limits   struct {
 			CanonicalGrid [2]int `json:"canonical_grid"`
 		}
-		Worker struct{ Backend string }
+		Worker struct {
+			Backend   string
+			Simulated bool
+		}
 	}
 	getJSON(t, base+"/info", &info)
-	if info.Worker.Backend != "sim" || info.Hardware != "simulated Blackhole p150a" || info.Limits.CanonicalGrid != [2]int{24, 44} {
-		t.Errorf("/info: backend %q hardware %q grid %v; want the simulated p150a on the 24x44 grid", info.Worker.Backend, info.Hardware, info.Limits.CanonicalGrid)
+	if info.Worker.Backend != "sim" || info.Hardware != "simulated Blackhole p150a" || info.Limits.CanonicalGrid != [2]int{24, 44} || !info.Worker.Simulated {
+		t.Errorf("/info: backend %q hardware %q grid %v simulated %v; want the simulated p150a on the 24x44 grid, said to be simulated",
+			info.Worker.Backend, info.Hardware, info.Limits.CanonicalGrid, info.Worker.Simulated)
 	}
 
 	js := publisher(t, cfg.Embedded.Listen)
@@ -94,6 +98,9 @@ func TestWorkerOnTheSimulatedChip(t *testing.T) {
 		})
 		if r.Status != jobs.StatusSucceeded || r.OverlayURL == nil {
 			t.Fatalf("%s: status %s, error %+v, overlay %v", id, r.Status, r.Error, r.OverlayURL)
+		}
+		if !r.Simulated {
+			t.Errorf("%s: the simulated chip's result is not marked simulated", id)
 		}
 		var labels []string
 		for _, d := range r.Detections {

@@ -176,7 +176,7 @@ func runDetect(args []string, stdout io.Writer) error {
 	}
 	in := p.Info()
 	if o.overlay != "" {
-		pic, err := overlay.NewEncoder().Encode(overlay.Draw(prep.Image, pred.Detections, pred.Points), format)
+		pic, err := overlay.NewEncoder().Encode(overlay.Options{Simulated: pred.Simulated}.Draw(prep.Image, pred.Detections, pred.Points), format)
 		if err != nil {
 			return err
 		}

@@ -166,6 +166,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 			WeightsDir:      o.WeightsDir,
 			WeightsRepo:     o.WeightsRepo,
 			WeightsRevision: o.WeightsRevision,
+			Simulated:       o.Backend == sim.Name,
 		},
 	}, model.Close)
 	if err != nil {

@@ -354,10 +354,11 @@ func (p *Pipeline) predict(s *engine.Sequence) *engine.Prediction {
 			Total:      prep.PreprocessMS + vision + prefill + decode,
 			DecodeTokS: round2(s.DecodeTokensPerSecond()),
 		},
-		Tokens:   s.Tokens,
-		Probs:    s.Probs,
-		Batch:    s.MaxBatch,
-		Warnings: prep.Warnings,
+		Tokens:    s.Tokens,
+		Probs:     s.Probs,
+		Batch:     s.MaxBatch,
+		Warnings:  prep.Warnings,
+		Simulated: p.cfg.Info.Simulated,
 	}
 }
 
@@ -366,7 +367,7 @@ func (p *Pipeline) Overlay(prep *engine.Prepared, pred *engine.Prediction) ([]by
 	if prep.Image == nil {
 		return nil, fmt.Errorf("overlay: the prepared request has no decoded image")
 	}
-	return p.png.EncodePNG(overlay.Draw(prep.Image, pred.Detections, pred.Points))
+	return p.png.EncodePNG(overlay.Options{Simulated: pred.Simulated}.Draw(prep.Image, pred.Detections, pred.Points))
 }
 
 // Close closes the backend, then whatever New was given to close after it.
