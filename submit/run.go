@@ -322,7 +322,7 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 			return nil, &InputError{Err: err}
 		}
 	}
-	if err := checkQueries(r.items, cfg.Defaults); err != nil {
+	if err := CheckQueries(r.items, cfg.Defaults); err != nil {
 		return nil, err
 	}
 
@@ -372,10 +372,10 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 	return r, nil
 }
 
-// checkQueries refuses a set in which an image has no query (every task needs one: none
+// CheckQueries refuses a set in which an image has no query (every task needs one: none
 // given to --query, none on its manifest line) or one longer than a job may carry, naming
 // the first such image and how many there are.
-func checkQueries(items []Item, d JobDefaults) error {
+func CheckQueries(items []Item, d JobDefaults) error {
 	var missing, long []string
 	for _, it := range items {
 		switch q := effectiveQuery(it, d); {

@@ -324,6 +324,9 @@ func runCmd(ctx context.Context, args []string, cio IO) int {
 	if rc.Listed, err = submit.Expand(ctx, rc.Inputs, store); err != nil {
 		return fail(cio, &submit.InputError{Err: err})
 	}
+	if err := submit.CheckQueries(rc.Listed, rc.Defaults); err != nil {
+		return fail(cio, err)
+	}
 	js, closeNATS, err := connect(cfg)
 	if err != nil {
 		return fail(cio, err)

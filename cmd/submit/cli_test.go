@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -63,6 +67,23 @@ func TestMainMissingInputBeforeNATS(t *testing.T) {
 	code, _, stderr := runMain(t, "--out", t.TempDir(), missing)
 	if code != ExitUsage || !strings.Contains(stderr, "no-such-dir") || strings.Contains(stderr, "connect to NATS") {
 		t.Fatalf("exit %d, stderr %q; want exit %d naming the missing input, not NATS", code, stderr, ExitUsage)
+	}
+}
+
+// TestMainNoQueryBeforeNATS: images without a query (an empty --query) are refused as
+// such (exit 2) before NATS is asked, and nothing is created.
+func TestMainNoQueryBeforeNATS(t *testing.T) {
+	t.Setenv("LA_NATS_URL", "nats://127.0.0.1:1") // nothing listens
+	t.Setenv("LA_NATS_TIMEOUT", "2s")
+	dir := t.TempDir()
+	writeImages(t, dir, 2)
+	out := filepath.Join(t.TempDir(), "out")
+	code, stdout, stderr := runMain(t, "--out", out, "--query", "", dir)
+	if code != ExitUsage || !strings.Contains(stderr, "no query for") || strings.Contains(stderr, "connect to NATS") || stdout != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d naming the image without a query, not NATS", code, stdout, stderr, ExitUsage)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the output directory exists after the refusal (%v)", err)
 	}
 }
 
