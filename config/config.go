@@ -26,6 +26,7 @@ import (
 	"github.com/locateanything/detect/internal/settings"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
+	"github.com/locateanything/detect/provision/weights"
 	"github.com/locateanything/detect/storage"
 )
 
@@ -71,17 +72,12 @@ type Engine struct {
 	WeightsQuant engine.WeightsQuant `envconfig:"LA_WEIGHTS_QUANT" default:"bf16" desc:"cpu decoder weights: bf16 (the checkpoint's, exact) or q8 (int8 blocks made at open, faster)"`
 }
 
-// Weights says where the checkpoint comes from (provision.Choose applies the rules).
+// Weights says where the checkpoint comes from (provision.Choose applies the rules):
+// provision/weights declares its settings, and LA_MODEL_PATH is the upstream server's
+// name for LA_WEIGHTS_DIR.
 type Weights struct {
-	Dir       string `envconfig:"LA_WEIGHTS_DIR" desc:"checkpoint directory; empty = the pinned snapshot in the Hub cache, else the bundled model"`
+	weights.Options
 	ModelPath string `envconfig:"LA_MODEL_PATH" desc:"alias of LA_WEIGHTS_DIR (the upstream server's name)"`
-	Revision  string `envconfig:"TT_WEIGHTS_REVISION" default:"c32291ca5e996f5a7a485845b4f57a233936bba0" desc:"Hub revision of the pinned LocateAnything-3B snapshot"`
-	Download  bool   `envconfig:"LA_DOWNLOAD" default:"false" desc:"fetch a missing pinned snapshot from the Hub"`
-	HubCache  string `envconfig:"HF_HUB_CACHE" desc:"Hugging Face cache directory; empty = HF_HOME/hub"`
-	HFHome    string `envconfig:"HF_HOME" desc:"Hugging Face home; empty = HOME/.cache/huggingface"`
-	Home      string `envconfig:"HOME" desc:"home directory, where the Hugging Face cache is by default"`
-	Endpoint  string `envconfig:"HF_ENDPOINT" default:"https://huggingface.co" desc:"Hub the snapshot is downloaded from"`
-	Token     string `envconfig:"HF_TOKEN" secret:"true" desc:"Hub token for the download"`
 }
 
 // Configured reports whether a checkpoint directory was named.

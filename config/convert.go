@@ -67,12 +67,12 @@ func (r Runner) DecodedBytes() int64 {
 	return imagemem.DefaultSize()
 }
 
-// Hub is where the pinned snapshot is looked for and fetched from.
+// Hub is where the pinned snapshot is looked for and fetched from: the weights settings,
+// with LA_WEIGHTS_DIR's alias applied.
 func (w Weights) Hub() weights.Options {
-	return weights.Options{
-		Dir: w.Directory(), Revision: w.Revision, HubCache: w.HubCache, HFHome: w.HFHome, Home: w.Home,
-		Download: w.Download, Endpoint: w.Endpoint, Token: w.Token,
-	}
+	o := w.Options
+	o.Dir = w.Directory()
+	return o
 }
 
 // Extract is where the first-boot LLM extraction writes.

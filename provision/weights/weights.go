@@ -29,24 +29,25 @@ const Repo = "nvidia/LocateAnything-3B"
 // incomplete is a different error.
 var ErrNotCached = errors.New("not in the Hugging Face cache")
 
-// Options says where to look. Resolve reads no environment itself.
+// Options says where to look. Resolve reads no environment itself: the settings are
+// declared here (the tags: variable, default, meaning) and package config reads them.
 type Options struct {
-	Dir      string // use this directory, skip the cache
-	Repo     string // Hub repository; Repo when empty (tests point it elsewhere)
-	Revision string // a commit hash or a branch name; required
+	Dir      string `envconfig:"LA_WEIGHTS_DIR" desc:"checkpoint directory; empty = the pinned snapshot in the Hub cache, else the bundled model"`
+	Repo     string `ignored:"true"` // Hub repository; Repo when empty (tests point it elsewhere)
+	Revision string `envconfig:"TT_WEIGHTS_REVISION" default:"c32291ca5e996f5a7a485845b4f57a233936bba0" desc:"Hub revision of the pinned LocateAnything-3B snapshot"`
 
-	HubCache string // HF_HUB_CACHE
-	HFHome   string // HF_HOME; the cache is HFHome/hub when HubCache is empty
-	Home     string // the user's home; the cache is Home/.cache/huggingface/hub after those
+	HubCache string `envconfig:"HF_HUB_CACHE" desc:"Hugging Face cache directory; empty = HF_HOME/hub"`
+	HFHome   string `envconfig:"HF_HOME" desc:"Hugging Face home; empty = HOME/.cache/huggingface"`
+	Home     string `envconfig:"HOME" desc:"home directory, where the Hugging Face cache is by default"`
 
-	Download bool         // fetch a missing snapshot from the Hub
-	Endpoint string       // the Hub's base URL; required when Download is set
-	Token    string       // HF_TOKEN; sent only to the Hub endpoint, never logged
-	Client   *http.Client // nil: a client without an overall timeout (the files are large)
+	Download bool         `envconfig:"LA_DOWNLOAD" default:"false" desc:"fetch a missing pinned snapshot from the Hub"`
+	Endpoint string       `envconfig:"HF_ENDPOINT" default:"https://huggingface.co" desc:"Hub the snapshot is downloaded from"`
+	Token    string       `envconfig:"HF_TOKEN" secret:"true" desc:"Hub token for the download; sent only to the Hub, never logged"`
+	Client   *http.Client `ignored:"true"` // nil: a client without an overall timeout (the files are large)
 
 	// Progress, when set, is told about each file being downloaded: at its start, every
 	// percent or so, and at its end (done == total). total is -1 when unknown.
-	Progress func(file string, done, total int64)
+	Progress func(file string, done, total int64) `ignored:"true"`
 }
 
 // String describes the options with the token redacted.
