@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -115,39 +114,26 @@ func Main(ctx context.Context, args []string, cio IO) int {
 	return c.run(ctx, rest, cio)
 }
 
-// overview lists the commands, one line each.
+// overview lists the commands, one line each: the dlq group's subcommands, not the group.
 func overview() string {
-	cmds := commands()
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		if n != "dlq" { // the group: its subcommands are listed
-			names = append(names, n)
+	summaries := map[string]string{}
+	for n, c := range commands() {
+		if n != "dlq" {
+			summaries[n] = c.summary
 		}
 	}
-	sort.Strings(names)
-	var b strings.Builder
-	b.WriteString("commands (submit COMMAND --help for each one's flags):\n")
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-11s %s\n", n, cmds[n].summary)
-	}
-	b.WriteString("  --version   print the version, commit and Go version\n")
-	return b.String()
+	return cli.Overview("submit", summaries)
 }
 
-// usageError is a mistake in the command line.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+// usagef formats a mistake in the command line, a cli.UsageError: exit 2 after the overview.
+func usagef(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 // fail prints err and picks the exit code.
 func fail(cio IO, err error) int {
 	fmt.Fprintf(cio.Stderr, "submit: %v\n", err)
-	var ue usageError
 	var inputErr *submit.InputError
 	switch {
-	case errors.As(err, &ue):
+	case cli.IsUsage(err):
 		fmt.Fprint(cio.Stderr, "\n"+overview())
 		return ExitUsage
 	case errors.Is(err, submit.ErrInterrupted), errors.Is(err, context.Canceled):
