@@ -4,36 +4,38 @@
  *
  * The adapter (engine/ttnn: la_ttnn_adapter drives TT-NN on a Blackhole chip,
  * la_ttnn_standin runs the same architecture in numpy) is a module with these functions,
- * the batched protocol of ABI 2:
+ * the one-step protocol of ABI 4:
  *
  *   open(config: dict) -> handle
- *        the dimensions of la_config under their config.json names, max_seq_len, max_batch,
- *        threads, weights_dir, llm_dir and options (the raw option lines)
+ *        the dimensions of la_config under their config.json names (block_causal: 1 when
+ *        text_config.causal_attn is set), max_seq_len, max_batch, threads, weights_dir,
+ *        llm_dir and options (the raw option lines)
  *   vision(handle, patches: bytes, grid_h: int, grid_w: int) -> None
  *        patches: float32 little-endian, [grid_h*grid_w, 3, patch, patch]; keeps the image
- *        embeddings for the next prefill, whatever slot it uses
- *   prefill(handle, slot: int, ids: list[int], want_prob: bool) -> (token, prob)
- *        runs ids from position 0 in the free slot; token: the greedy first token; prob:
- *        its softmax probability, or None when want_prob is False
- *   decode(handle, slots: list[int], tokens: list[int], want_prob: bool) -> (next, probs)
- *        one step for distinct live slots: tokens[i] is appended to slots[i] and next[i] is
- *        its greedy next token; probs: a list like next, or None when want_prob is False
+ *        embeddings for the next step that prefills a slot, whatever slot it is
  *   step(handle, slots: list[int], pending: list[list[int]], blocks: list[list[int]],
- *        k: int, watch: list[int]) -> list[(top_ids, top_probs, watch_probs)]
- *        optional (ABI 3, parallel box decoding): for distinct live slots, pending[i] is
- *        appended to slots[i]'s cache causally and kept; then its output rows are the last
- *        pending row (blocks[i] empty) or blocks[i]'s rows at positions L'-1.., which see
- *        every cached position but L'-1 and their whole block, and are never kept. One
- *        triple per output row, slot after slot: the k most probable ids (float32 softmax,
- *        most probable first, equal probabilities in ascending id order), their
- *        probabilities, and the probabilities of the watch ids
+ *        no_output: list[bool], k: int, watch: list[int])
+ *        -> list[(top_ids, top_probs, watch_probs)]
+ *        the decoder's one entry point (la_backend.h's step): for distinct slots, pending[i]
+ *        is appended to slots[i]'s cache causally and kept; a free slot starts at position 0
+ *        (its prefill: image-context ids take the kept image embeddings, in order). Then its
+ *        output rows: none (no_output[i], only without a block), the last pending row
+ *        (blocks[i] empty) or blocks[i]'s rows at positions L'-1.., which see every cached
+ *        position but L'-1 and their block (all of it, or causally when block_causal), and
+ *        are never kept. One triple per output row, slot after slot: the k most probable
+ *        ids (float32 softmax, most probable first, equal probabilities in ascending id
+ *        order), their probabilities, and the probabilities of the watch ids
  *   release(handle, slot: int) -> None        frees the slot (a free one too)
  *   reset(handle) -> None                     frees every slot, forgets the image
  *   close(handle) -> None
- *   logits(handle, row: int) -> bytes | None  optional: row of the last prefill (0),
- *                                             decode (i = slots[i]) or step (output row
- *                                             i), vocab float32
+ *   logits(handle, row: int) -> bytes | None  optional: output row of the last step,
+ *                                             vocab float32
  *   image_embeddings(handle) -> (bytes, n, dim) | None   optional: the kept embeddings
+ *
+ * A prefill is a step on a free slot and an AR decode a step of one pending row per slot:
+ * the adapter may run those through faster paths of its own (the chip's traced decode), but
+ * the protocol has one call. The ops table's prefill() and decode() are that step, kept
+ * until the Go side calls step() alone.
  *
  * The bridge keeps the slot rules of la_backend.h itself (which slots are live and how
  * many positions each holds), so an adapter only ever sees calls that keep them: a prefill
@@ -75,8 +77,7 @@
 
 /* The adapter's functions, looked up once at open. */
 typedef struct {
-    PyObject *vision, *prefill, *decode, *release, *reset, *close;
-    PyObject *step;             /* NULL when the adapter has none: step() then fails */
+    PyObject *vision, *step, *release, *reset, *close;
     PyObject *logits;           /* NULL when the adapter has none */
     PyObject *image_embeddings; /* NULL when the adapter has none */
 } adapter_fns;
@@ -88,6 +89,7 @@ struct la_engine {
     adapter_fns fn;
 
     int vocab;
+    int image_token_id;
     int patch_floats; /* 3 * patch * patch */
     int max_batch, max_seq_len;
 
@@ -95,13 +97,11 @@ struct la_engine {
      * holds a sequence, used[s] the positions it holds (prompt and decoded tokens). */
     unsigned char *live;
     int *used;
-    int rows; /* rows of the last successful prefill (1) or decode (n); 0 after reset */
+    int rows; /* output rows of the last successful step; 0 after reset */
+    la_step_slot *decode_slots; /* decode()'s step, max_batch entries */
 
-    /* A decode's results, checked here before any is copied to the caller. */
-    int32_t *next;
-    float *prob;
-
-    /* A step's results, likewise: room for max_batch slots of LA_STEP_MAX_ROWS rows. */
+    /* A step's results, checked here before any is copied to the caller: room for
+     * max_batch slots of LA_STEP_MAX_ROWS rows. */
     int32_t *top_ids;
     float *top_p, *watch_p;
 
@@ -226,6 +226,7 @@ static PyObject *config_dict(const la_python *py, const la_config *c, const char
     set_float(py, d, "rope_theta", c->rope_theta);
     set_float(py, d, "rms_norm_eps", c->rms_norm_eps);
     set_int(py, d, "image_token_id", c->image_token_id);
+    set_int(py, d, "block_causal", c->block_causal);
     set_int(py, d, "max_seq_len", c->max_seq_len);
     set_int(py, d, "max_batch", c->max_batch);
     set_int(py, d, "threads", c->threads);
@@ -277,7 +278,7 @@ static int lookup(const la_python *py, PyObject *module, const char *adapter, co
         if (!required)
             return 0;
         return la_errorf(err, errlen, "adapter module %s has no function %s() (the protocol "
-                      "needs open, vision, prefill, decode, release, reset, close)", adapter, name);
+                      "needs open, vision, step, release, reset, close)", adapter, name);
     }
     PyObject *f = py->PyObject_GetAttrString(module, name);
     if (!f) {
@@ -311,28 +312,6 @@ static void type_name(const la_python *py, PyObject *o, char *buf, size_t len) {
     if (cls)
         py->Py_DecRef(cls);
     py->PyErr_Clear();
-}
-
-/* pair splits r, which must be a sequence of two (a list or tuple), into new references
- * *a and *b. It consumes r; on failure *a and *b are NULL and err says what came back. */
-static int pair(const la_python *py, PyObject *r, const char *op, const char *want,
-                PyObject **a, PyObject **b, char *err, size_t errlen) {
-    *a = *b = NULL;
-    if (py->PySequence_Size(r) == 2) {
-        *a = py->PySequence_GetItem(r, 0);
-        *b = *a ? py->PySequence_GetItem(r, 1) : NULL;
-    }
-    if (*a && *b) {
-        py->Py_DecRef(r);
-        return 0;
-    }
-    char got[64];
-    type_name(py, r, got, sizeof got);
-    py->Py_DecRef(r);
-    if (*a)
-        py->Py_DecRef(*a);
-    *a = NULL;
-    return la_errorf(err, errlen, "%s: adapter returned a %s, want %s", op, got, want);
 }
 
 /* token_of converts an adapter's token to an id inside the vocabulary (row: which one, for
@@ -369,29 +348,6 @@ static int prob_of(const la_python *py, PyObject *o, const char *op, int row, fl
     return 0;
 }
 
-/* prefill_result checks prefill's (token, prob) and consumes r. */
-static int prefill_result(la_engine *e, PyObject *r, int32_t *first, float *prob, char *err,
-                          size_t errlen) {
-    const char *op = "adapter prefill";
-    PyObject *tok, *p;
-    if (pair(e->py, r, op, "(token, prob)", &tok, &p, err, errlen) != 0)
-        return -1;
-    int32_t t = 0;
-    float pv = 0;
-    int rc = token_of(e, tok, op, 0, &t, err, errlen);
-    if (rc == 0 && prob && first) /* without a first token, prob is ignored (la_backend.h) */
-        rc = prob_of(e->py, p, op, 0, &pv, err, errlen);
-    e->py->Py_DecRef(tok);
-    e->py->Py_DecRef(p);
-    if (rc != 0)
-        return rc;
-    if (first) /* NULL: the caller wants no first token (hybrid decoding) */
-        *first = t;
-    if (prob && first)
-        *prob = pv;
-    return 0;
-}
-
 /* row_list checks that o is a sequence of n items (what: of what, for the message). */
 static int row_list(const la_python *py, PyObject *o, int n, const char *op, const char *what,
                     char *err, size_t errlen) {
@@ -405,36 +361,6 @@ static int row_list(const la_python *py, PyObject *o, int n, const char *op, con
                          op, got, what, n);
     return la_errorf(err, errlen, "%s: adapter returned %zd %s for %d rows", op, (ssize_t)size,
                      what, n);
-}
-
-/* decode_result checks decode's (next, probs) into e->next and e->prob and consumes r. */
-static int decode_result(la_engine *e, PyObject *r, int n, int want_prob, char *err,
-                         size_t errlen) {
-    const la_python *py = e->py;
-    const char *op = "adapter decode";
-    PyObject *toks, *probs;
-    if (pair(py, r, op, "(next, probs)", &toks, &probs, err, errlen) != 0)
-        return -1;
-    int rc = row_list(py, toks, n, op, "tokens", err, errlen);
-    if (rc == 0 && want_prob)
-        rc = row_list(py, probs, n, op, "probabilities", err, errlen);
-    for (int i = 0; rc == 0 && i < n; i++) {
-        PyObject *o = py->PySequence_GetItem(toks, i);
-        rc = o ? token_of(e, o, op, i, &e->next[i], err, errlen)
-               : ttnn_python_error(py, op, err, errlen);
-        if (o)
-            py->Py_DecRef(o);
-        if (rc != 0 || !want_prob)
-            continue;
-        o = py->PySequence_GetItem(probs, i);
-        rc = o ? prob_of(py, o, op, i, &e->prob[i], err, errlen)
-               : ttnn_python_error(py, op, err, errlen);
-        if (o)
-            py->Py_DecRef(o);
-    }
-    py->Py_DecRef(toks);
-    py->Py_DecRef(probs);
-    return rc;
 }
 
 /* ---- a step's results ---------------------------------------------------------------- */
@@ -584,32 +510,6 @@ static int check_slot(const la_engine *e, const char *op, int slot, char *err, s
     return 0;
 }
 
-/* check_decode refuses a decode the ABI does not allow, before the adapter sees it: a row
- * count outside 1..max_batch, a free or repeated slot, a full cache, a token outside the
- * vocabulary. */
-static int check_decode(const la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
-                        char *err, size_t errlen) {
-    if (n < 1 || n > e->max_batch)
-        return la_errorf(err, errlen, "decode: %d rows, want 1..%d (max_batch)", n, e->max_batch);
-    for (int i = 0; i < n; i++) {
-        int s = slots[i];
-        if (check_slot(e, "decode", s, err, errlen) != 0)
-            return -1;
-        if (!e->live[s])
-            return la_errorf(err, errlen, "decode: slot %d is free (prefill it first)", s);
-        for (int j = 0; j < i; j++)
-            if (slots[j] == s)
-                return la_errorf(err, errlen, "decode: slot %d appears twice", s);
-        if (e->used[s] >= e->max_seq_len)
-            return la_errorf(err, errlen, "decode: slot %d is full (%d positions, max_seq_len %d)",
-                             s, e->used[s], e->max_seq_len);
-        if (tokens[i] < 0 || tokens[i] >= e->vocab)
-            return la_errorf(err, errlen, "decode: token %d of slot %d outside the vocabulary of %d",
-                             tokens[i], s, e->vocab);
-    }
-    return 0;
-}
-
 /* check_step refuses a step the ABI does not allow, before the adapter sees it (la_backend.h
  * lists the limits), and counts its output rows. */
 static int check_step(const la_engine *e, int n, const la_step_slot *slots,
@@ -625,21 +525,29 @@ static int check_step(const la_engine *e, int n, const la_step_slot *slots,
         if (watch[j] < 0 || watch[j] >= e->vocab)
             return la_errorf(err, errlen, "step: watched id %d outside the vocabulary of %d",
                              watch[j], e->vocab);
-    int rows = 0, at = 0;
+    int rows = 0, at = 0, image_slot = -1;
     for (int i = 0; i < n; i++) {
         const la_step_slot *sl = &slots[i];
         int s = sl->slot;
         if (check_slot(e, "step", s, err, errlen) != 0)
             return -1;
-        if (!e->live[s])
-            return la_errorf(err, errlen, "step: slot %d is free (prefill it first)", s);
         for (int j = 0; j < i; j++)
             if (slots[j].slot == s)
                 return la_errorf(err, errlen, "step: slot %d appears twice", s);
-        int np = sl->n_pending, nb = sl->n_block;
-        if (np < 0 || nb < 0 || np + nb < 1 || np + nb > LA_STEP_MAX_ROWS)
-            return la_errorf(err, errlen, "step: slot %d: %d pending and %d block tokens, want "
-                             "1..%d in all", s, np, nb, LA_STEP_MAX_ROWS);
+        int np = sl->n_pending, nb = sl->n_block, live = e->live[s];
+        /* A live slot takes at most LA_STEP_MAX_ROWS pending ids, a free one a prompt. */
+        int max_pending = live ? LA_STEP_MAX_ROWS : e->max_seq_len;
+        if (np < 0 || nb < 0 || np > max_pending || nb > LA_STEP_MAX_ROWS)
+            return la_errorf(err, errlen, "step: slot %d: %d pending ids (0..%d on a %s slot) "
+                             "and a block of %d (0..%d)", s, np, max_pending,
+                             live ? "live" : "free", nb, LA_STEP_MAX_ROWS);
+        if (np + nb < 1 || (!live && np < 1))
+            return la_errorf(err, errlen, "step: slot %d: %s", s, live ?
+                             "no pending id and no block: nothing to run" :
+                             "a free slot needs its prompt pending (a step on it is its prefill)");
+        if (sl->no_output && nb > 0)
+            return la_errorf(err, errlen, "step: slot %d: no_output with a block of %d (every "
+                             "block row is an output)", s, nb);
         /* L' = what the slot holds once its pending tokens are in; the block's last row
          * runs at position L' - 2 + n_block. */
         int held = e->used[s] + np;
@@ -647,11 +555,19 @@ static int check_step(const la_engine *e, int n, const la_step_slot *slots,
             return la_errorf(err, errlen, "step: slot %d is full (%d positions, %d pending, a "
                              "block of %d, max_seq_len %d)", s, e->used[s], np, nb,
                              e->max_seq_len);
-        for (int j = 0; j < np + nb; j++, at++)
+        for (int j = 0; j < np + nb; j++, at++) {
             if (tokens[at] < 0 || tokens[at] >= e->vocab)
                 return la_errorf(err, errlen, "step: token %d of slot %d outside the vocabulary "
                                  "of %d", tokens[at], s, e->vocab);
-        rows += nb == 0 ? 1 : nb;
+            /* The kept image embeddings go to one prompt: two slots cannot share them. */
+            if (j < np && tokens[at] == e->image_token_id) {
+                if (image_slot >= 0 && image_slot != s)
+                    return la_errorf(err, errlen, "step: slots %d and %d both hold image-context "
+                                     "ids (at most one slot of a step may)", image_slot, s);
+                image_slot = s;
+            }
+        }
+        rows += nb > 0 ? nb : !sl->no_output;
     }
     *n_rows = rows;
     return 0;
@@ -661,8 +577,8 @@ static int check_step(const la_engine *e, int n, const la_step_slot *slots,
 
 static void release_engine(la_engine *e) {
     const la_python *py = e->py;
-    PyObject *owned[] = {e->fn.vision, e->fn.prefill, e->fn.decode,
-                         e->fn.release, e->fn.reset, e->fn.close, e->fn.step,
+    PyObject *owned[] = {e->fn.vision, e->fn.step,
+                         e->fn.release, e->fn.reset, e->fn.close,
                          e->fn.logits, e->fn.image_embeddings, e->handle,
                          e->module};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
@@ -670,8 +586,7 @@ static void release_engine(la_engine *e) {
             py->Py_DecRef(owned[i]);
     free(e->live);
     free(e->used);
-    free(e->next);
-    free(e->prob);
+    free(e->decode_slots);
     free(e->top_ids);
     free(e->top_p);
     free(e->watch_p);
@@ -712,10 +627,9 @@ static int import_adapter(la_engine *e, const char *adapter, char *err, size_t e
         int required;
         PyObject **out;
     } fns[] = {
-        {"vision", 1, &e->fn.vision},   {"prefill", 1, &e->fn.prefill},
-        {"decode", 1, &e->fn.decode},   {"release", 1, &e->fn.release},
-        {"reset", 1, &e->fn.reset},     {"close", 1, &e->fn.close},
-        {"step", 0, &e->fn.step},       {"logits", 0, &e->fn.logits},
+        {"vision", 1, &e->fn.vision},   {"step", 1, &e->fn.step},
+        {"release", 1, &e->fn.release}, {"reset", 1, &e->fn.reset},
+        {"close", 1, &e->fn.close},     {"logits", 0, &e->fn.logits},
         {"image_embeddings", 0, &e->fn.image_embeddings},
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
@@ -732,23 +646,22 @@ static la_engine *new_engine(const la_python *py, const la_config *c) {
         return NULL;
     e->py = py;
     e->vocab = c->vocab;
+    e->image_token_id = c->image_token_id;
     e->patch_floats = 3 * c->patch_size * c->patch_size;
     e->max_batch = c->max_batch;
     e->max_seq_len = c->max_seq_len;
     size_t n = (size_t)c->max_batch;
     e->live = calloc(n, sizeof *e->live);
     e->used = calloc(n, sizeof *e->used);
-    e->next = calloc(n, sizeof *e->next);
-    e->prob = calloc(n, sizeof *e->prob);
+    e->decode_slots = calloc(n, sizeof *e->decode_slots);
     size_t rows = n * LA_STEP_MAX_ROWS;
     e->top_ids = calloc(rows * LA_STEP_MAX_K, sizeof *e->top_ids);
     e->top_p = calloc(rows * LA_STEP_MAX_K, sizeof *e->top_p);
     e->watch_p = calloc(rows * LA_STEP_MAX_WATCH, sizeof *e->watch_p);
-    if (!e->live || !e->used || !e->next || !e->prob || !e->top_ids || !e->top_p || !e->watch_p) {
+    if (!e->live || !e->used || !e->decode_slots || !e->top_ids || !e->top_p || !e->watch_p) {
         free(e->live);
         free(e->used);
-        free(e->next);
-        free(e->prob);
+        free(e->decode_slots);
         free(e->top_ids);
         free(e->top_p);
         free(e->watch_p);
@@ -839,71 +752,22 @@ static int ttnn_vision(la_engine *e, const float *patches, int grid_h, int grid_
     return rc;
 }
 
-static int ttnn_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
-                        float *prob, char *err, size_t errlen) {
-    if (check_slot(e, "prefill", slot, err, errlen) != 0)
-        return -1;
-    if (e->live[slot])
-        return la_errorf(err, errlen, "prefill: slot %d is live (release it first)", slot);
-    if (n < 1 || n > e->max_seq_len)
-        return la_errorf(err, errlen, "prefill: prompt of %d tokens, want 1..%d (max_seq_len)", n,
-                         e->max_seq_len);
-    const la_python *py = e->py;
-    PyGILState_STATE gil = py->PyGILState_Ensure();
-    PyObject *args[4] = {handle_ref(e), py->PyLong_FromLong(slot), int_list(py, ids, n),
-                         py->PyBool_FromLong(prob != NULL && first != NULL)};
-    PyObject *r = call(py, e->fn.prefill, 4, args);
-    int rc = r ? prefill_result(e, r, first, prob, err, errlen)
-               : ttnn_python_error(py, "adapter prefill", err, errlen);
-    py->PyGILState_Release(gil);
-    if (rc == 0) {
-        e->live[slot] = 1;
-        e->used[slot] = n;
-    }
-    e->rows = rc == 0 ? 1 : 0;
-    return rc;
-}
-
-static int ttnn_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
-                       int32_t *next, float *prob, char *err, size_t errlen) {
-    if (check_decode(e, n, slots, tokens, err, errlen) != 0)
-        return -1;
-    const la_python *py = e->py;
-    PyGILState_STATE gil = py->PyGILState_Ensure();
-    PyObject *args[4] = {handle_ref(e), int_list(py, slots, n), int_list(py, tokens, n),
-                         py->PyBool_FromLong(prob != NULL)};
-    PyObject *r = call(py, e->fn.decode, 4, args);
-    int rc = r ? decode_result(e, r, n, prob != NULL, err, errlen)
-               : ttnn_python_error(py, "adapter decode", err, errlen);
-    py->PyGILState_Release(gil);
-    e->rows = rc == 0 ? n : 0;
-    if (rc != 0)
-        return rc;
-    /* Every row checked: only now does the caller see any of them. */
-    memcpy(next, e->next, (size_t)n * sizeof *next);
-    if (prob)
-        memcpy(prob, e->prob, (size_t)n * sizeof *prob);
-    for (int i = 0; i < n; i++)
-        e->used[slots[i]]++;
-    return 0;
-}
-
-/* step_args builds the adapter's view of a step: the slots, and each slot's pending and
- * block ids as lists of their own. On failure the three are NULL, with an exception
- * pending. */
+/* step_args builds the adapter's view of a step: the slots, each slot's pending and block
+ * ids as lists of their own, and its no_output flag. On failure the four are NULL, with an
+ * exception pending. */
 static void step_args(const la_python *py, int n, const la_step_slot *slots,
-                      const int32_t *tokens, PyObject **slot_list, PyObject **pending,
-                      PyObject **blocks) {
-    *slot_list = py->PyList_New(n);
-    *pending = py->PyList_New(n);
-    *blocks = py->PyList_New(n);
-    int ok = *slot_list && *pending && *blocks;
+                      const int32_t *tokens, PyObject *lists[4]) {
+    int ok = 1;
+    for (int j = 0; j < 4; j++) {
+        lists[j] = py->PyList_New(n);
+        ok = ok && lists[j];
+    }
     for (int i = 0, at = 0; ok && i < n; i++) {
         int np = slots[i].n_pending, nb = slots[i].n_block;
-        PyObject *items[3] = {py->PyLong_FromLong(slots[i].slot), int_list(py, tokens + at, np),
-                              int_list(py, tokens + at + np, nb)};
-        PyObject *lists[3] = {*slot_list, *pending, *blocks};
-        for (int j = 0; j < 3; j++) {
+        PyObject *items[4] = {py->PyLong_FromLong(slots[i].slot), int_list(py, tokens + at, np),
+                              int_list(py, tokens + at + np, nb),
+                              py->PyBool_FromLong(slots[i].no_output != 0)};
+        for (int j = 0; j < 4; j++) {
             if (items[j])
                 py->PyList_SetItem(lists[j], i, items[j]); /* steals */
             ok = ok && items[j];
@@ -912,44 +776,100 @@ static void step_args(const la_python *py, int n, const la_step_slot *slots,
     }
     if (ok)
         return;
-    PyObject **made[3] = {slot_list, pending, blocks};
-    for (int j = 0; j < 3; j++) {
-        if (*made[j])
-            py->Py_DecRef(*made[j]);
-        *made[j] = NULL;
+    for (int j = 0; j < 4; j++) {
+        if (lists[j])
+            py->Py_DecRef(lists[j]);
+        lists[j] = NULL;
     }
 }
 
-static int ttnn_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
-                     int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p,
-                     float *watch_p, char *err, size_t errlen) {
+/* run_step checks a step, calls the adapter's step and checks its rows into the engine's
+ * buffers (e->top_ids, e->top_p, e->watch_p), updating the slot rules on success; the
+ * caller copies the rows out. Nothing of a failed call is visible to the caller. */
+static int run_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
+                    int n_watch, const int32_t *watch, int *n_rows, char *err, size_t errlen) {
     step_shape sh = {.k = k, .n_watch = n_watch, .watch = watch};
     if (check_step(e, n, slots, tokens, k, n_watch, watch, &sh.n_rows, err, errlen) != 0)
         return -1;
-    if (!e->fn.step)
-        return la_errorf(err, errlen, "step: the adapter has no function step() (parallel box "
-                         "decoding needs one; see engine/ttnn/README.md)");
     const la_python *py = e->py;
     PyGILState_STATE gil = py->PyGILState_Ensure();
-    PyObject *slot_list, *pending, *blocks;
-    step_args(py, n, slots, tokens, &slot_list, &pending, &blocks);
-    PyObject *args[6] = {handle_ref(e), slot_list, pending, blocks, py->PyLong_FromLong(k),
-                         int_list(py, watch, n_watch)};
-    PyObject *r = call(py, e->fn.step, 6, args);
+    PyObject *lists[4];
+    step_args(py, n, slots, tokens, lists);
+    PyObject *args[7] = {handle_ref(e), lists[0], lists[1], lists[2], lists[3],
+                         py->PyLong_FromLong(k), int_list(py, watch, n_watch)};
+    PyObject *r = call(py, e->fn.step, 7, args);
     int rc = r ? step_result(e, r, &sh, err, errlen)
                : ttnn_python_error(py, "adapter step", err, errlen);
     py->PyGILState_Release(gil);
     e->rows = rc == 0 ? sh.n_rows : 0;
     if (rc != 0)
         return rc;
-    /* Every row checked: only now does the caller see any of them. */
-    memcpy(top_ids, e->top_ids, (size_t)sh.n_rows * k * sizeof *top_ids);
-    memcpy(top_p, e->top_p, (size_t)sh.n_rows * k * sizeof *top_p);
-    if (n_watch > 0)
-        memcpy(watch_p, e->watch_p, (size_t)sh.n_rows * n_watch * sizeof *watch_p);
-    /* The pending tokens are in the caches now; the block rows never are. */
-    for (int i = 0; i < n; i++)
+    /* The pending tokens are in the caches now (a free slot's prompt makes it live); the
+     * block rows never are. */
+    for (int i = 0; i < n; i++) {
+        e->live[slots[i].slot] = 1;
         e->used[slots[i].slot] += slots[i].n_pending;
+    }
+    *n_rows = sh.n_rows;
+    return 0;
+}
+
+static int ttnn_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
+                     int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p,
+                     float *watch_p, char *err, size_t errlen) {
+    int n_rows = 0;
+    if (run_step(e, n, slots, tokens, k, n_watch, watch, &n_rows, err, errlen) != 0)
+        return -1;
+    /* Every row checked: only now does the caller see any of them. */
+    if (n_rows > 0) {
+        memcpy(top_ids, e->top_ids, (size_t)n_rows * k * sizeof *top_ids);
+        memcpy(top_p, e->top_p, (size_t)n_rows * k * sizeof *top_p);
+    }
+    if (n_rows > 0 && n_watch > 0)
+        memcpy(watch_p, e->watch_p, (size_t)n_rows * n_watch * sizeof *watch_p);
+    return 0;
+}
+
+/* ttnn_prefill is the step on a free slot with the whole prompt pending (greedy, or no
+ * output when first is NULL). The old entry of the ops table, kept until the Go side calls
+ * step() alone. */
+static int ttnn_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
+                        float *prob, char *err, size_t errlen) {
+    if (check_slot(e, "prefill", slot, err, errlen) != 0)
+        return -1;
+    if (e->live[slot])
+        return la_errorf(err, errlen, "prefill: slot %d is live (release it first)", slot);
+    la_step_slot sl = {.slot = slot, .n_pending = n, .n_block = 0, .no_output = first == NULL};
+    int n_rows = 0;
+    if (run_step(e, 1, &sl, ids, 1, 0, NULL, &n_rows, err, errlen) != 0)
+        return -1;
+    if (first)
+        *first = e->top_ids[0];
+    if (first && prob)
+        *prob = e->top_p[0];
+    return 0;
+}
+
+/* ttnn_decode is the step of one pending token per slot, greedy. The old entry of the ops
+ * table, kept until the Go side calls step() alone. */
+static int ttnn_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
+                       int32_t *next, float *prob, char *err, size_t errlen) {
+    if (n < 1 || n > e->max_batch)
+        return la_errorf(err, errlen, "decode: %d rows, want 1..%d (max_batch)", n, e->max_batch);
+    la_step_slot *sl = e->decode_slots;
+    for (int i = 0; i < n; i++) {
+        if (check_slot(e, "decode", slots[i], err, errlen) != 0)
+            return -1;
+        if (!e->live[slots[i]])
+            return la_errorf(err, errlen, "decode: slot %d is free (prefill it first)", slots[i]);
+        sl[i] = (la_step_slot){.slot = slots[i], .n_pending = 1, .n_block = 0, .no_output = 0};
+    }
+    int n_rows = 0;
+    if (run_step(e, n, sl, tokens, 1, 0, NULL, &n_rows, err, errlen) != 0)
+        return -1;
+    memcpy(next, e->top_ids, (size_t)n * sizeof *next);
+    if (prob)
+        memcpy(prob, e->top_p, (size_t)n * sizeof *prob);
     return 0;
 }
 

@@ -277,9 +277,9 @@ func TestTTNNSlotRules(t *testing.T) {
 	_, err = decode(b, []int{0, 2}, []int32{first0, first0})
 	wantError(t, err, "native ttnn: decode: slot 2 is free (prefill it first)")
 	_, err = decode(b, []int{1, 1}, []int32{first1, first1})
-	wantError(t, err, "decode: slot 1 appears twice")
+	wantError(t, err, "slot 1 appears twice")
 	_, err = decode(b, []int{0, 1}, []int32{first0, 152681})
-	wantError(t, err, "decode: token 152681 of slot 1 outside the vocabulary of 152681")
+	wantError(t, err, "token 152681 of slot 1 outside the vocabulary of 152681")
 
 	// Slot 0 fills its cache; a call with it is refused whole, and slot 1 does not move.
 	next, err := decode(b, []int{0}, []int32{first0})
@@ -290,7 +290,7 @@ func TestTTNNSlotRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = decode(b, []int{1, 0}, []int32{first1, next[0]})
-	wantError(t, err, "decode: slot 0 is full (26 positions, max_seq_len 26)")
+	wantError(t, err, "slot 0 is full (26 positions, 1 pending, a block of 0, max_seq_len 26)")
 	got := []int32{first1}
 	for range 2 {
 		next, err := decode(b, []int{1}, got[len(got)-1:])

@@ -322,19 +322,17 @@ func TestTTNNStepOneRowIsADecode(t *testing.T) {
 
 // stepResultsAdapter answers step by the first pending token of its first slot: 0 is a
 // good answer (ids 3 5 7 with 0.5 0.25 0.25, and the watched ids' probabilities from
-// those), the others each a way of getting the protocol's result wrong. Its prefill
-// answers no probability.
+// those), the others each a way of getting the protocol's result wrong. A prompt (more
+// than one pending token) is answered well.
 const stepResultsAdapter = `
 def open(config): return {}
 def vision(h, p, gh, gw): pass
-def prefill(h, slot, ids, want_prob): return 7, None
-def decode(h, slots, tokens, want_prob): return [7] * len(slots), None
 def good(n, k, watch):
     probs = {3: 0.5, 5: 0.25, 7: 0.25}
     return [([3, 5, 7][:k], [0.5, 0.25, 0.25][:k], [probs.get(w, 0.0) for w in watch]) for _ in range(n)]
-def step(h, slots, pending, blocks, k, watch):
-    n = sum(len(b) or 1 for b in blocks)
-    kind = pending[0][0] if pending[0] else 0
+def step(h, slots, pending, blocks, no_output, k, watch):
+    n = sum(0 if q else len(b) or 1 for b, q in zip(blocks, no_output))
+    kind = pending[0][0] if len(pending[0]) == 1 else 0
     rows = good(n, k, watch)
     if kind == 1: return rows[1:]
     if kind == 2: return [(r[0], r[1]) for r in rows]
@@ -366,21 +364,20 @@ func ttnnStepOutputs(sb *stepBuffers, rows, k, nWatch int) ([]int32, []float32, 
 
 // TestTTNNStepChecksTheAdaptersAnswer: the bridge refuses a step the ABI does not allow
 // before the adapter sees it, and an answer that breaks the protocol after; either way
-// nothing reaches the caller and no slot's length changes. An adapter without step() and
-// a prefill without a first token are handled too.
+// nothing reaches the caller and no slot's length changes. A prefill without a first token
+// is handled too.
 func TestTTNNStepChecksTheAdaptersAnswer(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
 	dir := t.TempDir()
-	for name, src := range map[string]string{"la_test_step_results": stepResultsAdapter, "la_test_no_step": noopAdapter} {
+	for name, src := range map[string]string{"la_test_step_results": stepResultsAdapter} {
 		if err := os.WriteFile(filepath.Join(dir, name+".py"), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	const maxSeq = 16
 	b := openTTNN(t, m, Options{MaxBatch: 2, MaxSeqLen: maxSeq, BackendOptions: adapterOptions("la_test_step_results", dir)})
-	// A prefill without a first token: the adapter's (7, None) is fine, its None
-	// probability never read.
+	// A prefill without a first token: a step of no output row.
 	for slot := range 2 {
 		if err := b.PrefillCache(slot, []int32{1, 2, 3, 4}); err != nil {
 			t.Fatalf("prefill cache slot %d: %v", slot, err)
@@ -456,7 +453,8 @@ func TestTTNNStepChecksTheAdaptersAnswer(t *testing.T) {
 	if err := b.Release(1); err != nil {
 		t.Fatal(err)
 	}
-	wantError(t, b.Step([]engine.StepSlot{{Slot: 1, Pending: []int32{0}}}, k, []int32{3}, rows), "step: slot 1 is free (prefill it first)")
+	wantError(t, b.Step([]engine.StepSlot{{Slot: 1, Block: []int32{0}}}, k, []int32{3}, rows),
+		"step: slot 1: a free slot needs its prompt pending (a step on it is its prefill)")
 	if err := b.PrefillCache(1, []int32{1, 2, 3, 4}); err != nil {
 		t.Fatal(err)
 	}
@@ -481,13 +479,6 @@ func TestTTNNStepChecksTheAdaptersAnswer(t *testing.T) {
 	if got := b.Logits(0); got != nil {
 		t.Errorf("an adapter without logits() gave %d logits", len(got))
 	}
-
-	nostep := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: maxSeq, BackendOptions: adapterOptions("la_test_no_step", dir)})
-	if err := nostep.PrefillCache(0, []int32{1, 2}); err != nil {
-		t.Fatal(err)
-	}
-	wantError(t, nostep.Step([]engine.StepSlot{{Slot: 0, Pending: []int32{1}}}, 1, nil, engine.NewStepRows(1, 1, 0)),
-		"native ttnn: step: the adapter has no function step()")
 }
 
 // TestTTNNStepMatchesReferenceShapes replays scenes of the block-trained test model's
@@ -613,11 +604,9 @@ func TestTTNNStepMatchesCPUStep(t *testing.T) {
 const cannedStepAdapter = `
 def open(config): return {}
 def vision(h, p, gh, gw): pass
-def prefill(h, slot, ids, want_prob): return 7, None
-def decode(h, slots, tokens, want_prob): return tokens, None
-def step(h, slots, pending, blocks, k, watch):
+def step(h, slots, pending, blocks, no_output, k, watch):
     row = (list(range(k)), [0.5] + [0.5 / k] * (k - 1), [0.0] * len(watch))
-    return [row] * sum(len(b) or 1 for b in blocks)
+    return [row] * sum(0 if q else len(b) or 1 for b, q in zip(blocks, no_output))
 def release(h, slot): pass
 def reset(h): pass
 def close(h): pass
@@ -654,4 +643,57 @@ func BenchmarkTTNNBridgeStepCall(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestTTNNStepPrefillsAFreeSlot: a step on a free slot is its prefill (ABI 4), image
+// embeddings spliced in: its row is the prefill's, bit for bit, and with NoOutput it
+// caches the prompt without a row, leaving the same cache for the next step.
+func TestTTNNStepPrefillsAFreeSlot(t *testing.T) {
+	lockThread(t)
+	m := openModel(t, tinyCheckpoint{dtype: checkpoint.F32}.write(t))
+	b := openTTNN(t, m, Options{MaxBatch: 3, MaxSeqLen: 64, BackendOptions: standinOptions(t)})
+	prompt := []int32{151644, 872, 198, 151666, 151665, 151665, 151667, 151645, 198} // 2 image ids: a 2x4 grid
+	vision := func() {
+		t.Helper()
+		if err := b.Vision(testPatches(2, 4, 3), 2, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vision()
+	tok, prob, err := prefillStep(b, 0, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := b.Logits(0)
+	vision()
+	rows := engine.NewStepRows(1, 2, 1)
+	if err := b.Step([]engine.StepSlot{{Slot: 1, Pending: prompt}}, 2, []int32{tok}, rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows[0].TopIDs[0] != tok || rows[0].TopProbs[0] != prob || rows[0].Watch[0] != prob {
+		t.Fatalf("step on a free slot: %+v; the prefill's token %d, probability %g", rows[0], tok, prob)
+	}
+	if !slices.Equal(b.Logits(0), want) {
+		t.Fatal("the step's logits are not the prefill's")
+	}
+	vision()
+	if err := b.Step([]engine.StepSlot{{Slot: 2, Pending: prompt, NoOutput: true}}, 1, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Logits(0); got != nil {
+		t.Fatalf("a step without output rows left %d logits", len(got))
+	}
+	next := make([]int32, 3)
+	if err := decodeStep(b, []int{0, 1, 2}, []int32{tok, tok, tok}, next, nil); err != nil {
+		t.Fatal(err)
+	}
+	if next[1] != next[0] || next[2] != next[0] {
+		t.Fatalf("next tokens after the same prompt: %v", next)
+	}
+	// The image was consumed by the prompt that took it: another one is refused.
+	if err := b.Release(2); err != nil {
+		t.Fatal(err)
+	}
+	err = b.Step([]engine.StepSlot{{Slot: 2, Pending: prompt}}, 1, nil, engine.NewStepRows(1, 1, 0))
+	wantError(t, err, "ValueError: prompt has 2 image tokens but 0 image embeddings are kept")
 }

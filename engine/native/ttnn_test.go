@@ -229,7 +229,7 @@ func TestTTNNPythonExceptionsBecomeErrors(t *testing.T) {
 	_, err := Open("ttnn", m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t, "fail_in", "open")})
 	wantError(t, err, "adapter open: RuntimeError: stand-in told to fail in open", "la_ttnn_standin.py:")
 
-	b := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t, "fail_in", "decode")})
+	b := openTTNN(t, m, Options{MaxBatch: 1, MaxSeqLen: 64, BackendOptions: standinOptions(t, "fail_in", "step")})
 	if err := b.Vision(testPatches(2, 2, 1), 2, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -238,8 +238,7 @@ func TestTTNNPythonExceptionsBecomeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = decode1(b, tok)
-	wantError(t, err, "native ttnn: decode: adapter decode: RuntimeError: stand-in told to fail in decode",
-		"in _maybe_fail)")
+	wantError(t, err, "adapter step: RuntimeError: stand-in told to fail in step", "in _maybe_fail)")
 
 	// ValueErrors of bad input, raised inside the adapter, come back the same way; the
 	// engine answers the next request.
@@ -275,8 +274,9 @@ func TestTTNNBrokenAdapters(t *testing.T) {
 	write("la_test_first_protocol", `
 def open(config): return {}
 def vision(h, p, gh, gw): pass
-def prefill(h, ids): return 1
-def decode(h, token): return 1
+def prefill(h, slot, ids, want_prob): return 1, None
+def decode(h, slots, tokens, want_prob): return [1] * len(slots), None
+def release(h, slot): pass
 def reset(h): pass
 def close(h): pass
 `)
@@ -288,65 +288,57 @@ def close(h): pass
 	_, err := Open("ttnn", m, opts("la_no_such_adapter"))
 	wantError(t, err, "importing adapter module la_no_such_adapter", "ModuleNotFoundError")
 
+	// An adapter of the protocol before ABI 4 (prefill and decode, no step) is refused.
 	_, err = Open("ttnn", m, opts("la_test_first_protocol"))
-	wantError(t, err, "adapter module la_test_first_protocol has no function release()",
-		"needs open, vision, prefill, decode, release, reset, close")
+	wantError(t, err, "adapter module la_test_first_protocol has no function step()",
+		"needs open, vision, step, release, reset, close")
 
 	b := openTTNN(t, m, opts("la_test_bad_results"))
-	// Prefill: the first id picks the adapter's answer; the slot stays free after each.
+	// A prefill: the first id picks the adapter's answer; the slot stays free after each.
 	for _, c := range []struct {
-		kind     int32
-		wantProb bool
-		want     string
+		kind int32
+		want string
 	}{
-		{1, false, "adapter prefill: adapter returned token 1000000000 for row 0, outside the vocabulary of 152681"},
-		{2, false, "adapter prefill: adapter returned a int, want (token, prob)"},
-		{3, true, "adapter prefill: adapter returned probability 1.5 for row 0, want a number in [0, 1]"},
-		{4, true, "adapter prefill: probability of row 0: TypeError"},
-		{5, false, "adapter prefill: token of row 0: TypeError"},
+		{1, "adapter step: adapter returned token 1000000000 for row 0, outside the vocabulary of 152681"},
+		{2, "adapter step: adapter returned a int of rows, want a list of 1"},
+		{3, "adapter step: adapter returned probability 1.5 for row 0, want a number in [0, 1]"},
+		{4, "adapter step: probability of row 0: TypeError"},
+		{5, "adapter step: token of row 0: TypeError"},
 	} {
-		_, _, err := b.Prefill(0, []int32{c.kind, 1}, c.wantProb)
-		wantError(t, err, "native ttnn: prefill: "+c.want)
+		_, _, err := prefillStep(b, 0, []int32{c.kind, 1})
+		wantError(t, err, c.want)
 	}
 	for slot := range 2 {
-		if tok, prob, err := b.Prefill(slot, []int32{0, 1}, true); err != nil || tok != 7 || prob != 0.25 {
+		if tok, prob, err := prefillStep(b, slot, []int32{0, 1}); err != nil || tok != 7 || prob != 0.25 {
 			t.Fatalf("prefill slot %d after refused results: %d, %g, %v; want 7, 0.25", slot, tok, prob, err)
 		}
 	}
 
-	// Decode: the first token picks the answer. A refused result leaves the caller's
+	// A decode: the first token picks the answer. A refused result leaves the caller's
 	// outputs as they were, even when its tokens were fine and only the probabilities not.
 	out, probs := cOutputs(b)
 	for _, c := range []struct {
-		kind     int32
-		wantProb bool
-		want     string
+		kind int32
+		want string
 	}{
-		{1, false, "adapter decode: adapter returned 1 tokens for 2 rows"},
-		{2, true, "adapter decode: adapter returned probability nan for row 0, want a number in [0, 1]"},
-		{3, true, "adapter decode: adapter returned probability -0.5 for row 0"},
-		{4, true, "adapter decode: adapter returned a NoneType of probabilities, want a list of 2"},
-		{5, false, "adapter decode: token of row 0: TypeError"},
-		{6, false, "adapter decode: adapter returned a int, want (next, probs)"},
-		{7, false, "adapter decode: adapter returned token 152681 for row 1, outside the vocabulary of 152681"},
+		{6, "adapter step: adapter returned 1 rows for 2 rows"},
+		{7, "adapter step: adapter returned probability nan for row 0, want a number in [0, 1]"},
+		{2, "adapter step: adapter returned a int of rows, want a list of 2"},
+		{1, "adapter step: adapter returned token 1000000000 for row 0, outside the vocabulary of 152681"},
 	} {
 		for i := range out {
 			out[i], probs[i] = -9, -9
 		}
-		next := []int32{-5, -5}
-		var prob []float32
-		if c.wantProb {
-			prob = []float32{-5, -5}
-		}
-		err := b.Decode([]int{0, 1}, []int32{c.kind, 0}, next, prob)
-		wantError(t, err, "native ttnn: decode: "+c.want)
+		next, prob := []int32{-5, -5}, []float32{-5, -5}
+		err := decodeStep(b, []int{0, 1}, []int32{c.kind, 0}, next, prob)
+		wantError(t, err, c.want)
 		if !slices.Equal(out, []int32{-9, -9}) || !slices.Equal(probs, []float32{-9, -9}) ||
-			!slices.Equal(next, []int32{-5, -5}) || (prob != nil && !slices.Equal(prob, []float32{-5, -5})) {
+			!slices.Equal(next, []int32{-5, -5}) || !slices.Equal(prob, []float32{-5, -5}) {
 			t.Fatalf("kind %d: a refused decode wrote outputs: C %v %v, Go %v %v", c.kind, out, probs, next, prob)
 		}
 	}
 	next, prob := []int32{0, 0}, []float32{0, 0}
-	if err := b.Decode([]int{1, 0}, []int32{0, 0}, next, prob); err != nil || !slices.Equal(next, []int32{7, 7}) ||
+	if err := decodeStep(b, []int{1, 0}, []int32{0, 0}, next, prob); err != nil || !slices.Equal(next, []int32{7, 7}) ||
 		!slices.Equal(prob, []float32{0.25, 0.25}) {
 		t.Fatalf("decode after refused results: %v %v %v; want [7 7] [0.25 0.25]", next, prob, err)
 	}
@@ -366,32 +358,24 @@ def close(h): pass
 	wantError(t, err, "option adapter: value longer than 255 bytes")
 }
 
-// badResultsAdapter answers prefill and decode by the first id or token it is given: 0 is
-// a good answer (token 7, probability 0.25), the others each a way of getting the
+// badResultsAdapter answers a step by its first slot's first pending id: 0 is a good
+// answer (token 7, probability 0.25, each row), the others each a way of getting the
 // protocol's result wrong.
 const badResultsAdapter = `
 def open(config):
     assert config["vocab"] == 152681 and config["weights_dir"] and config["max_batch"] == 2, config
     return {}
 def vision(h, p, gh, gw): pass
-def prefill(h, slot, ids, want_prob):
-    kind = ids[0]
-    if kind == 1: return 10**9, None
+def step(h, slots, pending, blocks, no_output, k, watch):
+    kind, n = pending[0][0], len(slots)
+    if kind == 1: return [([10**9], [0.25], [])] * n
     if kind == 2: return 7
-    if kind == 3: return 7, 1.5
-    if kind == 4: return 7, None
-    if kind == 5: return "seven", 0.5
-    return 7, (0.25 if want_prob else None)
-def decode(h, slots, tokens, want_prob):
-    kind, n = tokens[0], len(slots)
-    if kind == 1: return [7] * (n - 1), None
-    if kind == 2: return [7] * n, [float("nan")] * n
-    if kind == 3: return [7] * n, [-0.5] * n
-    if kind == 4: return [7] * n, None
-    if kind == 5: return ["seven"] * n, None
-    if kind == 6: return 7
-    if kind == 7: return [7] + [152681] * (n - 1), None
-    return [7] * n, ([0.25] * n if want_prob else None)
+    if kind == 3: return [([7], [1.5], [])] * n
+    if kind == 4: return [([7], [None], [])] * n
+    if kind == 5: return [(["seven"], [0.25], [])] * n
+    if kind == 6: return [([7], [0.25], [])] * (n - 1)
+    if kind == 7: return [([7], [float("nan")], [])] * n
+    return [([7], [0.25], [])] * n
 def release(h, slot): pass
 def reset(h): pass
 def close(h): pass
@@ -523,11 +507,15 @@ func wantError(t *testing.T, err error, parts ...string) {
 	}
 }
 
-// noopAdapter keeps the protocol and computes nothing: every token is followed by itself.
+// noopAdapter keeps the protocol and computes nothing: every output row's top id is the
+// slot's last token (a block's rows: their own), with probability 1.
 const noopAdapter = `def open(c): return None
 def vision(h, p, gh, gw): pass
-def prefill(h, slot, ids, want_prob): return 0, (1.0 if want_prob else None)
-def decode(h, slots, tokens, want_prob): return tokens, ([1.0] * len(tokens) if want_prob else None)
+def row(t, k, watch):
+    others = [i for i in range(k + 1) if i != t][:k - 1]
+    return [t] + others, [1.0] + [0.0] * (k - 1), [1.0 if w == t else 0.0 for w in watch]
+def step(h, slots, pending, blocks, no_output, k, watch):
+    return [row(t, k, watch) for p, b, q in zip(pending, blocks, no_output) if not q for t in (b or p[-1:])]
 def release(h, slot): pass
 def reset(h): pass
 def close(h): pass

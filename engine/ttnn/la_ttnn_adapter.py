@@ -18,9 +18,9 @@ program and capture the decode trace before open() returns.
 Batching (docs/ttnn-backend.md, "The batched step on the chip"): the protocol's max_batch
 slots are the Generator's users. ModelArgs gets max_batch_size = max_batch; the KV pool is
 split evenly, user u owning row u of the page table (PAGE_POOL_BLOCKS / max_batch blocks).
-prefill(slot) runs one user into its own pages, the way the Generator's paged prefill does
-(that user's page-table row, user_id 0), then resets the Generator's mode so its next decode
-takes the prefill-to-decode path. decode(slots) is one Generator.decode_forward over all
+A step's prompt on a free slot runs one user into its own pages, the way the Generator's
+paged prefill does (that user's page-table row, user_id 0), then resets the Generator's mode
+so its next decode takes the prefill-to-decode path. An AR step is one Generator.decode_forward over all
 max_batch users, a token and a position per user; users not in the call are padded with
 token 0 at position -1, which tt-metal's paged cache update and decode attention skip (the
 convention of tt_transformers' partial batches). Every decode call has max_batch rows, so
@@ -55,10 +55,12 @@ with a clear error while AR decoding works as before.
 
 Protocol (engine/native/ttnn_backend.c):
     open(config) -> handle; vision(handle, patches, grid_h, grid_w);
-    prefill(handle, slot, ids, want_prob) -> (token, prob | None);
-    decode(handle, slots, tokens, want_prob) -> (next, probs | None);
-    step(handle, slots, pending, blocks, k, watch) -> [(top_ids, top_probs, watch_probs)];
+    step(handle, slots, pending, blocks, no_output, k, watch) -> [(top_ids, top_probs, watch_probs)];
     release(handle, slot); reset(handle); close(handle); logits(handle, row)
+step() is the decoder's one entry (la_backend.h's ABI 4): a step on a free slot is its
+prefill, and a step whose every slot is live with one pending token and no block is AR
+decoding, which runs as one traced decode call (the fast path); a block's rows see each
+other causally when the checkpoint's text_config.causal_attn is set (config["block_causal"]).
 """
 
 import dataclasses
@@ -196,6 +198,7 @@ class Settings:
     max_seq_len: int  # positions per sequence (LA_MAX_SEQ_LEN)
     max_batch: int  # sequences decoded together, the Generator's users (LA_MAX_BATCH)
     image_token_id: int
+    block_causal: bool  # text_config.causal_attn: a block's rows see each other causally
     vocab: int
     hidden: int
     precision: str
@@ -236,6 +239,7 @@ class Settings:
             max_seq_len=max_seq_len,
             max_batch=max_batch,
             image_token_id=int(config["image_token_id"]),
+            block_causal=bool(config.get("block_causal", 0)),
             vocab=int(config["vocab"]),
             hidden=int(config["hidden"]),
             precision=precision,
@@ -294,22 +298,6 @@ def blocks_for(n, block_size=PAGE_BLOCK_SIZE):
     return -(-n // block_size)
 
 
-def greedy(row):
-    """The greedy token of a float32 logits row (numpy): the first of the highest."""
-    return int(row.argmax())
-
-
-def token_prob(np, row, token):
-    """The softmax probability of token under a float32 logits row, where token is the row's
-    greedy choice (its highest logit): 1 / sum(exp(row - row[token])), the exponentials in
-    float32 (the row's own precision, within 1e-7 relative) summed in float64. The pipeline asks
-    for it on every step and it runs on the thread that feeds the chip, one pass over the
-    vocabulary per row: this form is about 4x cheaper than exponentiating a float64 copy
-    (docs/scores.md, "Cost")."""
-    e = np.exp(row - row[token])
-    return float(1.0 / e.sum(dtype=np.float64))
-
-
 def warmup_prompt(settings, n_image, text_tokens=27):
     """A prompt shaped like a real detection prompt (the ~303-token bucket at 24x44)."""
     ids = [_IM_START, _SYSTEM, _NEWLINE, _IM_END, _NEWLINE, _IM_START, _USER, _NEWLINE, _IMG_START]
@@ -318,28 +306,39 @@ def warmup_prompt(settings, n_image, text_tokens=27):
     return ids
 
 
-def check_step(s, live, pos, slots, pending, blocks, k, watch):
+def check_step(s, live, pos, slots, pending, blocks, no_output, k, watch):
     """Refuses a step la_backend.h does not allow (the bridge has checked the same; this
     module is also called directly). s: Settings; live, pos: the slots' state."""
-    if not 1 <= len(slots) <= s.max_batch or len(pending) != len(slots) or len(blocks) != len(slots):
-        raise ValueError(f"{len(slots)} slots, {len(pending)} pending lists and {len(blocks)} blocks: "
-                         f"want 1..{s.max_batch} of each, as many")
-    if len(set(slots)) != len(slots):
+    n = len(slots)
+    if not 1 <= n <= s.max_batch or len(pending) != n or len(blocks) != n or len(no_output) != n:
+        raise ValueError(f"{n} slots, {len(pending)} pending lists, {len(blocks)} blocks and {len(no_output)} "
+                         f"no_output flags: want 1..{s.max_batch} of each, as many")
+    if len(set(slots)) != n:
         raise ValueError(f"slots {slots} repeat a slot")
     if not 1 <= k <= STEP_MAX_K or len(watch) > STEP_MAX_WATCH:
         raise ValueError(f"k {k} (1..{STEP_MAX_K}) and {len(watch)} watched ids (at most {STEP_MAX_WATCH})")
-    for slot, p, b in zip(slots, pending, blocks):
+    image_slots = []
+    for slot, p, b, quiet in zip(slots, pending, blocks, no_output):
         if not 0 <= slot < s.max_batch:
             raise ValueError(f"slot {slot} out of range 0..{s.max_batch - 1}")
-        if not live[slot]:
-            raise ValueError(f"slot {slot} is free: step before prefill")
-        if len(p) + len(b) > STEP_MAX_ROWS or not (p or b):
-            raise ValueError(f"slot {slot}: {len(p)} pending and {len(b)} block tokens, want 1..{STEP_MAX_ROWS} "
-                             "in all (a row without a block needs a pending token)")
+        if not live[slot] and not p:
+            raise ValueError(f"slot {slot} is free: a step on it is its prefill and needs its prompt pending")
+        if len(p) > (STEP_MAX_ROWS if live[slot] else s.max_seq_len) or len(b) > STEP_MAX_ROWS or not (p or b):
+            raise ValueError(f"slot {slot}: {len(p)} pending and {len(b)} block tokens, want at most {STEP_MAX_ROWS} "
+                             "of each on a live slot (a prompt on a free one) and one or the other")
+        if quiet and b:
+            raise ValueError(f"slot {slot}: no_output with a block of {len(b)} (every block row is an output)")
         held = pos[slot] + len(p)
         if held > s.max_seq_len or held - 1 + len(b) > s.max_seq_len:
             raise ValueError(f"slot {slot} is full: {pos[slot]} positions, {len(p)} pending and a block of {len(b)}, "
                              f"max_seq_len {s.max_seq_len}")
+        if s.image_token_id in p:
+            if live[slot]:
+                raise ValueError(f"slot {slot} is live: image-context ids go only in a free slot's prompt here "
+                                 "(the decode path embeds text)")
+            image_slots.append(slot)
+    if len(image_slots) > 1:
+        raise ValueError(f"slots {image_slots} hold image-context ids: at most one slot of a step may")
     for t in [t for p in pending for t in p] + [t for b in blocks for t in b] + list(watch):
         if not 0 <= t < s.vocab:
             raise ValueError(f"token {t} outside the vocabulary of {s.vocab}")
@@ -356,11 +355,12 @@ def block_layout(held, n_block, tile=TILE):
     return start, positions
 
 
-def step_mask(np, held, start, n_block, n_rows):
+def step_mask(np, held, start, n_block, n_rows, block_causal=False):
     """The masked prefill's attention mask, bool [n_rows, n_rows] (True: may read), for the
     layout of block_layout: committed rows causal; filler rows read only themselves (nobody
     reads them); block rows read every committed row but the last (block row 0 stands in
-    for it, at its position) and the whole block both ways; rows past the block (the
+    for it, at its position) and the block: all of it both ways, or block row i rows 0..i
+    when block_causal (the checkpoint's text_config.causal_attn); rows past the block (the
     prefill's padding) causal over the committed rows and themselves."""
     allowed = np.zeros((n_rows, n_rows), dtype=bool)
     allowed[:held, :held] = np.tril(np.ones((held, held), dtype=bool))
@@ -368,7 +368,7 @@ def step_mask(np, held, start, n_block, n_rows):
         allowed[r, r] = True
     end = start + n_block
     allowed[start:end, :held - 1] = True
-    allowed[start:end, start:end] = True
+    allowed[start:end, start:end] = np.tril(np.ones((n_block, n_block), dtype=bool)) if block_causal else True
     for r in range(end, n_rows):
         allowed[r, :held] = True
         allowed[r, r] = True
@@ -618,13 +618,14 @@ class Engine:
             tokens = []
             for slot in slots:
                 self.image = image  # one vision result serves every slot's prefill
-                tokens.append(self.prefill(slot, ids, False)[0])
+                tokens.append(self.step([slot], [ids], [[]], [False], 1, [])[0][0][0])
             for _ in range(s.warmup_decode_steps):
-                tokens, _ = self.decode(slots, tokens, False)
+                rows = self.step(slots, [[t] for t in tokens], [[]] * len(slots), [False] * len(slots), 1, [])
+                tokens = [r[0][0] for r in rows]
             if s.max_batch > 1:
-                self.decode(slots[:1], tokens[:1], False)
+                self.step(slots[:1], [tokens[:1]], [[]], [False], 1, [])
             if self.block_support is None:  # compile the masked prefill of a block step too
-                self.step(slots[:1], [[]], [[tokens[0]] * 6], 1, [])
+                self.step(slots[:1], [[]], [[tokens[0]] * 6], [False], 1, [])
             self.reset()
             log(f"Warmup run {i + 1}/{s.warmup_runs}: {time.perf_counter() - t0:.1f}s")
         log("Warmup complete")
@@ -664,10 +665,6 @@ class Engine:
             return None
         return self.last_logits[row].astype("<f4").tobytes()
 
-    def _answer(self, rows, tokens, want_prob):
-        np = self.x.np
-        return [token_prob(np, r, t) for r, t in zip(rows, tokens)] if want_prob else None
-
     # --- vision -------------------------------------------------------------------------
 
     def vision(self, patches, grid_h, grid_w):
@@ -684,29 +681,20 @@ class Engine:
 
     # --- prefill: one user into its pages -----------------------------------------------
 
-    def prefill(self, slot, ids, want_prob):
-        self._usable()
+    def _prefill(self, slot, ids):
+        """A step's prompt on a free slot (step() checked it): one user into its own pages.
+        Returns the last row's logits."""
         s, x = self.s, self.x
         torch, ttnn = x.torch, x.ttnn
-        self._check_slot(slot)
-        if self.live[slot]:
-            raise ValueError(f"slot {slot} is live: release it before a new prefill")
-        ids = [int(i) for i in ids]
-        if not ids:
-            raise ValueError("empty prompt")
-        if len(ids) > s.max_seq_len:
-            raise ValueError(f"prompt of {len(ids)} tokens exceeds max_seq_len {s.max_seq_len}")
-        if not all(0 <= i < s.vocab for i in ids):
-            raise ValueError(f"token id outside the vocabulary of {s.vocab}")
-        n_img = ids.count(s.image_token_id)
-        have = 0 if self.image is None else int(self.image.shape[0])
-        if n_img != have:
-            raise ValueError(f"prompt has {n_img} image tokens but {have} image embeddings are kept")
+        # A prompt without image-context ids leaves the kept image for the one that has them
+        # (step() checked that their count is the kept embeddings').
+        image = self.image if s.image_token_id in ids else None
+        have = 0 if image is None else int(image.shape[0])
 
         # Host side: text embeddings, the image rows merged in, padded to the prefill bucket.
         input_ids = torch.tensor([ids], dtype=torch.int64)
         text = torch.nn.functional.embedding(input_ids, self.embed).to(torch.float32)
-        embeds = text if have == 0 else x.merge_vision_tokens(input_ids, text, self.image, _MergeConfig(s.image_token_id))
+        embeds = text if have == 0 else x.merge_vision_tokens(input_ids, text, image, _MergeConfig(s.image_token_id))
         padded, _, _ = x.preprocess_inputs_prefill(
             [embeds[0]], self.args, torch.ones_like(input_ids), pad_embedding=self.embed[self.pad_id].to(torch.float32))
         padded_len = int(padded[0].shape[0])
@@ -740,12 +728,11 @@ class Engine:
         row = self._vocab_row(logits)
 
         self.live[slot], self.pos[slot] = True, len(ids)
-        self.history[slot] = SlotHistory(ids=list(ids), image=self.image)
-        self.image = None  # consumed: the next prefill needs its own vision call
+        self.history[slot] = SlotHistory(ids=list(ids), image=image)
+        if image is not None:
+            self.image = None  # consumed: the next prompt needs its own vision call
         self.batch_changed = True
-        self.last_logits = [row]
-        token = greedy(row)
-        return token, (self._answer([row], [token], True)[0] if want_prob else None)
+        return row
 
     def _vocab_row(self, logits):
         """A prefill's logits as float32 numpy [vocab]: the device pads the vocabulary, the
@@ -757,51 +744,42 @@ class Engine:
 
     # --- decode: every user, one step ---------------------------------------------------
 
-    def decode(self, slots, tokens, want_prob):
-        self._usable()
-        s = self.s
-        slots, tokens = [int(v) for v in slots], [int(v) for v in tokens]
-        if not 1 <= len(slots) <= s.max_batch or len(tokens) != len(slots):
-            raise ValueError(f"{len(slots)} slots and {len(tokens)} tokens: want 1..{s.max_batch} of each, as many")
-        if len(set(slots)) != len(slots):
-            raise ValueError(f"slots {slots} repeat a slot")
-        for slot, token in zip(slots, tokens):
-            self._check_slot(slot)
-            if not self.live[slot]:
-                raise ValueError(f"slot {slot} is free: decode before prefill")
-            if self.pos[slot] >= s.max_seq_len:
-                raise ValueError(f"slot {slot} is full: {self.pos[slot]} positions, max_seq_len {s.max_seq_len}")
-            if not 0 <= token < s.vocab:
-                raise ValueError(f"token {token} outside the vocabulary of {s.vocab}")
-
+    def _decode(self, slots, tokens):
+        """One token for each of the live slots (step() checked them) in one Generator decode
+        call: the traced AR decode. Returns each slot's logits row."""
         # One row per user: the call's slots at their positions, every other user idle.
-        user_tokens = [IDLE_TOKEN] * s.max_batch
-        positions = [IDLE_POSITION] * s.max_batch
+        user_tokens = [IDLE_TOKEN] * self.s.max_batch
+        positions = [IDLE_POSITION] * self.s.max_batch
         for slot, token in zip(slots, tokens):
             user_tokens[slot], positions[slot] = token, self.pos[slot]
         rows = self._decode_users(user_tokens, positions)
-
-        picked = [rows[slot] for slot in slots]
         for slot, token in zip(slots, tokens):
             self.pos[slot] += 1
             self.history[slot].ids.append(token)
-        self.last_logits = picked
-        nxt = [greedy(r) for r in picked]
-        return nxt, self._answer(picked, nxt, want_prob)
+        return [rows[slot] for slot in slots]
 
     # --- step: parallel box decoding ------------------------------------------------------
 
-    def step(self, slots, pending, blocks, k, watch):
-        """One step for distinct live slots (the protocol's step). A slot without a block
+    def step(self, slots, pending, blocks, no_output, k, watch):
+        """The protocol's one step (la_backend.h). When every slot is live with one pending
+        token, no block and an output row (AR decoding), it is one traced Generator decode
+        call (_decode), the fast path the port validated. Otherwise: a free slot's pending
+        ids are its prompt (_prefill, one user into its pages); a live slot without a block
         appends its pending tokens through the decode path, one decode call per pending
-        index for all such slots together, and its row is its last one's; a slot with a
-        block takes the pending tokens into its history and runs the block (_block_rows)."""
+        index for all such slots together; a slot with a block takes the pending tokens
+        into its history and runs the block (_block_rows). Output rows as the protocol says:
+        none for no_output, the last pending row's, or the block's."""
         self._usable()
         slots = [int(v) for v in slots]
         pending = [[int(t) for t in p] for p in pending]
         blocks = [[int(t) for t in b] for b in blocks]
+        no_output = [bool(v) for v in no_output]
         watch, k = [int(t) for t in watch], int(k)
-        check_step(self.s, self.live, self.pos, slots, pending, blocks, k, watch)
+        check_step(self.s, self.live, self.pos, slots, pending, blocks, no_output, k, watch)
+        np = self.x.np
+        if all(self.live[s] and len(p) == 1 and not b and not q for s, p, b, q in zip(slots, pending, blocks, no_output)):
+            self.last_logits = self._decode(slots, [p[0] for p in pending])
+            return [ranked(np, r, k, watch) for r in self.last_logits]
         if self.block_support and any(blocks):
             raise RuntimeError(self.block_support)
         for slot, p, b in zip(slots, pending, blocks):
@@ -810,25 +788,30 @@ class Engine:
                 raise ValueError(f"slot {slot}: a block after {held} positions needs room to the next {TILE}-row tile "
                                  f"and {len(b)} more, beyond the slot's {len(self.page_table[slot]) * PAGE_BLOCK_SIZE} "
                                  "positions of the KV pool")
+        image = [p for p in pending if self.s.image_token_id in p]
+        have = 0 if self.image is None else int(self.image.shape[0])
+        if image and image[0].count(self.s.image_token_id) != have:
+            raise ValueError(f"prompt has {image[0].count(self.s.image_token_id)} image tokens but {have} image "
+                             "embeddings are kept")
         out = {}
-        one_token = [(slot, p) for slot, p, b in zip(slots, pending, blocks) if not b]
+        for slot, p in zip(slots, pending):
+            if not self.live[slot]:
+                out[slot] = [self._prefill(slot, p)]
+        one_token = [(slot, p) for slot, p, b in zip(slots, pending, blocks) if not b and slot not in out]
         for j in range(max((len(p) for _, p in one_token), default=0)):
             users = [(slot, p[j]) for slot, p in one_token if j < len(p)]
-            tokens, positions = [IDLE_TOKEN] * self.s.max_batch, [IDLE_POSITION] * self.s.max_batch
-            for slot, token in users:
-                tokens[slot], positions[slot] = token, self.pos[slot]
-            rows = self._decode_users(tokens, positions)
-            for slot, token in users:
-                self.pos[slot] += 1
-                self.history[slot].ids.append(token)
-                out[slot] = [rows[slot]]
+            for (slot, _), row in zip(users, self._decode([u for u, _ in users], [t for _, t in users])):
+                out[slot] = [row]
         for slot, p, b in zip(slots, pending, blocks):
             if b:
-                self.history[slot].ids.extend(p)
-                self.pos[slot] += len(p)
+                if slot in out:  # prefilled just now: the history holds the prompt
+                    del out[slot]
+                else:
+                    self.history[slot].ids.extend(p)
+                    self.pos[slot] += len(p)
                 out[slot] = self._block_rows(slot, b)
-        self.last_logits = [r for slot in slots for r in out[slot]]
-        return [ranked(self.x.np, r, k, watch) for r in self.last_logits]
+        self.last_logits = [r for slot, q in zip(slots, no_output) if not q for r in out[slot]]
+        return [ranked(np, r, k, watch) for r in self.last_logits]
 
     def _block_rows(self, slot, block):
         """The block's logits rows (float32 numpy [vocab] each): one masked prefill of the
@@ -850,7 +833,7 @@ class Engine:
             raise ValueError(f"a block after {held} positions pads to {n} rows, beyond the model's "
                              f"max_prefill_chunk_size {self.max_prefill}")
         positions = positions + list(range(len(positions), n))  # the padding rows: never read
-        allowed = step_mask(x.np, held, start, len(block), n)
+        allowed = step_mask(x.np, held, start, len(block), n, s.block_causal)
         mask = torch.tensor(x.np.where(allowed, 0.0, float("-inf")).astype(x.np.float32)).reshape(1, 1, n, n)
         user_table = self.page_table[slot:slot + 1, :blocks_for(start + len(block))]
         self.model.switch_mode(x.Mode.PREFILL)
@@ -974,14 +957,6 @@ def vision(handle, patches, grid_h, grid_w):
     handle.vision(patches, grid_h, grid_w)
 
 
-def prefill(handle, slot, ids, want_prob):
-    return handle.prefill(slot, ids, want_prob)
-
-
-def decode(handle, slots, tokens, want_prob):
-    return handle.decode(slots, tokens, want_prob)
-
-
 def release(handle, slot):
     handle.release(slot)
 
@@ -994,8 +969,8 @@ def close(handle):
     handle.close()
 
 
-def step(handle, slots, pending, blocks, k, watch):
-    return handle.step(slots, pending, blocks, k, watch)
+def step(handle, slots, pending, blocks, no_output, k, watch):
+    return handle.step(slots, pending, blocks, no_output, k, watch)
 
 
 def logits(handle, row):

@@ -10,22 +10,22 @@ Protocol (see engine/native/ttnn_backend.c):
 
     open(config: dict) -> handle                       config["max_batch"] slots
     vision(handle, patches: bytes, grid_h, grid_w)     float32 LE [gh*gw, 3, p, p]
-    prefill(handle, slot, ids, want_prob) -> (token, prob | None)
-    decode(handle, slots, tokens, want_prob) -> (next, probs | None)
-    step(handle, slots, pending, blocks, k, watch) -> [(top_ids, top_probs, watch_probs)]
+    step(handle, slots, pending, blocks, no_output, k, watch)
+        -> [(top_ids, top_probs, watch_probs)]
     release(handle, slot); reset(handle); close(handle)
-    logits(handle, row) -> bytes | None                row of the last call, float32 [vocab]
+    logits(handle, row) -> bytes | None                output row of the last step, float32
     image_embeddings(handle) -> (bytes, n, dim) | None
 
-Each slot has its own KV cache and position. A decode call advances every row it is given,
-and each row runs through exactly the operations it would run alone (the same shapes, so
-the same float32 rounding): batching cannot change a slot's tokens. A step (parallel box
-decoding, docs/hybrid-decoding.md) runs each slot's pending tokens into its cache and then
-its output rows: the last pending row (through exactly a decode's or a prefill's
-operations) or a block whose rows are computed beside the cache, in scratch, and never
-stored; each output row is ranked by float32 softmax, ties in ascending id order. The stand-in gains no
-speed from batching; the chip does, and the protocol is what this module proves.
-A probability is the chosen token's softmax over the vocabulary, summed in float64.
+Each slot has its own KV cache and position. A step is the decoder's one call (la_backend.h):
+each slot's pending tokens go into its cache (a free slot's are its prompt, from position
+0, image-context ids taking the kept image embeddings), then its output rows: none
+(no_output), the last pending row, or a block whose rows are computed beside the cache, in
+scratch, and never stored (seeing each other both ways, or causally when the checkpoint's
+text_config.causal_attn is set: config["block_causal"]). Each slot runs through exactly the
+operations it would run alone (the same shapes, so the same float32 rounding): batching
+cannot change a slot's tokens. Each output row is ranked by float32 softmax, ties in
+ascending id order. The stand-in gains no speed from batching; the chip does, and the
+protocol is what this module proves.
 
 The maths follows tools/refmodel/model.py (the PyTorch reference) step by step; weights
 are read from the checkpoint's safetensors with numpy (bf16 widened by a 16-bit shift).
@@ -34,7 +34,8 @@ work but take minutes per request.
 
 Settings: like the real adapter it reads no environment variable; everything comes in
 config. Of config["options"] it reads one test hook, fail_in=<step>, which raises
-RuntimeError in that step (vision, prefill, decode, step, release, reset, open) so the bridge's
+RuntimeError in that call (vision, step, release, reset, open; step: one of live slots only,
+so a test can prefill first) so the bridge's
 error path can be tested. The real adapter's knobs, which the worker passes to every
 adapter (canon_grid, precision, trace, trace_region_size, warmup_runs,
 warmup_decode_steps, mesh_shape, device_id, python_site) and llm_dir, are accepted and
@@ -243,6 +244,7 @@ class Engine:
         self._maybe_fail("open")
         c = self.c
         self.max_batch = int(c["max_batch"])
+        self.block_causal = bool(c.get("block_causal", 0))
         if self.max_batch < 1:
             raise ValueError(f"max_batch {self.max_batch}: want at least 1")
         self.w = read_weights(config["weights_dir"])
@@ -261,7 +263,7 @@ class Engine:
         self.live = [False] * self.max_batch
         self.pos = [0] * self.max_batch  # positions held by each slot
         self.image = None
-        self.last_logits = []  # one row per row of the last prefill or decode
+        self.last_logits = []  # one row per output row of the last step
 
     def _check_slot(self, slot):
         if not 0 <= slot < self.max_batch:
@@ -316,17 +318,6 @@ class Engine:
 
     # --- decoder --------------------------------------------------------------------
 
-    def _forward(self, slot, x, start):
-        """Runs embeddings x [S, hidden] at positions start.. of slot through the decoder,
-        writing the slot's KV cache there; returns the last position's logits. The slot's
-        position is the caller's to advance, once every row of its call has run."""
-        s = x.shape[0]
-        positions = np.arange(start, start + s)
-        # causal: row i reads columns 0 .. start + i
-        allowed = np.arange(start + s)[None, :] <= positions[:, None]
-        x = self._decoder(slot, x, positions, s, allowed)
-        return self._head(x[-1:])[0]
-
     def _head(self, x):
         """The final norm and the LM head of hidden rows x [S, hidden]: logits [S, vocab]."""
         last = rms_norm(x, self.w["language_model.model.norm.weight"], self.c["rms_norm_eps"])
@@ -379,124 +370,109 @@ class Engine:
     def _embed(self, ids):
         return self.w["language_model.model.embed_tokens.weight"][ids].astype(np.float32)
 
-    def prefill(self, slot, ids, want_prob):
-        self._maybe_fail("prefill")
-        c = self.c
-        self._check_slot(slot)
-        if self.live[slot]:
-            raise ValueError(f"slot {slot} is live: release it before a new prefill")
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.ndim != 1 or ids.size == 0:
-            raise ValueError("prefill needs a non-empty list of token ids")
-        if ids.size > c["max_seq_len"]:
-            raise ValueError(f"prompt of {ids.size} tokens exceeds max_seq_len {c['max_seq_len']}")
-        if ids.min() < 0 or ids.max() >= c["vocab"]:
-            raise ValueError(f"token id outside the vocabulary of {c['vocab']}")
+    def _embed_pending(self, ids):
+        """The embeddings of a slot's pending ids, the kept image embeddings spliced over
+        its image-context ids in order (step() checked that they match)."""
         x = self._embed(ids)
-        at = np.flatnonzero(ids == c["image_token_id"])
-        have = 0 if self.image is None else self.image.shape[0]
-        if at.size != have:
-            raise ValueError(f"prompt has {at.size} image tokens but {have} image embeddings are kept")
-        if have:
+        at = np.flatnonzero(np.asarray(ids) == self.c["image_token_id"])
+        if at.size:
             x[at] = self.image
-        logits = self._forward(slot, x, 0)
-        self.live[slot], self.pos[slot] = True, int(ids.size)
-        self.image = None  # consumed: the next prefill needs its own vision call
-        self.last_logits = [logits]
-        token = int(np.argmax(logits))
-        return token, (token_prob(logits, token) if want_prob else None)
+        return x
 
-    def decode(self, slots, tokens, want_prob):
-        self._maybe_fail("decode")
-        c = self.c
-        slots, tokens = [int(s) for s in slots], [int(t) for t in tokens]
-        if not 1 <= len(slots) <= self.max_batch or len(tokens) != len(slots):
-            raise ValueError(f"{len(slots)} slots and {len(tokens)} tokens: want 1..{self.max_batch} of each, as many")
-        if len(set(slots)) != len(slots):
-            raise ValueError(f"slots {slots} repeat a slot")
-        # Every row is checked before any runs, so a refused call changes nothing.
-        for slot, token in zip(slots, tokens):
-            self._check_slot(slot)
-            if not self.live[slot]:
-                raise ValueError(f"slot {slot} is free: decode before prefill")
-            if self.pos[slot] >= c["max_seq_len"]:
-                raise ValueError(f"slot {slot} is full: {self.pos[slot]} positions, max_seq_len {c['max_seq_len']}")
-            if not 0 <= token < c["vocab"]:
-                raise ValueError(f"token {token} outside the vocabulary of {c['vocab']}")
-        rows = [self._forward(slot, self._embed([token]), self.pos[slot]) for slot, token in zip(slots, tokens)]
-        for slot in slots:
-            self.pos[slot] += 1
-        self.last_logits = rows
-        nxt = [int(np.argmax(r)) for r in rows]
-        return nxt, ([token_prob(r, t) for r, t in zip(rows, nxt)] if want_prob else None)
+    # --- step: the decoder's one entry point --------------------------------------------
 
-
-    # --- step: parallel box decoding (docs/hybrid-decoding.md) ------------------------
-
-    def step(self, slots, pending, blocks, k, watch):
-        """One step for distinct live slots. Slot i's pending[i] tokens are appended to its
-        cache causally (kept); then its output rows are the last pending row's (blocks[i]
-        empty) or the rows of blocks[i] at positions L'-1.., which read every cached
-        position but L'-1 and their whole block both ways, and whose keys and values are
-        never kept. Returns one (top_ids, top_probs, watch_probs) per output row, slot
-        after slot: the k most probable ids by float32 softmax (ties: lower id first),
-        their probabilities, and the probabilities of the watch ids."""
-        self._maybe_fail("step")
+    def step(self, slots, pending, blocks, no_output, k, watch):
+        """One step for distinct slots. Slot i's pending[i] tokens are appended to its cache
+        causally (kept): a free slot's from position 0, its prefill, image-context ids
+        taking the kept image embeddings. Then its output rows: none (no_output[i], without
+        a block), the last pending row's (blocks[i] empty) or the rows of blocks[i] at
+        positions L'-1.., which read every cached position but L'-1 and their block (both
+        ways, or causally when block_causal), and whose keys and values are never kept.
+        Returns one (top_ids, top_probs, watch_probs) per output row, slot after slot: the
+        k most probable ids by float32 softmax (ties: lower id first), their
+        probabilities, and the probabilities of the watch ids."""
         c = self.c
         slots = [int(v) for v in slots]
         pending = [[int(t) for t in p] for p in pending]
         blocks = [[int(t) for t in b] for b in blocks]
+        no_output = [bool(v) for v in no_output]
         watch = [int(t) for t in watch]
         k = int(k)
-        if not 1 <= len(slots) <= self.max_batch or len(pending) != len(slots) or len(blocks) != len(slots):
-            raise ValueError(f"{len(slots)} slots, {len(pending)} pending lists and {len(blocks)} blocks: "
-                             f"want 1..{self.max_batch} of each, as many")
-        if len(set(slots)) != len(slots):
+        n = len(slots)
+        if not 1 <= n <= self.max_batch or len(pending) != n or len(blocks) != n or len(no_output) != n:
+            raise ValueError(f"{n} slots, {len(pending)} pending lists, {len(blocks)} blocks and {len(no_output)} "
+                             f"no_output flags: want 1..{self.max_batch} of each, as many")
+        if len(set(slots)) != n:
             raise ValueError(f"slots {slots} repeat a slot")
         if not 1 <= k <= STEP_MAX_K or len(watch) > STEP_MAX_WATCH:
             raise ValueError(f"k {k} (1..{STEP_MAX_K}) and {len(watch)} watched ids (at most {STEP_MAX_WATCH})")
         # Every slot is checked before any runs, so a refused call changes nothing.
-        for slot, p, b in zip(slots, pending, blocks):
+        image_slots = []
+        for slot, p, b, quiet in zip(slots, pending, blocks, no_output):
             self._check_slot(slot)
-            if not self.live[slot]:
-                raise ValueError(f"slot {slot} is free: step before prefill")
-            if len(p) + len(b) > STEP_MAX_ROWS or not (p or b):
-                raise ValueError(f"slot {slot}: {len(p)} pending and {len(b)} block tokens, want 1..{STEP_MAX_ROWS} "
-                                 "in all (a row without a block needs a pending token)")
+            live = self.live[slot]
+            if not live and not p:
+                raise ValueError(f"slot {slot} is free: a step on it is its prefill and needs its prompt pending")
+            if len(p) > (STEP_MAX_ROWS if live else c["max_seq_len"]) or len(b) > STEP_MAX_ROWS or not (p or b):
+                raise ValueError(f"slot {slot}: {len(p)} pending and {len(b)} block tokens, want at most "
+                                 f"{STEP_MAX_ROWS} of each on a live slot (a prompt on a free one) and one or the other")
+            if quiet and b:
+                raise ValueError(f"slot {slot}: no_output with a block of {len(b)} (every block row is an output)")
             held = self.pos[slot] + len(p)  # L'
             if held > c["max_seq_len"] or held - 1 + len(b) > c["max_seq_len"]:
                 raise ValueError(f"slot {slot} is full: {self.pos[slot]} positions, {len(p)} pending and a block of "
                                  f"{len(b)}, max_seq_len {c['max_seq_len']}")
+            if c["image_token_id"] in p:
+                image_slots.append(slot)
         for t in [t for p in pending for t in p] + [t for b in blocks for t in b] + watch:
             if not 0 <= t < c["vocab"]:
                 raise ValueError(f"token {t} outside the vocabulary of {c['vocab']}")
+        if len(image_slots) > 1:
+            raise ValueError(f"slots {image_slots} hold image-context ids: at most one slot of a step may")
+        if image_slots:
+            p = pending[slots.index(image_slots[0])]
+            have = 0 if self.image is None else self.image.shape[0]
+            n_image = p.count(c["image_token_id"])
+            if n_image != have:
+                raise ValueError(f"prompt has {n_image} image tokens but {have} image embeddings are kept")
+        if all(self.live[s] for s in slots):
+            self._maybe_fail("step")
         rows = []
-        for slot, p, b in zip(slots, pending, blocks):
-            rows.extend(self._step_slot(slot, p, b))
+        for slot, p, b, quiet in zip(slots, pending, blocks, no_output):
+            rows.extend(self._step_slot(slot, p, b, quiet))
+        if image_slots:
+            self.image = None  # consumed: the next prompt needs its own vision call
         self.last_logits = rows
         return [ranked(r, k, watch) for r in rows]
 
-    def _step_slot(self, slot, pending, block):
+    def _step_slot(self, slot, pending, block, no_output):
         """One slot's part of a step: its output rows' logits."""
-        if not block:
-            logits = self._forward(slot, self._embed(pending), self.pos[slot])  # exactly a decode's rows
-            self.pos[slot] += len(pending)
-            return [logits]
         start, n_p, n_b = self.pos[slot], len(pending), len(block)
         held = start + n_p  # L'
+        x = self._embed_pending(pending)
+        self.live[slot] = True
+        if not block:
+            # Exactly a prefill's or a decode's operations: causal rows, the last one's head.
+            positions = np.arange(start, held)
+            allowed = np.arange(held)[None, :] <= positions[:, None]
+            x = self._decoder(slot, x, positions, n_p, allowed)
+            self.pos[slot] = held
+            return [] if no_output else [self._head(x[-1:])[0]]
         positions = np.concatenate((np.arange(start, held), np.arange(held - 1, held - 1 + n_b)))
-        allowed = step_mask(start, n_p, n_b)
-        x = self._decoder(slot, self._embed(pending + block), positions, n_p, allowed)
+        allowed = step_mask(start, n_p, n_b, self.block_causal)
+        x = np.concatenate((x, self._embed(block)))
+        x = self._decoder(slot, x, positions, n_p, allowed)
         self.pos[slot] = held
         return list(self._head(x[n_p:]))
 
 
-def step_mask(n_cached, n_pending, n_block):
+def step_mask(n_cached, n_pending, n_block, block_causal=False):
     """What each row of a step reads: bool [n_pending + n_block, n_cached + n_pending +
     n_block], the columns being the cache (with the pending rows appended) and then the
     block. Pending rows are causal; block rows read every cached column but the last one
     (the last committed token, which block row 0 repeats at the same position) and the
-    whole block in both directions."""
+    block: all of it in both directions, or rows 0..i for block row i when block_causal
+    (the checkpoint's text_config.causal_attn)."""
     rows = n_pending + n_block
     held = n_cached + n_pending
     allowed = np.arange(held + n_block)[None, :] <= (np.arange(rows) + n_cached)[:, None]
@@ -504,6 +480,8 @@ def step_mask(n_cached, n_pending, n_block):
         allowed[n_pending:, :held - 1] = True
         allowed[n_pending:, held - 1] = False
         allowed[n_pending:, held:] = True
+        if block_causal:
+            allowed[n_pending:, held:] = np.tril(np.ones((n_block, n_block), bool))
     return allowed
 
 
@@ -516,13 +494,6 @@ def ranked(logits, k, watch):
     probs = e / e.sum(dtype=np.float32)
     top = np.argsort(-probs, kind="stable")[:k]  # stable: among equals, the lower id first
     return ([int(i) for i in top], [float(probs[i]) for i in top], [float(probs[i]) for i in watch])
-
-
-def token_prob(logits, token):
-    """The softmax probability of token under logits, accumulated in float64."""
-    z = logits.astype(np.float64)
-    e = np.exp(z - z.max())
-    return float(e[token] / e.sum())
 
 
 def _parse_options(lines):
@@ -547,14 +518,6 @@ def vision(handle, patches, grid_h, grid_w):
     handle.vision(patches, grid_h, grid_w)
 
 
-def prefill(handle, slot, ids, want_prob):
-    return handle.prefill(slot, ids, want_prob)
-
-
-def decode(handle, slots, tokens, want_prob):
-    return handle.decode(slots, tokens, want_prob)
-
-
 def release(handle, slot):
     handle.release(slot)
 
@@ -568,8 +531,8 @@ def close(handle):
     handle.k_cache = handle.v_cache = None
 
 
-def step(handle, slots, pending, blocks, k, watch):
-    return handle.step(slots, pending, blocks, k, watch)
+def step(handle, slots, pending, blocks, no_output, k, watch):
+    return handle.step(slots, pending, blocks, no_output, k, watch)
 
 
 def logits(handle, row):

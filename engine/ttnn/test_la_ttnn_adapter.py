@@ -244,7 +244,7 @@ class PageTableTest(unittest.TestCase):
 
 class ProtocolTest(unittest.TestCase):
     def test_surface(self):
-        for name in ("open", "vision", "prefill", "decode", "step", "release", "reset", "close", "logits"):
+        for name in ("open", "vision", "step", "release", "reset", "close", "logits"):
             self.assertTrue(callable(getattr(A, name)), name)
 
     def test_warmup_prompt_is_shaped_like_a_request(self):
@@ -263,15 +263,13 @@ class ProtocolTest(unittest.TestCase):
 
         h = Handle()
         A.vision(h, b"p", 2, 4)
-        self.assertEqual(A.prefill(h, 1, [1, 2], True), 7)
-        self.assertEqual(A.decode(h, [0, 1], [3, 4], False), 7)
-        self.assertEqual(A.step(h, [0], [[3]], [[]], 2, [5]), 7)
+        self.assertEqual(A.step(h, [0], [[3]], [[]], [False], 2, [5]), 7)
+        self.assertFalse(hasattr(A, "prefill") or hasattr(A, "decode"), "one step, no prefill or decode")
         A.release(h, 1)
         self.assertEqual(A.logits(h, 0), 7)
         A.reset(h)
         A.close(h)
-        self.assertEqual(calls, [("vision", (b"p", 2, 4)), ("prefill", (1, [1, 2], True)),
-                                 ("decode", ([0, 1], [3, 4], False)), ("step", ([0], [[3]], [[]], 2, [5])),
+        self.assertEqual(calls, [("vision", (b"p", 2, 4)), ("step", ([0], [[3]], [[]], [False], 2, [5])),
                                  ("release", (1,)), ("logits", (0,)),
                                  ("reset", ()), ("close", ())])
 
@@ -290,6 +288,23 @@ VOCAB = CONFIG["vocab"]
 PADDED_VOCAB = 152704
 HIDDEN = 4
 IMAGE_MARK = 200000  # image embedding row i has first component IMAGE_MARK + i
+
+
+def step(engine, slots, pending, blocks, k, watch):
+    """A step with an output row for every slot."""
+    return A.step(engine, slots, pending, blocks, [False] * len(slots), k, watch)
+
+
+def prefill(engine, slot, ids, want_prob):
+    """A prompt into the free slot through step: (greedy token, its probability or None)."""
+    (ids_, probs, _), = step(engine, [slot], [ids], [[]], 1, [])
+    return ids_[0], (probs[0] if want_prob else None)
+
+
+def decode(engine, slots, tokens, want_prob):
+    """One token per live slot through step: (greedy next tokens, their probabilities or None)."""
+    rows = step(engine, slots, [[t] for t in tokens], [[]] * len(slots), 1, [])
+    return [r[0][0] for r in rows], ([r[1][0] for r in rows] if want_prob else None)
 
 
 class T(np.ndarray):
@@ -602,7 +617,7 @@ class DeviceEngineTest(unittest.TestCase):
 
     def start(self, engine, slot, seed, n_text, want_prob=False):
         engine.vision(patches_for(seed), *GRID)
-        return engine.prefill(slot, prompt(4, n_text), want_prob)
+        return prefill(engine, slot, prompt(4, n_text), want_prob)
 
     def test_open_builds_for_the_batch_and_warms_up_at_it(self):
         engine, chip = self.open(4)
@@ -644,7 +659,7 @@ class DeviceEngineTest(unittest.TestCase):
                     tok, _ = self.start(engine, slot, seed, n_text)
                     last[slot], seq_of[slot], out[(seed, n_text)] = tok, (seed, n_text), [tok]
                 slots = sorted(last, reverse=step % 2 == 1)
-                nxt, _ = engine.decode(slots, [last[s] for s in slots], False)
+                nxt, _ = decode(engine, slots, [last[s] for s in slots], False)
                 for slot, tok in zip(slots, nxt):
                     last[slot] = tok
                     out[seq_of[slot]].append(tok)
@@ -674,9 +689,9 @@ class DeviceEngineTest(unittest.TestCase):
         engine, _ = self.open(2)
         tok, _ = self.start(engine, 0, 1, 5)
         self.assertEqual(engine.generator.mode, "prefill")
-        engine.decode([0], [tok], False)
+        decode(engine, [0], [tok], False)
         self.assertEqual(engine.generator.calls[-1].mode, "prefill", "the decode after a prefill saw the mode switch")
-        engine.decode([0], [tok], False)
+        decode(engine, [0], [tok], False)
         self.assertEqual(engine.generator.calls[-1].mode, "decode")
 
     def test_prompts_past_the_prefill_chunk_are_refused(self):
@@ -685,7 +700,7 @@ class DeviceEngineTest(unittest.TestCase):
         engine.vision(patches_for(1), *GRID)
         with self.assertRaisesRegex(ValueError, "prompt of 200 tokens pads to 256, beyond the model's "
                                                 "max_prefill_chunk_size 128: this adapter does not run chunked"):
-            engine.prefill(0, prompt(4, 194), False)
+            prefill(engine, 0, prompt(4, 194), False)
         self.assertEqual(chip.events[before:], [], "no device work for a refused prompt")
         self.assertFalse(engine.live[0])
         self.start(engine, 0, 1, 5)  # the kept image is still there for a prompt that fits
@@ -703,7 +718,7 @@ class DeviceEngineTest(unittest.TestCase):
         tok, prob = self.start(engine, 1, 4, 7, want_prob=True)
         self.assertLess(tok, VOCAB)
         self.assertEqual(len(A.logits(engine, 0)), 4 * VOCAB)
-        nxt, probs = engine.decode([1], [tok], True)
+        nxt, probs = decode(engine, [1], [tok], True)
         self.assertLess(nxt[0], VOCAB)
         row = np.frombuffer(A.logits(engine, 0), "<f4")
         self.assertEqual((len(row), int(row.argmax())), (VOCAB, nxt[0]))
@@ -712,26 +727,26 @@ class DeviceEngineTest(unittest.TestCase):
         self.assertAlmostEqual(prob, want, delta=1e-6 * want)
         self.assertAlmostEqual(probs[0], want, delta=1e-6 * want)
         self.assertIsNone(A.logits(engine, 1))
-        self.assertIsNone(engine.decode([1], [nxt[0]], False)[1])
+        self.assertIsNone(decode(engine, [1], [nxt[0]], False)[1])
 
     def test_slot_rules(self):
         engine, _ = self.open(2)
         tok, _ = self.start(engine, 0, 1, 5)
-        with self.assertRaisesRegex(ValueError, "slot 0 is live"):
-            self.start(engine, 0, 1, 5)
-        with self.assertRaisesRegex(ValueError, "slot 1 is free"):
-            engine.decode([1], [tok], False)
+        with self.assertRaisesRegex(ValueError, "slot 0 is live: image-context ids go only in a free slot's prompt"):
+            self.start(engine, 0, 1, 5)  # a prompt with an image on a live slot
+        with self.assertRaisesRegex(ValueError, "slot 1 is free: a step on it is its prefill"):
+            step(engine, [1], [[]], [[tok]], 3, [])
         with self.assertRaisesRegex(ValueError, "repeat a slot"):
-            engine.decode([0, 0], [tok, tok], False)
+            decode(engine, [0, 0], [tok, tok], False)
         with self.assertRaisesRegex(ValueError, "slot 2 out of range 0..1"):
             engine.release(2)
         engine.release(0)
         engine.release(0)
         with self.assertRaisesRegex(ValueError, "slot 0 is free"):
-            engine.decode([0], [tok], False)
+            step(engine, [0], [[]], [[tok]], 3, [])
         engine.pos[1], engine.live[1] = engine.s.max_seq_len, True
         with self.assertRaisesRegex(ValueError, "slot 1 is full"):
-            engine.decode([1], [tok], False)
+            decode(engine, [1], [tok], False)
 
     def test_close_releases_the_traces_before_the_mesh(self):
         engine, chip = self.open(2)
@@ -826,7 +841,7 @@ class DeviceStepTest(DeviceEngineTest):
         held = engine.pos[1]
         committed = self.contents(chip, engine, 1, held)  # what the plain prefill wrote
         block = [900, 901, 902, 903, 904, 905]
-        rows = A.step(engine, [1], [[]], [block], 3, [7])
+        rows = step(engine, [1], [[]], [block], 3, [7])
         self.assertEqual(len(rows), 6)
         for i, (ids, probs, watch) in enumerate(rows):
             want = (score(committed[:held - 1] + block) + 7 * (held - 1 + i)) % VOCAB
@@ -836,14 +851,14 @@ class DeviceStepTest(DeviceEngineTest):
         self.assertEqual(self.contents(chip, engine, 1, held), committed, "the committed rows rewrote the same pages")
         # Pending tokens and a second block: the committed sequence grows by them.
         pending = [11, 12, 13]
-        rows = A.step(engine, [1], [pending], [block], 3, [])
+        rows = step(engine, [1], [pending], [block], 3, [])
         for i, (ids, _, _) in enumerate(rows):
             want = (score(committed + pending[:-1] + block) + 7 * (held + 2 + i)) % VOCAB
             self.assertEqual(ids[0], want, f"row {i} after pending tokens")
         self.assertEqual(engine.pos[1], held + 3)
         self.assertEqual(len(A.logits(engine, 5)), 4 * VOCAB)
         # The cache then decodes as if the block had never run.
-        nxt, _ = engine.decode([1], [14], False)
+        nxt, _ = decode(engine, [1], [14], False)
         self.assertEqual(nxt[0], score(committed + pending + [14]))
 
     def test_one_token_rows_are_decodes(self):
@@ -851,7 +866,7 @@ class DeviceStepTest(DeviceEngineTest):
         tok0, _ = self.start(engine, 0, 1, 5)
         tok2, _ = self.start(engine, 2, 2, 7)
         calls = len(engine.generator.calls)
-        rows = A.step(engine, [2, 0], [[tok2, 5, 6], [tok0]], [[], []], 2, [])
+        rows = step(engine, [2, 0], [[tok2, 5, 6], [tok0]], [[], []], 2, [])
         new = engine.generator.calls[calls:]
         n5, n7 = len(prompt(4, 5)), len(prompt(4, 7))
         self.assertEqual([c.positions for c in new], [[n5, -1, n7], [-1, -1, n7 + 1], [-1, -1, n7 + 2]])
@@ -859,8 +874,8 @@ class DeviceStepTest(DeviceEngineTest):
         ref, _ = self.open(3, masked=True)
         self.start(ref, 2, 2, 7)
         for tok in (tok2, 5):
-            ref.decode([2], [tok], False)
-        want, _ = ref.decode([2], [6], False)
+            decode(ref, [2], [tok], False)
+        want, _ = decode(ref, [2], [6], False)
         self.assertEqual(rows[0][0][0], want[0], "slot 2's row is its last pending token's decode")
         self.assertEqual(len(rows), 2)
 
@@ -869,26 +884,27 @@ class DeviceStepTest(DeviceEngineTest):
         self.assertNotIn("masked_prefill", [e[0] for e in chip.events])
         tok, _ = self.start(engine, 0, 1, 5)
         with self.assertRaisesRegex(RuntimeError, "no masked prefill"):
-            A.step(engine, [0], [[]], [[tok] * 6], 3, [])
-        A.step(engine, [0], [[tok]], [[]], 3, [])  # one-token rows run on the decode path
+            step(engine, [0], [[]], [[tok] * 6], 3, [])
+        step(engine, [0], [[tok]], [[]], 3, [])  # one-token rows run on the decode path
 
     def test_step_refusals(self):
         engine, _ = self.open(2, masked=True)
         tok, _ = self.start(engine, 0, 1, 5)
         cases = {
-            "slot 1 is free": ([1], [[tok]], [[]], 3, []),
+            "slot 1 is free: a step on it is its prefill": ([1], [[]], [[tok]], 3, []),
             "repeat a slot": ([0, 0], [[tok], [tok]], [[], []], 3, []),
             "k 9": ([0], [[tok]], [[]], 9, []),
-            "a row without a block needs a pending token": ([0], [[]], [[]], 3, []),
+            "one or the other": ([0], [[]], [[]], 3, []),
+            "at most 16 of each on a live slot": ([0], [[tok] * 17], [[]], 3, []),
             "outside the vocabulary": ([0], [[tok]], [[]], 3, [VOCAB]),
         }
         for want, args in cases.items():
             with self.subTest(want=want), self.assertRaisesRegex(ValueError, want):
-                A.step(engine, *args)
+                step(engine, *args)
         pos = engine.pos[0]
         engine.pos[0] = engine.s.max_seq_len - 20  # a block needs room to the next tile and 6 more
         with self.assertRaisesRegex(ValueError, "beyond the slot's .* positions of the KV pool"):
-            A.step(engine, [0], [[]], [[tok] * 6], 3, [])
+            step(engine, [0], [[]], [[tok] * 6], 3, [])
         engine.pos[0] = pos
 
 

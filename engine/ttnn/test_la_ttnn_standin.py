@@ -2,7 +2,8 @@
 the committed random checkpoint testdata/checkpoints/tiny-f32: the step mask, the ranking
 rule, a block computed beside the cache equal to pending and block in one forward, the
 block's keys and values never kept, a row without a block equal to a decode, batching
-invariance, and refused calls that change nothing.
+invariance, a prompt cached without output, the block_causal mask, and refused calls that
+change nothing.
 The Go tests (engine/native ttnn_step_test.go) hold the same step, through the bridge, to
 the PyTorch reference's goldens.
 Run: cd engine/ttnn && /usr/bin/python3 -m unittest -v test_la_ttnn_standin. Needs only numpy."""
@@ -20,7 +21,7 @@ TEXT_MASK = 151676
 BLOCK = 6
 
 
-def tiny_config(max_batch=3, max_seq_len=64, options=""):
+def tiny_config(max_batch=3, max_seq_len=64, options="", block_causal=0):
     """open()'s config for the tiny checkpoint, as the bridge builds it from la_config."""
     with open(os.path.join(CKPT, "config.json")) as f:
         cfg = json.load(f)
@@ -35,7 +36,18 @@ def tiny_config(max_batch=3, max_seq_len=64, options=""):
         "intermediate": t["intermediate_size"], "vocab": t["vocab_size"], "rope_theta": t["rope_theta"],
         "rms_norm_eps": t["rms_norm_eps"], "image_token_id": cfg["image_token_index"], "max_seq_len": max_seq_len,
         "max_batch": max_batch, "threads": 1, "weights_dir": CKPT, "llm_dir": "", "options": options,
+        "block_causal": block_causal,
     }
+
+
+def step(e, slots, pending, blocks, k, watch):
+    """A step with an output row for every slot (no no_output)."""
+    return e.step(slots, pending, blocks, [False] * len(slots), k, watch)
+
+
+def prefill(e, slot, ids):
+    """A prompt into the free slot, cached without an output row."""
+    return e.step([slot], [ids], [[]], [True], 1, [])
 
 
 def text(n, seed):
@@ -81,6 +93,38 @@ class StandinStepTest(unittest.TestCase):
     def setUpClass(cls):
         cls.engine = S.open(tiny_config())
 
+    def test_no_output_caches_without_a_row(self):
+        """A prompt run with no_output holds the same cache as one with its row: the next
+        step's rows are bit for bit equal."""
+        e = self.engine
+        prompt = text(9, 12)
+        rows = e.step([0, 1], [prompt, prompt], [[], []], [True, False], 2, [])
+        self.assertEqual(len(rows), 1, "one output row: slot 1's")
+        self.assertEqual(rows, [S.ranked(e.last_logits[0], 2, [])])
+        self.assertEqual(e.pos[:2], [9, 9])
+        rows = step(e, [0, 1], [[7], [7]], [[], []], 3, [])
+        self.assertEqual(rows[0], rows[1])
+        with self.assertRaisesRegex(ValueError, "no_output with a block"):
+            e.step([0], [[]], [[1, 2]], [True], 3, [])
+
+    def test_block_causal_mask(self):
+        """With block_causal (text_config.causal_attn) a block row sees the rows of its
+        block up to itself; without, all of them."""
+        both = S.step_mask(2, 1, 3)
+        causal = S.step_mask(2, 1, 3, block_causal=True)
+        np.testing.assert_array_equal(both[:, :3], causal[:, :3])
+        np.testing.assert_array_equal(causal[1:, 3:], np.tril(np.ones((3, 3), bool)))
+        self.assertTrue(both[1:, 3:].all())
+        e = S.open(tiny_config(block_causal=1))
+        prefill(e, 0, text(6, 13))
+        e.step([0], [[]], [[5, 6, 7]], [False], 1, [])
+        last = np.stack(e.last_logits)
+        prefill(self.engine, 0, text(6, 13))
+        self.engine.step([0], [[]], [[5, 6, 7]], [False], 1, [])
+        both_rows = np.stack(self.engine.last_logits)
+        self.assertFalse(np.array_equal(last[0], both_rows[0]), "row 0 sees rows 1 and 2 only without block_causal")
+        self.assertEqual(e.pos[0], 6)
+
     def setUp(self):
         self.engine.reset()
 
@@ -89,8 +133,8 @@ class StandinStepTest(unittest.TestCase):
         sequence and the block in one forward under the step mask (nothing cached)."""
         e = self.engine
         committed = text(20, 1)
-        e.prefill(0, committed[:14], False)
-        rows = e.step([0], [committed[14:]], [block_after(committed)], 5, [])
+        prefill(e, 0, committed[:14])
+        rows = step(e, [0], [committed[14:]], [block_after(committed)], 5, [])
         self.assertEqual(len(rows), BLOCK)
         self.assertEqual(e.pos[0], 20, "the pending tokens are kept, the block is not")
         got = np.stack(e.last_logits)
@@ -110,29 +154,30 @@ class StandinStepTest(unittest.TestCase):
         bit for bit a decode's after the same prompt."""
         e = self.engine
         prompt = text(11, 2)
-        e.prefill(0, prompt, False)
-        e.step([0], [[]], [block_after(prompt)], 3, [])
-        e.prefill(1, prompt, False)
+        prefill(e, 0, prompt)
+        step(e, [0], [[]], [block_after(prompt)], 3, [])
+        prefill(e, 1, prompt)
         tok = 4242
-        rows = e.step([0], [[tok]], [[]], 8, [tok, TEXT_MASK])
+        rows = step(e, [0], [[tok]], [[]], 8, [tok, TEXT_MASK])
         got = e.last_logits[0]
-        e.decode([1], [tok], False)
+        step(e, [1], [[tok]], [[]], 1, [])
         np.testing.assert_array_equal(got, e.last_logits[0])
         self.assertEqual(e.pos[0], e.pos[1])
         ids, probs, watch = rows[0]
         self.assertEqual(ids[0], int(np.argmax(got)))
-        self.assertAlmostEqual(probs[0], S.token_prob(got, ids[0]), delta=1e-6)
+        z = np.exp(got - got.max())
+        self.assertAlmostEqual(probs[0], float(z[ids[0]] / z.sum()), delta=1e-6)
         self.assertEqual(len(watch), 2)
 
     def test_pending_without_block_is_the_last_rows_next_token(self):
         e = self.engine
         prompt, more = text(9, 3), text(4, 4)
-        e.prefill(0, prompt, False)
-        e.step([0], [more], [[]], 2, [])
+        prefill(e, 0, prompt)
+        step(e, [0], [more], [[]], 2, [])
         got = e.last_logits[0]
-        e.prefill(1, prompt, False)
+        prefill(e, 1, prompt)
         for tok in more:
-            e.decode([1], [tok], False)
+            step(e, [1], [[tok]], [[]], 1, [])
         np.testing.assert_allclose(got, e.last_logits[0], rtol=2e-5, atol=2e-5)
         self.assertEqual(e.pos[0], len(prompt) + len(more))
 
@@ -142,12 +187,12 @@ class StandinStepTest(unittest.TestCase):
         alone = []
         for s in seqs:
             e.reset()
-            e.prefill(0, s[:-3], False)
-            alone.append((e.step([0], [s[-3:]], [block_after(s)], 4, [TEXT_MASK]), np.stack(e.last_logits)))
+            prefill(e, 0, s[:-3])
+            alone.append((step(e, [0], [s[-3:]], [block_after(s)], 4, [TEXT_MASK]), np.stack(e.last_logits)))
         e.reset()
         for slot, s in zip((2, 0, 1), seqs):
-            e.prefill(slot, s[:-3], False)
-        together = e.step([1, 2, 0], [seqs[2][-3:], seqs[0][-3:], seqs[1][-3:]],
+            prefill(e, slot, s[:-3])
+        together = step(e, [1, 2, 0], [seqs[2][-3:], seqs[0][-3:], seqs[1][-3:]],
                           [block_after(seqs[2]), block_after(seqs[0]), block_after(seqs[1])], 4, [TEXT_MASK])
         logits = np.stack(e.last_logits)
         for i, j in enumerate((2, 0, 1)):
@@ -156,37 +201,37 @@ class StandinStepTest(unittest.TestCase):
 
     def test_refused_calls_change_nothing(self):
         e = self.engine
-        e.prefill(0, text(8, 8), False)
-        e.prefill(1, text(8, 9), False)
+        prefill(e, 0, text(8, 8))
+        prefill(e, 1, text(8, 9))
         cases = {
-            "slot 2 is free": ([2], [[1]], [[]], 3, []),
+            "slot 2 is free: a step on it is its prefill": ([2], [[]], [[1]], 3, []),
             "repeat a slot": ([0, 0], [[1], [1]], [[], []], 3, []),
             "k 0": ([0], [[1]], [[]], 0, []),
             "k 9": ([0], [[1]], [[]], 9, []),
             "17 watched": ([0], [[1]], [[]], 3, [1] * 17),
-            "1..16 in all": ([0], [[1] * 11], [[1] * 6], 3, []),
-            "a row without a block needs a pending token": ([0], [[]], [[]], 3, []),
+            "at most 16 of each": ([0], [[1] * 17], [[]], 3, []),
+            "one or the other": ([0], [[]], [[]], 3, []),
             "outside the vocabulary": ([1, 0], [[1], [152681]], [[], []], 3, []),
             "slot 3 out of range": ([3], [[1]], [[]], 3, []),
         }
         for want, args in cases.items():
             with self.subTest(want=want), self.assertRaisesRegex(ValueError, want):
-                e.step(*args)
+                step(e, *args)
         self.assertEqual(e.pos[:2], [8, 8])
         small = S.open(tiny_config(max_batch=1, max_seq_len=12))
-        small.prefill(0, text(8, 10), False)
+        prefill(small, 0, text(8, 10))
         with self.assertRaisesRegex(ValueError, "slot 0 is full"):
-            small.step([0], [[1, 2, 3]], [[1, 2, 3]], 3, [])  # block rows would reach position 12
+            step(small, [0], [[1, 2, 3]], [[1, 2, 3]], 3, [])  # block rows would reach position 12
         with self.assertRaisesRegex(ValueError, "slot 0 is full"):
-            small.step([0], [[1, 2, 3, 4, 5]], [[]], 3, [])  # 13 positions
-        small.step([0], [[1, 2, 3]], [[1, 2]], 3, [])  # the last block row at position 11
+            step(small, [0], [[1, 2, 3, 4, 5]], [[]], 3, [])  # 13 positions
+        step(small, [0], [[1, 2, 3]], [[1, 2]], 3, [])  # the last block row at position 11
         self.assertEqual(small.pos[0], 11)
 
     def test_fail_in_step(self):
         e = S.open(tiny_config(max_batch=1, options="fail_in=step\n"))
-        e.prefill(0, text(5, 11), False)
+        prefill(e, 0, text(5, 11))
         with self.assertRaisesRegex(RuntimeError, "told to fail in step"):
-            S.step(e, [0], [[1]], [[]], 3, [])
+            S.step(e, [0], [[1]], [[]], [False], 3, [])
 
 
 if __name__ == "__main__":
