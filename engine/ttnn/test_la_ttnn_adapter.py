@@ -879,6 +879,52 @@ class DeviceStepTest(DeviceEngineTest):
         self.assertEqual(rows[0][0][0], want[0], "slot 2's row is its last pending token's decode")
         self.assertEqual(len(rows), 2)
 
+    def test_an_all_ar_step_is_one_traced_decode(self):
+        """The fast path inside step: every slot live with one pending token, no block, an
+        output row: one Generator decode call for all of them, traced like the warm-up's."""
+        engine, _ = self.open(3, masked=True)
+        tok0, _ = self.start(engine, 0, 1, 5)
+        tok1, _ = self.start(engine, 1, 2, 7)
+        calls = len(engine.generator.calls)
+        rows = step(engine, [1, 0], [[tok1], [tok0]], [[], []], 1, [])
+        new = engine.generator.calls[calls:]
+        self.assertEqual(len(new), 1)
+        self.assertTrue(new[0].trace)
+        self.assertEqual(new[0].positions, [len(prompt(4, 5)), len(prompt(4, 7)), -1])
+        self.assertEqual(len(rows), 2)
+
+    def test_a_prompt_and_no_output_in_one_step(self):
+        """A free slot's prompt (its prefill) beside a live slot's AR row, and a prompt
+        cached without a row: rows only where asked, the same tokens as alone."""
+        engine, _ = self.open(3, masked=True)
+        tok0, _ = self.start(engine, 0, 1, 5)
+        engine.vision(patches_for(2), *GRID)
+        rows = A.step(engine, [0, 2], [[tok0], prompt(4, 7)], [[], []], [False, True], 1, [])
+        self.assertEqual(len(rows), 1, "slot 2's prompt gives no row")
+        self.assertTrue(engine.live[2])
+        self.assertEqual(engine.pos[2], len(prompt(4, 7)))
+        self.assertIsNone(engine.image, "the prompt consumed the image")
+        ref, _ = self.open(3, masked=True)
+        rtok0, _ = self.start(ref, 0, 1, 5)
+        want, _ = decode(ref, [0], [rtok0], False)
+        self.assertEqual(rows[0][0][0], want[0])
+        engine.vision(patches_for(3), *GRID)
+        block = [900, 901, 902]
+        rows = A.step(engine, [1], [prompt(4, 5)], [block], [False], 2, [])
+        self.assertEqual(len(rows), 3, "a prompt and a block in one step: the block's rows")
+        with self.assertRaisesRegex(ValueError, "no_output with a block"):
+            A.step(engine, [1], [[]], [block], [True], 2, [])
+
+    def test_block_causal_mask(self):
+        both = A.step_mask(np, 3, 4, 2, 7)
+        causal = A.step_mask(np, 3, 4, 2, 7, block_causal=True)
+        np.testing.assert_array_equal(causal[4:6, 4:6], np.tril(np.ones((2, 2), bool)))
+        self.assertTrue(both[4:6, 4:6].all())
+        both[4:6, 4:6] = causal[4:6, 4:6]
+        np.testing.assert_array_equal(both, causal, "only the block's own columns differ")
+        s = A.Settings.from_config(config({}, block_causal=1))
+        self.assertTrue(s.block_causal)
+
     def test_without_a_masked_prefill_block_steps_fail_clearly(self):
         engine, chip = self.open(2)
         self.assertNotIn("masked_prefill", [e[0] for e in chip.events])
