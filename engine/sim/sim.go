@@ -29,7 +29,7 @@ import (
 )
 
 // Name is the backend's name (LA_ENGINE=sim, /info's backend).
-const Name = "sim"
+const Name = engine.BackendSim
 
 // Options are what New needs: the cost model and the run-time limits, and the parts of
 // the checkpoint the simulated model reads its prompts with.
@@ -119,7 +119,7 @@ func New(o Options) (*Backend, error) {
 }
 
 // Name is "sim".
-func (b *Backend) Name() string { return Name }
+func (b *Backend) Name() string { return string(Name) }
 
 // MaxBatch is the number of sequence slots.
 func (b *Backend) MaxBatch() int { return b.o.MaxBatch }
