@@ -20,10 +20,6 @@ var jobFieldOrder = []string{
 	"overlay", "overlay_format", "output", "batch", "deadline", "metadata",
 }
 
-// errDocument marks a refusal of the message as a whole (not JSON, not an object, a
-// member name twice) rather than of one field.
-var errDocument = errors.New("job is not valid JSON of the job schema")
-
 // decodeJobFields reads a job message exactly as jobs/schema/job.schema.json describes it
 // (docs/wire-contract.md, "Decoding"): one JSON object; member names spelled exactly as the
 // schema spells them, each at most once, at any depth (metadata included); no member the

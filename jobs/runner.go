@@ -21,16 +21,6 @@ import (
 	"github.com/locateanything/detect/storage"
 )
 
-// ErrCancelRequested is the cause of a job context cancelled by a cancel.<id> request.
-var ErrCancelRequested = errors.New("cancel requested")
-
-// errExpired stops a job whose deadline passed before it reached the chip.
-var errExpired = errors.New("deadline passed")
-
-// ErrShuttingDown is the cause of a job context cancelled because the grace period after
-// shutdown ran out; the job is given back to the queue unfinished.
-var ErrShuttingDown = errors.New("worker shutting down")
-
 // RunnerConfig tunes one Runner. The settings are required (RunnerTiming states the
 // timing's defaults; the worker derives the rest); the fields after them are wiring.
 type RunnerConfig struct {
@@ -539,15 +529,6 @@ func (r *Runner) noPanic(step string, fn func() error) (err error) {
 	}()
 	return fn()
 }
-
-// jobError is a permanent failure with its result code.
-type jobError struct {
-	code string
-	err  error
-}
-
-func (e *jobError) Error() string { return e.err.Error() }
-func (e *jobError) Unwrap() error { return e.err }
 
 func classifyFetch(url string, err error) error {
 	err = fmt.Errorf("fetch image %s: %w", url, err)

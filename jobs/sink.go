@@ -94,19 +94,6 @@ type original struct {
 	spill     string // the name its bytes are stored under (<spill>.job.json) when a record cannot carry them; "" = the job id
 }
 
-// transientError marks an error that a later attempt may not meet (storage or NATS down).
-type transientError struct{ err error }
-
-func (e *transientError) Error() string { return e.err.Error() }
-func (e *transientError) Unwrap() error { return e.err }
-
-func transient(err error) error { return &transientError{err: err} }
-
-func isTransient(err error) bool {
-	var te *transientError
-	return errors.As(err, &te)
-}
-
 // output is the result prefix of job (the worker default when the job names none). An
 // output that could squat another job's result (checkOutput) is never used, even by a job
 // that failed before its output was checked.

@@ -110,9 +110,6 @@ type topologyPart struct {
 	ensure func(ctx context.Context) error // creates or updates it, setting t's handle
 }
 
-// errPartMissing marks a topology object that the server does not have.
-var errPartMissing = errors.New("missing")
-
 // parts lists the objects of t in the order they must be created: a consumer after its
 // stream.
 func (t *Topology) parts() []topologyPart {

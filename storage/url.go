@@ -33,20 +33,6 @@ func (l Location) String() string {
 	return "s3://" + l.Bucket + "/" + l.Key
 }
 
-// URLError says which part of a storage URL is wrong. It wraps ErrBadURL.
-type URLError struct {
-	URL    string
-	Part   string // "url", "scheme", "bucket", "key" or "path"
-	Reason string
-}
-
-func (e *URLError) Error() string {
-	return fmt.Sprintf("bad storage URL %q: %s: %s", e.URL, e.Part, e.Reason)
-}
-
-// Unwrap makes errors.Is(err, ErrBadURL) true.
-func (e *URLError) Unwrap() error { return ErrBadURL }
-
 // Length limits: S3's on an object key, and Linux's on a path (PATH_MAX, less the NUL) and
 // on one name in it (NAME_MAX). A longer path could never be opened, so it is a bad URL
 // rather than a failure to retry.

@@ -19,10 +19,6 @@ import (
 	"time"
 )
 
-// errSmokeFailed is what runSmoke returns after it has printed its FAIL line; the caller
-// exits non-zero without printing more.
-var errSmokeFailed = errors.New("smoke test failed")
-
 // smokePollInterval is how often /health is asked while the server is starting.
 const smokePollInterval = 250 * time.Millisecond
 
