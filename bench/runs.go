@@ -85,8 +85,9 @@ func runOnce(b *native.Backend, in inputs, o options, tokens int) (stageTimes, e
 	if err := b.Vision(in.patches, o.gridH, o.gridW); err != nil {
 		return st, err
 	}
+	var g greedy
 	t1 := time.Now()
-	tok, _, err := b.Prefill(0, in.ids, false)
+	tok, err := g.prefill(b, 0, in.ids)
 	if err != nil {
 		return st, err
 	}
@@ -96,7 +97,7 @@ func runOnce(b *native.Backend, in inputs, o options, tokens int) (stageTimes, e
 	steps := make([]time.Duration, 0, tokens)
 	last := t2
 	for range tokens {
-		if err = b.Decode(slot, []int32{tok}, next, nil); err != nil {
+		if err = g.decode(b, slot, []int32{tok}, next); err != nil {
 			return st, err
 		}
 		tok = next[0]

@@ -68,6 +68,7 @@ func runSweep(b *native.Backend, in inputs, o options) (sweepFill, []sweepRun, e
 	pos := make([]int, maxB)
 	slots := make([]int, maxB)
 	visions, prefills := make([]time.Duration, maxB), make([]time.Duration, maxB)
+	var g greedy
 	for s := range maxB {
 		// Each slot its own image, so the rows of a step differ as in service.
 		patches := slotPatches(in.patches, s)
@@ -76,7 +77,7 @@ func runSweep(b *native.Backend, in inputs, o options) (sweepFill, []sweepRun, e
 			return fill, nil, fmt.Errorf("bench: sweep: vision for slot %d: %w", s, err)
 		}
 		t1 := time.Now()
-		tok, _, err := b.Prefill(s, in.ids, false)
+		tok, err := g.prefill(b, s, in.ids)
 		if err != nil {
 			return fill, nil, fmt.Errorf("bench: sweep: prefill of slot %d: %w", s, err)
 		}
@@ -89,7 +90,7 @@ func runSweep(b *native.Backend, in inputs, o options) (sweepFill, []sweepRun, e
 
 	next := make([]int32, maxB)
 	step := func(n int) error {
-		if err := b.Decode(slots[:n], toks[:n], next[:n], nil); err != nil {
+		if err := g.decode(b, slots[:n], toks[:n], next[:n]); err != nil {
 			return fmt.Errorf("bench: sweep: decode step of %d slots: %w", n, err)
 		}
 		copy(toks[:n], next[:n])

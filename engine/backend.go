@@ -5,10 +5,13 @@ package engine
 // written in Go (engine/sim). Every call must come from one goroutine locked to one OS
 // thread (the chip's owner); the native binding takes care of that.
 //
-// A backend holds MaxBatch sequence slots, each with its own KV cache. A request runs
-// Vision, then Prefill into a free slot, then Decode steps, which advance several slots by
-// one token each in one call; Release frees its slot. Batching never changes a sequence's
-// tokens: a slot decodes to the same greedy tokens alone or with others.
+// A backend holds MaxBatch sequence slots, each with its own KV cache, and has one way
+// through its decoder: Step. A request runs Vision, then a Step on a free slot with the
+// prompt pending (its prefill: one output row, the first token, or none when hybrid
+// decoding starts with a block), then Steps that advance several slots in one call (AR
+// decoding: one pending token per slot; parallel box decoding: pending tokens and a
+// block); Release frees its slot. Batching never changes a sequence's tokens: a slot
+// decodes to the same tokens alone or with others.
 type Backend interface {
 	// Name is the backend's short name ("cpu", "ttnn", "sim").
 	Name() string
@@ -16,28 +19,14 @@ type Backend interface {
 	MaxBatch() int
 	// Vision runs the vision tower, patch merge and projector on patches laid out
 	// [gridH*gridW, 3, 14, 14] and keeps the gridH*gridW/4 image embeddings for the next
-	// Prefill.
+	// prefill.
 	Vision(patches []float32, gridH, gridW int) error
-	// Prefill runs the prompt from position 0 in a free slot, with the kept image
-	// embeddings spliced in order over the positions whose id is the image-context token,
-	// and returns the greedy first token (and its probability when wantProb is set).
-	Prefill(slot int, ids []int32, wantProb bool) (first int32, prob float32, err error)
-	// Decode runs one step for len(slots) distinct live slots: tokens[i] is appended at
-	// the next position of slots[i] and the greedy next token written to next[i] (its
-	// probability to prob[i] when prob is not nil).
-	Decode(slots []int, tokens, next []int32, prob []float32) error
-	// PrefillCache runs the prompt into a free slot like Prefill but picks no first token
-	// (the LM head is skipped): hybrid decoding starts with a block Step.
-	PrefillCache(slot int, ids []int32) error
-	// Step runs one step of parallel box decoding (docs/hybrid-decoding.md) for
-	// len(slots) distinct live slots in one forward: each slot's Pending tokens are
-	// appended to its cache causally, then either the next-token row of the last of them
-	// (Block empty) or the Block's rows, whose keys and values are never kept. rows gets one
-	// StepRow per output row, slot after slot (one for a slot without a Block,
-	// len(Block) otherwise); each row's TopIDs and TopProbs must have length k and its
-	// Watch length len(watch), and are overwritten.
+	// Step runs one step for len(slots) distinct slots in one forward (StepSlot says what
+	// each slot's rows are). rows gets one StepRow per output row, slot after slot
+	// (StepRows); each row's TopIDs and TopProbs must have length k and its Watch length
+	// len(watch), and are overwritten. k = 1 without watched ids is greedy decoding.
 	Step(slots []StepSlot, k int, watch []int32, rows []StepRow) error
-	// Release frees a slot for the next Prefill; the other slots are untouched.
+	// Release frees a slot for the next prefill; the other slots are untouched.
 	Release(slot int) error
 	// Reset releases every slot and forgets the image embeddings.
 	Reset() error

@@ -7,9 +7,9 @@
 //     (device work, one call at a time per chip), Overlay, Info and Close. The split lets
 //     a worker prepare the next job while the chip runs the current one.
 //   - Backend is one loaded model on one device with MaxBatch sequence slots, driven step
-//     by step (Vision, Prefill, Decode for one token per slot, Step for parallel box
-//     decoding's blocks, Release, Reset); engine/native implements it for the cpu and ttnn
-//     backends, engine/sim for a simulated chip.
+//     by step through one entry point, Step (a prefill, AR rows and parallel box
+//     decoding's blocks are all steps), besides Vision, Release and Reset; engine/native
+//     implements it for the cpu and ttnn backends, engine/sim for a simulated chip.
 //   - Batcher is an Engine that runs several requests at once (Start, Step, Finish):
 //     engine/chip drives it with continuous batching; Sequence is one running request.
 //   - Request, Prepared and Prediction (with Detection, Point and Timing) are a request

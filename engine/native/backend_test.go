@@ -139,7 +139,13 @@ func TestBadInputsReturnErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want one containing %q", what, err, substr)
 		}
 	}
-	expectErr("decode before prefill", second(decode1(b, 1)), "no prefill")
+	// A step on a free slot is its prefill: one token is a prompt.
+	if _, err := decode1(b, 1); err != nil {
+		t.Errorf("a one-token step on the free slot: %v", err)
+	}
+	if err := b.Release(0); err != nil {
+		t.Fatal(err)
+	}
 	expectErr("odd grid", b.Vision(testPatches(3, 4, 1), 3, 4), "multiples of the 2-patch merge")
 	expectErr("patch count", b.Vision(testPatches(4, 4, 1)[:100], 4, 4), "needs")
 	expectErr("zero grid", b.Vision(nil, 0, 4), "out of range")

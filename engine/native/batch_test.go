@@ -67,7 +67,7 @@ func startBatchSeq(b *Backend, s batchSeq, slot int, wantProb bool) (int32, floa
 			return 0, 0, fmt.Errorf("%s: vision: %w", s.name, err)
 		}
 	}
-	tok, prob, err := b.Prefill(slot, s.ids, wantProb)
+	tok, prob, err := prefillStep(b, slot, s.ids)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: prefill into slot %d: %w", s.name, slot, err)
 	}
@@ -84,7 +84,7 @@ func runSeqAlone(t *testing.T, b *Backend, s batchSeq) batchTrace {
 	tr := batchTrace{tokens: []int32{tok}, logits: [][]float32{b.Logits(0)}}
 	next := []int32{0}
 	for range s.steps {
-		if err := b.Decode([]int{0}, []int32{tok}, next, nil); err != nil {
+		if err := decodeStep(b, []int{0}, []int32{tok}, next, nil); err != nil {
 			t.Fatalf("%s alone: decode: %v", s.name, err)
 		}
 		tok = next[0]
@@ -231,7 +231,7 @@ func checkBatchedMatchesAlone(t *testing.T, ckpt, kernels string) {
 		if step%3 != 0 { // probabilities on some steps only: they must change nothing
 			prob = make([]float32, len(live))
 		}
-		if err := b.Decode(slots, tokens, next, prob); err != nil {
+		if err := decodeStep(b, slots, tokens, next, prob); err != nil {
 			t.Fatalf("step %d, slots %v: %v", step, slots, err)
 		}
 		for i, r := range live {
@@ -289,7 +289,7 @@ func TestReleaseLeavesOtherSlotsUnchanged(t *testing.T) {
 	step := func(slots []int, tokens []int32) []int32 {
 		t.Helper()
 		next := make([]int32, len(slots))
-		if err := b.Decode(slots, tokens, next, nil); err != nil {
+		if err := decodeStep(b, slots, tokens, next, nil); err != nil {
 			t.Fatal(err)
 		}
 		rowA := slices.Index(slots, 1)
@@ -342,25 +342,31 @@ func TestSlotErrors(t *testing.T) {
 	}
 	decode := func(slots []int, tokens []int32) ([]int32, error) {
 		next := make([]int32, len(slots))
-		return next, b.Decode(slots, tokens, next, nil)
+		return next, decodeStep(b, slots, tokens, next, nil)
 	}
 	text := []int32{151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198}
 
-	expectErr("decode before any prefill", second(decode([]int{0}, []int32{1})), "no prefill")
-	expectErr("prefill slot out of range", prefillErr(b.Prefill(3, text, false)), "slot 3 out of range 0..2")
-	expectErr("prefill negative slot", prefillErr(b.Prefill(-1, text, false)), "slot -1 out of range")
+	// A step on a free slot is its prefill: one token is a prompt.
+	if _, err := decode([]int{0}, []int32{1}); err != nil {
+		t.Errorf("a one-token step on a free slot: %v", err)
+	}
+	if err := b.Release(0); err != nil {
+		t.Fatal(err)
+	}
+	expectErr("prefill slot out of range", prefillErr(prefillStep(b, 3, text)), "slot 3 out of range 0..2")
+	expectErr("prefill negative slot", prefillErr(prefillStep(b, -1, text)), "slot -1 out of range")
 	expectErr("release out of range", b.Release(3), "slot 3 out of range")
 	if err := b.Release(2); err != nil {
 		t.Errorf("releasing a free slot: %v", err)
 	}
 
-	tok1, _, err := b.Prefill(1, text, false)
+	tok1, _, err := prefillStep(b, 1, text)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectErr("prefill into a live slot", prefillErr(b.Prefill(1, text, false)), "slot 1 holds a live sequence")
+	expectErr("prefill into a live slot", prefillErr(prefillStep(b, 1, text)), "slot 1 holds a live sequence")
 	expectErr("one slot twice", second(decode([]int{1, 1}, []int32{tok1, tok1})), "slot 1 appears in rows 0 and 1")
-	expectErr("a free slot next to a live one", second(decode([]int{1, 2}, []int32{tok1, 5})), "row 1: slot 2 has no prefill")
+	expectErr("a free slot next to a live one", second(decode([]int{1, 2}, []int32{tok1, 5})), "slot 2 has no prefill")
 	expectErr("no rows", second(decode(nil, nil)), "0 slots")
 	expectErr("more rows than slots", second(decode([]int{0, 1, 2, 0}, []int32{1, 1, 1, 1})), "4 slots")
 	expectErr("token outside the vocabulary", second(decode([]int{1}, []int32{152681})), "outside the vocabulary")
@@ -370,11 +376,11 @@ func TestSlotErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	img := testPrompt(4)
-	tok0, _, err := b.Prefill(0, img, false)
+	tok0, _, err := prefillStep(b, 0, img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectErr("second prefill without vision", prefillErr(b.Prefill(2, img, false)), "but 0 embeddings are kept")
+	expectErr("second prefill without vision", prefillErr(prefillStep(b, 2, img)), "but 0 embeddings are kept")
 	if emb, _, _ := b.ImageEmbeddings(); emb != nil {
 		t.Error("image embeddings still exposed after the prefill that consumed them")
 	}
@@ -422,9 +428,12 @@ func TestSlotErrors(t *testing.T) {
 	if err := b.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	expectErr("decode after reset", second(decode([]int{1}, []int32{tok1})), "slot 1 has no prefill")
-	expectErr("prefill after reset", prefillErr(b.Prefill(0, img, false)), "but 0 embeddings are kept")
-	if _, _, err := b.Prefill(0, text, false); err != nil {
+	// Slot 1 is free again: a one-token step is its prefill.
+	if _, err := decode([]int{1}, []int32{tok1}); err != nil {
+		t.Errorf("a one-token step on a slot freed by reset: %v", err)
+	}
+	expectErr("prefill after reset", prefillErr(prefillStep(b, 0, img)), "but 0 embeddings are kept")
+	if _, _, err := prefillStep(b, 0, text); err != nil {
 		t.Errorf("prefill into a slot freed by reset: %v", err)
 	}
 }

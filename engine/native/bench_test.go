@@ -94,7 +94,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 					if err := be.Release(s); err != nil {
 						b.Fatal(err)
 					}
-					tok, _, err := be.Prefill(s, ids[:len(ids)-s%3], false) // prompts of three lengths
+					tok, _, err := prefillStep(be, s, ids[:len(ids)-s%3]) // prompts of three lengths
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -110,7 +110,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 					steps = 0
 					b.StartTimer()
 				}
-				if err := be.Decode(slots, tokens, next, nil); err != nil {
+				if err := decodeStep(be, slots, tokens, next, nil); err != nil {
 					b.Fatal(err)
 				}
 				copy(tokens, next)

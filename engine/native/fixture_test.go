@@ -203,13 +203,13 @@ func testPrompt(nImage int) []int32 {
 
 // prefill1 runs a prompt in slot 0, the way a request runs alone.
 func prefill1(b *Backend, ids []int32) (int32, error) {
-	tok, _, err := b.Prefill(0, ids, false)
+	tok, _, err := prefillStep(b, 0, ids)
 	return tok, err
 }
 
 // decode1 runs one decode step of slot 0 alone.
 func decode1(b *Backend, tok int32) (int32, error) {
 	next := []int32{0}
-	err := b.Decode([]int{0}, []int32{tok}, next, nil)
+	err := decodeStep(b, []int{0}, []int32{tok}, next, nil)
 	return next[0], err
 }

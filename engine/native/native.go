@@ -29,12 +29,6 @@ static la_engine *la_open(const la_backend_ops *o, const la_config *c, char *err
 static int la_vision(const la_backend_ops *o, la_engine *e, const float *p, int gh, int gw, char *err, size_t n) {
 	return o->vision(e, p, gh, gw, err, n);
 }
-static int la_prefill(const la_backend_ops *o, la_engine *e, int slot, const int32_t *ids, int len, int32_t *first, float *prob, char *err, size_t n) {
-	return o->prefill(e, slot, ids, len, first, prob, err, n);
-}
-static int la_decode(const la_backend_ops *o, la_engine *e, int rows, const int32_t *slots, const int32_t *toks, int32_t *next, float *prob, char *err, size_t n) {
-	return o->decode(e, rows, slots, toks, next, prob, err, n);
-}
 static int la_step(const la_backend_ops *o, la_engine *e, int n, const la_step_slot *slots, const int32_t *toks, int k, int nw, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p, char *err, size_t en) {
 	return o->step(e, n, slots, toks, k, nw, watch, top_ids, top_p, watch_p, err, en);
 }
@@ -103,28 +97,25 @@ type Backend struct {
 	maxSeqLen  int
 	maxBatch   int
 
-	// C-side argument buffers for Decode, MaxBatch entries each (cgo may not be handed Go
-	// memory the callee keeps, and a fresh allocation per step would be waste).
-	cSlots, cTokens, cNext *C.int32_t
-	cProb                  *C.float
-	step                   *stepBuffers
+	step       *stepBuffers
+	stepTokens []int32 // Step's ids, slot after slot, reused
+	live       []bool  // by slot: prefilled by a step and not released since
 
 	matmul Matmul // the cpu backend's prefill and vision GEMMs
 }
 
 // stepBuffers are Step's C-side arguments, sized for the largest call: MaxBatch slots of
-// StepMaxRows rows each.
+// StepMaxRows output rows each.
 type stepBuffers struct {
-	slots                 *C.la_step_slot
-	tokens, watch, topIDs *C.int32_t
-	topP, watchP          *C.float
+	slots         *C.la_step_slot
+	watch, topIDs *C.int32_t
+	topP, watchP  *C.float
 }
 
 func newStepBuffers(maxBatch int) *stepBuffers {
 	rows := C.size_t(maxBatch * engine.StepMaxRows)
 	return &stepBuffers{
 		slots:  (*C.la_step_slot)(C.calloc(C.size_t(maxBatch), C.size_t(unsafe.Sizeof(C.la_step_slot{})))),
-		tokens: (*C.int32_t)(C.calloc(rows, 4)),
 		watch:  (*C.int32_t)(C.calloc(engine.StepMaxWatch, 4)),
 		topIDs: (*C.int32_t)(C.calloc(rows*engine.StepMaxK, 4)),
 		topP:   (*C.float)(C.calloc(rows*engine.StepMaxK, 4)),
@@ -133,11 +124,11 @@ func newStepBuffers(maxBatch int) *stepBuffers {
 }
 
 func (sb *stepBuffers) ok() bool {
-	return sb.slots != nil && sb.tokens != nil && sb.watch != nil && sb.topIDs != nil && sb.topP != nil && sb.watchP != nil
+	return sb.slots != nil && sb.watch != nil && sb.topIDs != nil && sb.topP != nil && sb.watchP != nil
 }
 
 func (sb *stepBuffers) free() {
-	for _, p := range []unsafe.Pointer{unsafe.Pointer(sb.slots), unsafe.Pointer(sb.tokens), unsafe.Pointer(sb.watch),
+	for _, p := range []unsafe.Pointer{unsafe.Pointer(sb.slots), unsafe.Pointer(sb.watch),
 		unsafe.Pointer(sb.topIDs), unsafe.Pointer(sb.topP), unsafe.Pointer(sb.watchP)} {
 		C.free(p)
 	}
@@ -211,14 +202,11 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 		patchElems: 3 * m.Config.Vision.PatchSize * m.Config.Vision.PatchSize,
 		maxSeqLen:  o.MaxSeqLen,
 		maxBatch:   o.MaxBatch,
-		cSlots:     (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
-		cTokens:    (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
-		cNext:      (*C.int32_t)(C.calloc(C.size_t(o.MaxBatch), 4)),
-		cProb:      (*C.float)(C.calloc(C.size_t(o.MaxBatch), 4)),
 		step:       newStepBuffers(o.MaxBatch),
+		live:       make([]bool, o.MaxBatch),
 		matmul:     cmp.Or(Matmul(o.BackendOptions["matmul"]), MatmulF32),
 	}
-	if b.errBuf == nil || b.cSlots == nil || b.cTokens == nil || b.cNext == nil || b.cProb == nil || !b.step.ok() {
+	if b.errBuf == nil || !b.step.ok() {
 		b.freeBuffers()
 		return nil, fmt.Errorf("native: open %s: out of memory", backend)
 	}
@@ -233,11 +221,8 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 
 // freeBuffers frees the C-side buffers (C.free ignores NULL).
 func (b *Backend) freeBuffers() {
-	for _, p := range []unsafe.Pointer{unsafe.Pointer(b.errBuf), unsafe.Pointer(b.cSlots),
-		unsafe.Pointer(b.cTokens), unsafe.Pointer(b.cNext), unsafe.Pointer(b.cProb)} {
-		C.free(p)
-	}
-	b.errBuf, b.cSlots, b.cTokens, b.cNext, b.cProb = nil, nil, nil, nil, nil
+	C.free(unsafe.Pointer(b.errBuf))
+	b.errBuf = nil
 	if b.step != nil {
 		b.step.free()
 	}
@@ -385,100 +370,8 @@ func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
 	return nil
 }
 
-// Prefill runs the prompt from position 0 in the free slot and returns the greedy first
-// token, with its probability when wantProb is set (0 otherwise).
-func (b *Backend) Prefill(slot int, ids []int32, wantProb bool) (int32, float32, error) {
-	if b.eng == nil {
-		return 0, 0, ErrClosed
-	}
-	if err := b.checkPrompt(slot, ids); err != nil {
-		return 0, 0, err
-	}
-	var first C.int32_t
-	var prob *C.float
-	if wantProb {
-		prob = b.cProb
-	}
-	if C.la_prefill(b.ops, b.eng, C.int(slot), (*C.int32_t)(unsafe.SliceData(ids)), C.int(len(ids)), &first,
-		prob, b.errBuf, C.LA_ERR_LEN) != 0 {
-		return 0, 0, b.failure("prefill")
-	}
-	if wantProb {
-		return int32(first), float32(*b.cProb), nil
-	}
-	return int32(first), 0, nil
-}
-
-// checkPrompt refuses a prefill the C side would refuse, with the Go-side numbers.
-func (b *Backend) checkPrompt(slot int, ids []int32) error {
-	if slot < 0 || slot >= b.maxBatch {
-		return fmt.Errorf("native %s: prefill: slot %d out of range 0..%d", b.name, slot, b.maxBatch-1)
-	}
-	if len(ids) == 0 {
-		return fmt.Errorf("native %s: prefill: empty prompt", b.name)
-	}
-	if len(ids) > b.maxSeqLen {
-		return fmt.Errorf("native %s: prefill: prompt of %d tokens is longer than max_seq_len %d",
-			b.name, len(ids), b.maxSeqLen)
-	}
-	return nil
-}
-
-// Decode runs one step for len(slots) distinct live slots: tokens[i] is appended to
-// slots[i] and the greedy next token written to next[i], and its probability to prob[i]
-// when prob is not nil.
-func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) error {
-	if b.eng == nil {
-		return ErrClosed
-	}
-	n := len(slots)
-	if n < 1 || n > b.maxBatch || len(tokens) != n || len(next) != n || (prob != nil && len(prob) != n) {
-		return fmt.Errorf("native %s: decode: %d slots, %d tokens, %d outputs, %d probabilities (1..%d rows, all equal)",
-			b.name, n, len(tokens), len(next), len(prob), b.maxBatch)
-	}
-	cs := unsafe.Slice(b.cSlots, n)
-	ct := unsafe.Slice(b.cTokens, n)
-	for i, s := range slots {
-		if s < 0 || s >= b.maxBatch {
-			return fmt.Errorf("native %s: decode: slot %d out of range 0..%d", b.name, s, b.maxBatch-1)
-		}
-		cs[i], ct[i] = C.int32_t(s), C.int32_t(tokens[i])
-	}
-	var cprob *C.float
-	if prob != nil {
-		cprob = b.cProb
-	}
-	if C.la_decode(b.ops, b.eng, C.int(n), b.cSlots, b.cTokens, b.cNext, cprob, b.errBuf, C.LA_ERR_LEN) != 0 {
-		return b.failure("decode")
-	}
-	for i, v := range unsafe.Slice(b.cNext, n) {
-		next[i] = int32(v)
-	}
-	if prob != nil {
-		for i, v := range unsafe.Slice(b.cProb, n) {
-			prob[i] = float32(v)
-		}
-	}
-	return nil
-}
-
-// PrefillCache runs the prompt into the free slot like Prefill without picking a first
-// token (the backend skips the LM head).
-func (b *Backend) PrefillCache(slot int, ids []int32) error {
-	if b.eng == nil {
-		return ErrClosed
-	}
-	if err := b.checkPrompt(slot, ids); err != nil {
-		return err
-	}
-	if C.la_prefill(b.ops, b.eng, C.int(slot), (*C.int32_t)(unsafe.SliceData(ids)), C.int(len(ids)), nil,
-		nil, b.errBuf, C.LA_ERR_LEN) != 0 {
-		return b.failure("prefill")
-	}
-	return nil
-}
-
-// Step runs one step of parallel box decoding (engine.Backend.Step).
+// Step runs one step for len(slots) distinct slots (engine.Backend.Step): a prefill of a
+// free slot, AR decode rows, parallel box decoding's pending rows and blocks.
 func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []engine.StepRow) error {
 	if b.eng == nil {
 		return ErrClosed
@@ -497,39 +390,38 @@ func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []eng
 				b.name, i, len(r.TopIDs), len(r.TopProbs), len(r.Watch), k, k, len(watch))
 		}
 	}
+	for _, s := range slots {
+		if err := b.checkStepSlot(s); err != nil {
+			return err
+		}
+	}
+	if b.legacy() {
+		if done, err := b.legacyStep(slots, k, watch, rows); done {
+			return err
+		}
+	}
 	cs := unsafe.Slice(b.step.slots, n)
-	ct := unsafe.Slice(b.step.tokens, b.maxBatch*engine.StepMaxRows)
-	nt := 0
+	b.stepTokens = b.stepTokens[:0]
 	for i, s := range slots {
-		if s.Slot < 0 || s.Slot >= b.maxBatch {
-			return fmt.Errorf("native %s: step: slot %d out of range 0..%d", b.name, s.Slot, b.maxBatch-1)
-		}
-		if len(s.Pending)+len(s.Block) > engine.StepMaxRows || (len(s.Block) == 0 && len(s.Pending) == 0) {
-			return fmt.Errorf("native %s: step: slot %d: %d pending and %d block tokens (1..%d in all, a row without a block needs a pending token)",
-				b.name, s.Slot, len(s.Pending), len(s.Block), engine.StepMaxRows)
-		}
 		noOutput := C.int32_t(0)
 		if s.NoOutput {
 			noOutput = 1
 		}
 		cs[i] = C.la_step_slot{slot: C.int32_t(s.Slot), n_pending: C.int32_t(len(s.Pending)), n_block: C.int32_t(len(s.Block)), no_output: noOutput}
-		for _, t := range s.Pending {
-			ct[nt] = C.int32_t(t)
-			nt++
-		}
-		for _, t := range s.Block {
-			ct[nt] = C.int32_t(t)
-			nt++
-		}
+		b.stepTokens = append(b.stepTokens, s.Pending...)
+		b.stepTokens = append(b.stepTokens, s.Block...)
 	}
 	cw := unsafe.Slice(b.step.watch, engine.StepMaxWatch)
 	for i, w := range watch {
 		cw[i] = C.int32_t(w)
 	}
-	if C.la_step(b.ops, b.eng, C.int(n), b.step.slots, b.step.tokens, C.int(k), C.int(len(watch)), b.step.watch,
-		b.step.topIDs, b.step.topP, b.step.watchP, b.errBuf, C.LA_ERR_LEN) != 0 {
+	// The ids are Go memory the call only reads while it runs (a prompt may be thousands
+	// of them), which cgo allows.
+	if C.la_step(b.ops, b.eng, C.int(n), b.step.slots, (*C.int32_t)(unsafe.SliceData(b.stepTokens)), C.int(k),
+		C.int(len(watch)), b.step.watch, b.step.topIDs, b.step.topP, b.step.watchP, b.errBuf, C.LA_ERR_LEN) != 0 {
 		return b.failure("step")
 	}
+	b.markLive(slots)
 	ids := unsafe.Slice((*int32)(unsafe.Pointer(b.step.topIDs)), len(rows)*k)
 	ps := unsafe.Slice((*float32)(unsafe.Pointer(b.step.topP)), len(rows)*k)
 	wp := unsafe.Slice((*float32)(unsafe.Pointer(b.step.watchP)), len(rows)*len(watch))
@@ -539,6 +431,30 @@ func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []eng
 		copy(r.Watch, wp[i*len(watch):(i+1)*len(watch)])
 	}
 	return nil
+}
+
+// checkStepSlot refuses a slot's part of a step the C side would refuse, with the Go-side
+// numbers: at most MaxSeqLen pending ids (a prompt, on a free slot; the backend allows a
+// live slot StepMaxRows), a block of at most StepMaxRows, and one of the two.
+func (b *Backend) checkStepSlot(s engine.StepSlot) error {
+	switch {
+	case s.Slot < 0 || s.Slot >= b.maxBatch:
+		return fmt.Errorf("native %s: step: slot %d out of range 0..%d", b.name, s.Slot, b.maxBatch-1)
+	case len(s.Pending) == 0 && len(s.Block) == 0:
+		return fmt.Errorf("native %s: step: slot %d: 0 pending and 0 block tokens (an empty prompt): a step needs a pending token or a block", b.name, s.Slot)
+	case len(s.Pending) > b.maxSeqLen:
+		return fmt.Errorf("native %s: step: slot %d: a prompt of %d tokens is longer than max_seq_len %d", b.name, s.Slot, len(s.Pending), b.maxSeqLen)
+	case len(s.Block) > engine.StepMaxRows:
+		return fmt.Errorf("native %s: step: slot %d: a block of %d rows, at most %d", b.name, s.Slot, len(s.Block), engine.StepMaxRows)
+	}
+	return nil
+}
+
+// markLive records the slots a successful step made or kept live.
+func (b *Backend) markLive(slots []engine.StepSlot) {
+	for _, s := range slots {
+		b.live[s.Slot] = true
+	}
 }
 
 // Release frees a slot; releasing a free slot is not an error.
@@ -552,6 +468,7 @@ func (b *Backend) Release(slot int) error {
 	if C.la_release(b.ops, b.eng, C.int(slot), b.errBuf, C.LA_ERR_LEN) != 0 {
 		return b.failure("release")
 	}
+	b.live[slot] = false
 	return nil
 }
 
@@ -563,12 +480,13 @@ func (b *Backend) Reset() error {
 	if C.la_reset(b.ops, b.eng, b.errBuf, C.LA_ERR_LEN) != 0 {
 		return b.failure("reset")
 	}
+	clear(b.live)
 	return nil
 }
 
-// Logits returns a copy of row's logits (vocab floats) from the last prefill (row 0) or
-// decode call (row i for its slots[i]), or nil before the first step and on a backend that
-// does not keep them (a ttnn adapter's logits function is optional).
+// Logits returns a copy of output row row's logits (vocab floats) from the last Step, or
+// nil before the first step and on a backend that does not keep them (a ttnn adapter's
+// logits function is optional).
 func (b *Backend) Logits(row int) []float32 {
 	if b.eng == nil {
 		return nil

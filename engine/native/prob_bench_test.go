@@ -39,7 +39,7 @@ func BenchmarkDecodeProb(b *testing.B) {
 			steps := 0
 			step := func(p []float32) time.Duration {
 				start := time.Now()
-				if err := be.Decode(slots, toks, next, p); err != nil {
+				if err := decodeStep(be, slots, toks, next, p); err != nil {
 					b.Fatal(err)
 				}
 				took := time.Since(start)

@@ -69,7 +69,7 @@ func startScript(b *Backend, s batchSeq, slot int) error {
 			return fmt.Errorf("%s: vision: %w", s.name, err)
 		}
 	}
-	if err := b.PrefillCache(slot, s.ids); err != nil {
+	if err := prefillCacheStep(b, slot, s.ids); err != nil {
 		return fmt.Errorf("%s: prefill into slot %d: %w", s.name, slot, err)
 	}
 	return nil
@@ -292,7 +292,7 @@ func TestStepRefusals(t *testing.T) {
 	}
 	for _, e := range []*Backend{b, ref} {
 		for slot := range 2 {
-			if err := e.PrefillCache(slot, text); err != nil {
+			if err := prefillCacheStep(e, slot, text); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -50,7 +50,7 @@ func benchBlockStep(b *testing.B, dir string, n int) {
 			if err := be.Release(s); err != nil {
 				b.Fatal(err)
 			}
-			tok, _, err := be.Prefill(s, prompt, false)
+			tok, _, err := prefillStep(be, s, prompt)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -68,7 +68,7 @@ func benchBlockStep(b *testing.B, dir string, n int) {
 			b.StartTimer()
 		}
 		start := time.Now()
-		if err := be.Decode(slots, tokens, next, prob); err != nil {
+		if err := decodeStep(be, slots, tokens, next, prob); err != nil {
 			b.Fatal(err)
 		}
 		mid := time.Now()

@@ -122,7 +122,7 @@ func replayRun(t *testing.T, b *Backend, ids hybridTokenIDs, run hybridRun, patc
 	if len(run.Steps) == 0 || run.Steps[0].Kind != "block" || run.Steps[0].Pending != len(run.PromptIDs) {
 		t.Fatalf("the run does not start with a block after the whole prompt")
 	}
-	if err := b.PrefillCache(0, run.PromptIDs); err != nil {
+	if err := prefillCacheStep(b, 0, run.PromptIDs); err != nil {
 		t.Fatalf("prefill: %v", err)
 	}
 	committed := append(slices.Clone(run.PromptIDs), run.Tokens...)

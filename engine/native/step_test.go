@@ -118,7 +118,7 @@ func TestStepARRowMatchesDecode(t *testing.T) {
 			watch := []int32{0, 1, 17, 100, tok}
 			next, p := []int32{0}, []float32{0}
 			for step := range 12 {
-				if err := dec.Decode([]int{0}, []int32{tok}, next, p); err != nil {
+				if err := decodeStep(dec, []int{0}, []int32{tok}, next, p); err != nil {
 					t.Fatal(err)
 				}
 				// An empty Block, nil or not, is an AR row: one output row either way.

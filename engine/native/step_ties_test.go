@@ -112,11 +112,11 @@ func TestStepTopKTies(t *testing.T) {
 	o := Options{MaxBatch: 1, MaxSeqLen: 96, Threads: 2}
 	b, dec := openBackend(t, m, o), openBackend(t, m, o)
 	prompt := testPrompt(0)
-	tok, _, err := dec.Prefill(0, prompt, false)
+	tok, _, err := prefillStep(dec, 0, prompt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.PrefillCache(0, prompt); err != nil {
+	if err := prefillCacheStep(b, 0, prompt); err != nil {
 		t.Fatal(err)
 	}
 	// The first block: its row 0 repeats the last prompt token.

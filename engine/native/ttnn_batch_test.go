@@ -122,7 +122,7 @@ func runStaggered(t *testing.T, b *Backend, queue []*golden.Case, admitEvery int
 			if err := b.Vision(patches, c.GridH, c.GridW); err != nil {
 				t.Fatal(err)
 			}
-			tok, prob, err := b.Prefill(slot, ids, true)
+			tok, prob, err := prefillStep(b, slot, ids)
 			if err != nil {
 				t.Fatalf("step %d: prefill %s into slot %d: %v", step, c.Name, slot, err)
 			}
@@ -153,7 +153,7 @@ func runStaggered(t *testing.T, b *Backend, queue []*golden.Case, admitEvery int
 			for i, s := range rows {
 				slots[i], tokens[i] = s.slot, s.rec.tokens[len(s.rec.tokens)-1]
 			}
-			if err := b.Decode(slots, tokens, next, prob); err != nil {
+			if err := decodeStep(b, slots, tokens, next, prob); err != nil {
 				t.Fatalf("step %d: decode of slots %v: %v", step, slots, err)
 			}
 			for i, s := range rows {
@@ -245,7 +245,7 @@ func TestTTNNSlotRules(t *testing.T) {
 		if err := b.Vision(testPatches(2, 4, 5), 2, 4); err != nil {
 			t.Fatal(err)
 		}
-		tok, _, err := b.Prefill(slot, prompt, false)
+		tok, _, err := prefillStep(b, slot, prompt)
 		if err != nil {
 			t.Fatalf("prefill slot %d: %v", slot, err)
 		}
@@ -253,7 +253,7 @@ func TestTTNNSlotRules(t *testing.T) {
 	}
 	decode := func(b *Backend, slots []int, tokens []int32) ([]int32, error) {
 		next := make([]int32, len(slots))
-		return next, b.Decode(slots, tokens, next, nil)
+		return next, decodeStep(b, slots, tokens, next, nil)
 	}
 
 	// The tokens slot 1 has alone: its first, then two decoded.
@@ -272,10 +272,8 @@ func TestTTNNSlotRules(t *testing.T) {
 	if first1 != want[0] {
 		t.Fatalf("slot 1 first token %d, alone %d", first1, want[0])
 	}
-	_, _, err := b.Prefill(0, prompt, false)
+	_, _, err := prefillStep(b, 0, prompt)
 	wantError(t, err, "native ttnn: prefill: slot 0 is live (release it first)")
-	_, err = decode(b, []int{0, 2}, []int32{first0, first0})
-	wantError(t, err, "native ttnn: decode: slot 2 is free (prefill it first)")
 	_, err = decode(b, []int{1, 1}, []int32{first1, first1})
 	wantError(t, err, "slot 1 appears twice")
 	_, err = decode(b, []int{0, 1}, []int32{first0, 152681})
@@ -314,8 +312,13 @@ func TestTTNNSlotRules(t *testing.T) {
 	if err := b.Release(2); err != nil {
 		t.Fatalf("releasing a never used slot: %v", err)
 	}
-	_, err = decode(b, []int{0}, []int32{first0})
-	wantError(t, err, "decode: slot 0 is free")
+	// A step on a free slot is its prefill: one token is a prompt.
+	if _, err = decode(b, []int{0}, []int32{first0}); err != nil {
+		t.Fatalf("a one-token step on free slot 0: %v", err)
+	}
+	if err := b.Release(0); err != nil {
+		t.Fatal(err)
+	}
 	if again := start(b, 0); again != first0 {
 		t.Fatalf("slot 0 after release: first token %d, before %d", again, first0)
 	}
@@ -328,16 +331,17 @@ func TestTTNNSlotRules(t *testing.T) {
 	if b.Logits(0) != nil {
 		t.Fatal("logits after reset")
 	}
-	for slot := range 3 {
-		_, err = decode(b, []int{slot}, []int32{first0})
-		wantError(t, err, "is free")
+	for slot := range 3 { // every slot is free again: a step there is its prefill
+		if _, err = decode(b, []int{slot}, []int32{first0}); err != nil {
+			t.Fatalf("a one-token step on slot %d after reset: %v", slot, err)
+		}
 	}
 
 	// A release the adapter fails keeps the slot: the next prefill there is refused.
 	f := openTTNN(t, m, Options{MaxBatch: 2, MaxSeqLen: maxSeqLen, BackendOptions: standinOptions(t, "fail_in", "release")})
 	start(f, 1)
 	wantError(t, f.Release(1), "native ttnn: release: adapter release: RuntimeError: stand-in told to fail in release")
-	_, _, err = f.Prefill(1, prompt, false)
+	_, _, err = prefillStep(f, 1, prompt)
 	wantError(t, err, "prefill: slot 1 is live")
 }
 
@@ -358,7 +362,7 @@ func TestTTNNProbabilitiesAreOptional(t *testing.T) {
 			if err := b.Vision(testPatches(2, 2, uint64(slot+1)), 2, 2); err != nil {
 				t.Fatal(err)
 			}
-			tok, prob, err := b.Prefill(slot, testPrompt(1), wantProb)
+			tok, prob, err := prefillStep(b, slot, testPrompt(1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -369,7 +373,7 @@ func TestTTNNProbabilitiesAreOptional(t *testing.T) {
 		if wantProb {
 			prob = make([]float32, 2)
 		}
-		if err := b.Decode([]int{0, 1}, toks[:2], next, prob); err != nil {
+		if err := decodeStep(b, []int{0, 1}, toks[:2], next, prob); err != nil {
 			t.Fatal(err)
 		}
 		return append(toks, next...), append(probs, prob...)
@@ -379,7 +383,9 @@ func TestTTNNProbabilitiesAreOptional(t *testing.T) {
 	if !slices.Equal(withProb, without) {
 		t.Fatalf("tokens with probabilities %v, without %v", withProb, without)
 	}
-	if len(probs) != 4 || slices.Contains(probs, 0) || !slices.Equal(none, []float32{0, 0}) {
+	// Every greedy row of a step carries its probability: the prefills' are the same
+	// whether the decode step's are read or not.
+	if len(probs) != 4 || slices.Contains(probs, 0) || !slices.Equal(none, probs[:2]) {
 		t.Fatalf("probabilities asked %v, not asked %v", probs, none)
 	}
 }

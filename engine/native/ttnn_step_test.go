@@ -168,7 +168,7 @@ func ttnnReplayHybridRun(t *testing.T, b *Backend, hy *ttnnHybridFile, run *ttnn
 		t.Fatal(err)
 	}
 	const slot = 1 // not slot 0: nothing here may depend on it
-	if err := b.PrefillCache(slot, prompt); err != nil {
+	if err := prefillCacheStep(b, slot, prompt); err != nil {
 		t.Fatal(err)
 	}
 	// What the acceptance rules read besides the top ids (docs/hybrid-decoding.md).
@@ -249,7 +249,7 @@ func TestTTNNStepOneRowIsADecode(t *testing.T) {
 		if err := b.Vision(patches, c.GridH, c.GridW); err != nil {
 			t.Fatal(err)
 		}
-		tok, _, err := b.Prefill(slot, prompt, false)
+		tok, _, err := prefillStep(b, slot, prompt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +268,7 @@ func TestTTNNStepOneRowIsADecode(t *testing.T) {
 		}
 		stepLogits := slices.Clone(b.Logits(0))
 		next, prob := []int32{0}, []float32{0}
-		if err := b.Decode([]int{1}, []int32{tok}, next, prob); err != nil {
+		if err := decodeStep(b, []int{1}, []int32{tok}, next, prob); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(stepLogits, b.Logits(0)) || len(stepLogits) == 0 {
@@ -379,7 +379,7 @@ func TestTTNNStepChecksTheAdaptersAnswer(t *testing.T) {
 	b := openTTNN(t, m, Options{MaxBatch: 2, MaxSeqLen: maxSeq, BackendOptions: adapterOptions("la_test_step_results", dir)})
 	// A prefill without a first token: a step of no output row.
 	for slot := range 2 {
-		if err := b.PrefillCache(slot, []int32{1, 2, 3, 4}); err != nil {
+		if err := prefillCacheStep(b, slot, []int32{1, 2, 3, 4}); err != nil {
 			t.Fatalf("prefill cache slot %d: %v", slot, err)
 		}
 	}
@@ -455,7 +455,7 @@ func TestTTNNStepChecksTheAdaptersAnswer(t *testing.T) {
 	}
 	wantError(t, b.Step([]engine.StepSlot{{Slot: 1, Block: []int32{0}}}, k, []int32{3}, rows),
 		"step: slot 1: a free slot needs its prompt pending (a step on it is its prefill)")
-	if err := b.PrefillCache(1, []int32{1, 2, 3, 4}); err != nil {
+	if err := prefillCacheStep(b, 1, []int32{1, 2, 3, 4}); err != nil {
 		t.Fatal(err)
 	}
 	// Every refusal above left both slots at 4 positions: 4 + 12 pending fill slot 1, and
@@ -543,7 +543,7 @@ func TestTTNNStepMatchesCPUStep(t *testing.T) {
 				if err := b.Vision(patches, gh, gw); err != nil {
 					t.Fatal(err)
 				}
-				if err := b.PrefillCache(slot, run.PromptIDs); err != nil {
+				if err := prefillCacheStep(b, slot, run.PromptIDs); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -629,7 +629,7 @@ func BenchmarkTTNNBridgeStepCall(b *testing.B) {
 			be := openTTNN(b, m, Options{MaxBatch: n, MaxSeqLen: 1 << 30, BackendOptions: adapterOptions("la_bench_step", dir)})
 			var slots []engine.StepSlot
 			for i := range n {
-				if err := be.PrefillCache(i, []int32{1}); err != nil {
+				if err := prefillCacheStep(be, i, []int32{1}); err != nil {
 					b.Fatal(err)
 				}
 				slots = append(slots, engine.StepSlot{Slot: i, Pending: make([]int32, 6), Block: make([]int32, 6)})

@@ -381,11 +381,11 @@ def reset(h): pass
 def close(h): pass
 `
 
-// cOutputs are the C-side next-token and probability buffers a Backend hands the backend's
-// decode, for checking that a failed call wrote nothing there.
+// cOutputs are the C-side next-token and probability buffers a Backend hands the backend
+// (its step's output buffers), for checking that a failed call wrote nothing there.
 func cOutputs(b *Backend) ([]int32, []float32) {
-	return unsafe.Slice((*int32)(unsafe.Pointer(b.cNext)), b.maxBatch),
-		unsafe.Slice((*float32)(unsafe.Pointer(b.cProb)), b.maxBatch)
+	return unsafe.Slice((*int32)(unsafe.Pointer(b.step.topIDs)), b.maxBatch),
+		unsafe.Slice((*float32)(unsafe.Pointer(b.step.topP)), b.maxBatch)
 }
 
 // TestTTNNIgnoresTheEnvironment: the backend takes its settings from the option lines only.
@@ -538,13 +538,13 @@ func BenchmarkTTNNBridgeDecodeCall(b *testing.B) {
 			slots, tokens, next := make([]int, rows), make([]int32, rows), make([]int32, rows)
 			for i := range rows {
 				slots[i], tokens[i] = i, 7
-				if _, _, err := be.Prefill(i, []int32{1}, false); err != nil {
+				if _, _, err := prefillStep(be, i, []int32{1}); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ResetTimer()
 			for b.Loop() {
-				if err := be.Decode(slots, tokens, next, nil); err != nil {
+				if err := decodeStep(be, slots, tokens, next, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

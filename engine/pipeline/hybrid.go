@@ -11,51 +11,16 @@ import (
 // DecodeModeHybrid is what a hybrid answer's DecodeMode says.
 const DecodeModeHybrid = "hybrid_greedy"
 
-// startHybrid runs vision and a prefill that picks no token for p in the free slot: the
-// first step of parallel box decoding reads a block after the prompt's last token, which
-// the cache then holds.
-func startHybrid(b engine.Backend, p *engine.Prepared, slot int) (*engine.Sequence, error) {
-	s, err := visionFor(b, p, slot)
-	if err != nil {
-		return nil, err
+// stepHybrid advances every hybrid sequence in seqs by one step in one backend call: the
+// ones reading blocks by a block after their pending tokens, the ones finishing a box one
+// token at a time by their pending tokens' next-token row.
+func (st *stepper) stepHybrid(b engine.Backend, seqs []*engine.Sequence) error {
+	if st.tok == nil {
+		return errNoHybrid
 	}
-	if len(p.PromptIDs) == 0 {
-		return nil, fmt.Errorf("hybrid decoding of an empty prompt")
-	}
-	t1 := time.Now()
-	if err := b.PrefillCache(slot, p.PromptIDs); err != nil {
-		return nil, fmt.Errorf("prefill of %d tokens: %w", len(p.PromptIDs), err)
-	}
-	s.Prefill = time.Since(t1)
-	return s, nil
-}
-
-// blockStepper runs the steps of hybrid sequences (docs/hybrid-decoding.md, "The loop"),
-// reusing its argument slices.
-type blockStepper struct {
-	tok   *blockdecode.Tokens
-	mode  blockdecode.Mode // Hybrid; Fast only in the reference's tests
-	watch []int32
-
-	slots  []engine.StepSlot
-	blocks []int32
-	rows   []engine.StepRow
-}
-
-func newBlockStepper(tok *blockdecode.Tokens) *blockStepper {
-	return &blockStepper{tok: tok, mode: blockdecode.Hybrid, watch: tok.Watch()}
-}
-
-// step advances every sequence in seqs (hybrid, none done, distinct slots) by one step in
-// one backend call: the ones reading blocks by a block after their pending tokens, the
-// ones finishing a box one token at a time by their pending tokens' next-token row.
-func (st *blockStepper) step(b engine.Backend, seqs []*engine.Sequence) error {
 	n := len(seqs)
 	need := 0
 	for _, s := range seqs {
-		if s.Done {
-			return fmt.Errorf("slot %d: the sequence is done", s.Slot)
-		}
 		if s.Pending > len(s.Tokens) || (s.OneToken && s.Pending < 1) {
 			return fmt.Errorf("slot %d: %d pending of %d generated tokens in %s", s.Slot, s.Pending, len(s.Tokens), phase(s))
 		}
@@ -82,11 +47,7 @@ func (st *blockStepper) step(b engine.Backend, seqs []*engine.Sequence) error {
 		st.slots = append(st.slots, slot)
 	}
 	defer clear(st.slots) // they hold the sequences' token slices
-	nRows := engine.StepRows(st.slots)
-	if len(st.rows) < nRows {
-		st.rows = engine.NewStepRows(nRows, blockdecode.K, len(st.watch))
-	}
-	rows := st.rows[:nRows]
+	rows := st.outputRows(engine.StepRows(st.slots), blockdecode.K, len(st.watch))
 	t0 := time.Now()
 	if err := b.Step(st.slots, blockdecode.K, st.watch, rows); err != nil {
 		return fmt.Errorf("hybrid step of %d sequences: %w", n, err)

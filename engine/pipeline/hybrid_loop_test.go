@@ -29,9 +29,9 @@ const blocksDir = "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks"
 type replayBackend struct {
 	tok      *blockdecode.Tokens
 	maxBatch int
-	queue    []*golden.Run // what the next PrefillCache in any slot replays
+	queue    []*golden.Run // what the next prefill in any slot replays
 	slots    []*replaySlot // by slot; nil = free
-	calls    []int         // each Step call's number of slots
+	calls    []int         // each decoding Step call's number of slots (prefills not counted)
 	fail     error         // the first thing the loop got wrong
 }
 
@@ -67,30 +67,28 @@ func (b *replayBackend) PrefillLength(n int) int          { return n }
 func (b *replayBackend) Close() error                     { return nil }
 func (b *replayBackend) Reset() error                     { clear(b.slots); return nil }
 func (b *replayBackend) Release(slot int) error           { b.slots[slot] = nil; return nil }
-func (b *replayBackend) Prefill(int, []int32, bool) (int32, float32, error) {
-	return 0, 0, b.failf("an AR prefill in a hybrid test")
-}
-func (b *replayBackend) Decode([]int, []int32, []int32, []float32) error {
-	return b.failf("an AR decode in a hybrid test")
-}
 
-func (b *replayBackend) PrefillCache(slot int, ids []int32) error {
-	if b.slots[slot] != nil {
-		return b.failf("prefill into live slot %d", slot)
+// prefill takes a step on a free slot: the next run's prompt, cached with no output row.
+func (b *replayBackend) prefill(ss engine.StepSlot) error {
+	if !ss.NoOutput || len(ss.Block) > 0 {
+		return b.failf("an AR prefill in a hybrid test")
 	}
 	if len(b.queue) == 0 {
 		return b.failf("no run left to replay")
 	}
 	run := b.queue[0]
 	b.queue = b.queue[1:]
-	if !slices.Equal(ids, run.PromptIDs) {
-		return b.failf("%s: prefill of %d ids, not the run's prompt", run.Case, len(ids))
+	if !slices.Equal(ss.Pending, run.PromptIDs) {
+		return b.failf("%s: prefill of %d ids, not the run's prompt", run.Case, len(ss.Pending))
 	}
-	b.slots[slot] = &replaySlot{run: run, committed: slices.Clone(ids), cached: len(ids)}
+	b.slots[ss.Slot] = &replaySlot{run: run, committed: slices.Clone(ss.Pending), cached: len(ss.Pending)}
 	return nil
 }
 
 func (b *replayBackend) Step(slots []engine.StepSlot, k int, watch []int32, rows []engine.StepRow) error {
+	if len(slots) == 1 && b.slots[slots[0].Slot] == nil {
+		return b.prefill(slots[0])
+	}
 	b.calls = append(b.calls, len(slots))
 	if k < blockdecode.K || !slices.Equal(watch, b.tok.Watch()) || len(rows) != engine.StepRows(slots) {
 		return b.failf("step with k %d, watch %v and %d rows", k, watch, len(rows))

@@ -49,7 +49,7 @@ func TestHybridMatchesReferenceOnTheRandomCheckpoints(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%s/%d", run.Case, run.Mode, run.MaxNew), func(t *testing.T) {
 					p := openPipeline(t, OpenOptions{WeightsDir: filepath.Join(filepath.Dir(checkpointDir), ckpt),
 						InTokenLimit: run.InTokenLimit})
-					p.hy.mode = run.Mode
+					p.st.mode = run.Mode
 					pred, err := p.Generate(context.Background(), prepareRun(t, p, run))
 					if err != nil {
 						t.Fatal(err)

@@ -29,27 +29,25 @@ func (b *scriptBackend) PrefillLength(n int) int          { return n }
 func (b *scriptBackend) Close() error                     { return nil }
 func (b *scriptBackend) Reset() error                     { return b.Release(0) }
 func (b *scriptBackend) Release(int) error                { b.releases++; b.pos = 0; return nil }
-func (b *scriptBackend) PrefillCache(int, []int32) error {
-	return errors.New("script: no hybrid decoding")
-}
-func (b *scriptBackend) Step([]engine.StepSlot, int, []int32, []engine.StepRow) error {
-	return errors.New("script: no hybrid decoding")
-}
 func (b *scriptBackend) prob(i int) float32 {
 	if b.probs == nil {
 		return 0.5
 	}
 	return b.probs[i]
 }
-func (b *scriptBackend) Prefill(_ int, _ []int32, wantProb bool) (int32, float32, error) {
-	b.pos = 1
-	if !wantProb {
-		return b.script[0], 0, nil
+
+// Step is the prefill when the slot is free (pos 0), a decode step otherwise; greedy
+// rows only.
+func (b *scriptBackend) Step(slots []engine.StepSlot, k int, watch []int32, rows []engine.StepRow) error {
+	if len(slots) != 1 || slots[0].Slot != 0 || len(slots[0].Block) > 0 || slots[0].NoOutput || k != 1 || len(watch) > 0 || len(rows) != 1 {
+		return errors.New("script: greedy steps of slot 0 only")
 	}
-	b.asked++
-	return b.script[0], b.prob(0), nil
-}
-func (b *scriptBackend) Decode(slots []int, tokens, next []int32, prob []float32) error {
+	if b.pos == 0 {
+		b.pos = 1
+		b.asked++
+		rows[0].TopIDs[0], rows[0].TopProbs[0] = b.script[0], b.prob(0)
+		return nil
+	}
 	b.decodes++
 	if b.onStep != nil {
 		b.onStep(b.decodes)
@@ -57,14 +55,11 @@ func (b *scriptBackend) Decode(slots []int, tokens, next []int32, prob []float32
 	if b.failAt == b.decodes {
 		return errors.New("device fell over")
 	}
-	if len(slots) != 1 || slots[0] != 0 || tokens[0] != b.script[b.pos-1] {
+	if !slices.Equal(slots[0].Pending, b.script[b.pos-1:b.pos]) {
 		return errors.New("decode was not fed slot 0's previous token")
 	}
-	next[0] = b.script[b.pos]
-	if prob != nil {
-		b.asked++
-		prob[0] = b.prob(b.pos)
-	}
+	b.asked++
+	rows[0].TopIDs[0], rows[0].TopProbs[0] = b.script[b.pos], b.prob(b.pos)
 	b.pos++
 	return nil
 }

@@ -50,10 +50,7 @@ type Pipeline struct {
 	// slots, so the free list has a lock rather than an ownership rule.
 	mu   sync.Mutex
 	used []bool // by slot
-	st   stepper
-	hy   *blockStepper // nil without Config.Hybrid
-
-	arSeqs, hySeqs []*engine.Sequence // Step's split of its batch, reused
+	st   *stepper
 }
 
 var _ engine.Batcher = (*Pipeline)(nil)
@@ -94,12 +91,11 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 	}
 	cfg.Info.GenerationModes = []engine.GenerationMode{engine.GenerationAR}
 	p := &Pipeline{backend: b, tok: tok, cfg: cfg, closers: closers, png: overlay.NewEncoder(),
-		used: make([]bool, b.MaxBatch()), st: stepper{eos: cfg.EOS}}
+		used: make([]bool, b.MaxBatch()), st: newStepper(cfg.EOS, cfg.Hybrid)}
 	if cfg.Hybrid != nil {
 		if cfg.Hybrid.IMEnd != cfg.EOS {
 			return nil, fmt.Errorf("hybrid decoding's <|im_end|> is %d, the EOS %d", cfg.Hybrid.IMEnd, cfg.EOS)
 		}
-		p.hy = newBlockStepper(cfg.Hybrid)
 		p.cfg.Info.GenerationModes = []engine.GenerationMode{engine.GenerationAR, engine.GenerationHybrid}
 	} else if cfg.GenerationMode == engine.GenerationHybrid {
 		return nil, fmt.Errorf("generation mode hybrid by default, but the model cannot decode in hybrid mode: %w",
@@ -193,7 +189,7 @@ func (p *Pipeline) generationMode(asked engine.GenerationMode) (engine.Generatio
 	if !mode.Valid() {
 		return "", engine.InputErrorf(engine.CodeBadGeneration, "generation_mode %q is not one of %v", asked, engine.GenerationModes)
 	}
-	if mode == engine.GenerationHybrid && p.hy == nil {
+	if mode == engine.GenerationHybrid && p.cfg.Hybrid == nil {
 		why := "its config.json lacks the ids parallel box decoding reads"
 		if p.cfg.NoHybrid != nil {
 			why = p.cfg.NoHybrid.Error()
@@ -233,17 +229,7 @@ func (p *Pipeline) Generate(ctx context.Context, prep *engine.Prepared) (*engine
 		return nil, err
 	}
 	defer p.freeSlot(slot)
-	var s *engine.Sequence
-	if prep.GenerationMode == engine.GenerationHybrid {
-		if p.hy == nil {
-			return nil, errNoHybrid
-		}
-		s, err = alone(ctx, p.backend, prep, slot, func() (*engine.Sequence, error) {
-			return startHybrid(p.backend, prep, slot)
-		}, p.hy.step)
-	} else {
-		s, err = Greedy(ctx, p.backend, prep, slot, p.cfg.EOS)
-	}
+	s, err := p.st.alone(ctx, p.backend, prep, slot)
 	if err != nil {
 		return nil, err
 	}
@@ -256,15 +242,7 @@ func (p *Pipeline) Start(prep *engine.Prepared) (*engine.Sequence, error) {
 	if err != nil {
 		return nil, err
 	}
-	var s *engine.Sequence
-	switch {
-	case prep.GenerationMode != engine.GenerationHybrid:
-		s, err = start(p.backend, prep, slot, p.cfg.EOS)
-	case p.hy == nil:
-		err = errNoHybrid
-	default:
-		s, err = startHybrid(p.backend, prep, slot)
-	}
+	s, err := p.st.start(p.backend, prep, slot)
 	if err != nil {
 		// A failed prefill may have written part of the slot's cache.
 		if rerr := p.backend.Release(slot); rerr != nil {
@@ -276,31 +254,10 @@ func (p *Pipeline) Start(prep *engine.Prepared) (*engine.Sequence, error) {
 	return s, nil
 }
 
-// Step advances every sequence in seqs by one step: the AR ones by one token in one decode
-// call, exactly as alone, and the hybrid ones together in one block step call.
+// Step advances every sequence in seqs by one step: the AR ones by one token in one greedy
+// step call, exactly as alone, and the hybrid ones together in one block step call.
 func (p *Pipeline) Step(seqs []*engine.Sequence) error {
-	ar, hy := p.arSeqs[:0], p.hySeqs[:0]
-	defer func() { clear(ar); clear(hy) }()
-	for _, s := range seqs {
-		if s.Mode == engine.GenerationHybrid {
-			hy = append(hy, s)
-		} else {
-			ar = append(ar, s)
-		}
-	}
-	p.arSeqs, p.hySeqs = ar, hy
-	if len(ar) > 0 {
-		if err := p.st.step(p.backend, ar); err != nil {
-			return err
-		}
-	}
-	if len(hy) > 0 {
-		if p.hy == nil {
-			return errNoHybrid
-		}
-		return p.hy.step(p.backend, hy)
-	}
-	return nil
+	return p.st.step(p.backend, seqs)
 }
 
 // Finish frees the sequence's slot and parses its answer.

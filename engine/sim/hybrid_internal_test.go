@@ -25,7 +25,7 @@ func TestHybridReadsANegativeInOneBlock(t *testing.T) {
 	ids := b.block
 	answer := append(tok.Encode("<ref>cat</ref>"), ids.BoxStart, ids.None, ids.BoxEnd, eos)
 	prompt := []int32{1, 2, 3}
-	b.slots[0] = slot{live: true, hybrid: true, plan: answer, image: 42, pos: len(prompt), prompt: len(prompt), lastPrompt: prompt[2]}
+	b.slots[0] = slot{live: true, plan: answer, image: 42, pos: len(prompt), prompt: len(prompt), lastPrompt: prompt[2]}
 
 	var got []int32
 	var types []blockdecode.Type

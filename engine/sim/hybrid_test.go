@@ -52,7 +52,7 @@ func (f *fixture) startHybrid(t *testing.T, r request, slot int) *hybridSeq {
 	if err := f.b.Vision(r.patches, r.gridH, r.gridW); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.b.PrefillCache(slot, r.ids); err != nil {
+	if err := prefillCacheStep(f.b, slot, r.ids); err != nil {
 		t.Fatal(err)
 	}
 	return &hybridSeq{slot: slot, last: r.ids[len(r.ids)-1]}
@@ -371,7 +371,7 @@ func TestHybridMisuseFailsLikeTheChip(t *testing.T) {
 		k     int
 		want  string
 	}{
-		{[]engine.StepSlot{{Slot: 1, Block: block}}, 5, "slot 1 is not live in hybrid mode"},
+		{[]engine.StepSlot{{Slot: 1, Block: block}}, 5, "slot 1 is free: its prefill takes no block"},
 		{[]engine.StepSlot{{Slot: 0, Block: block}, {Slot: 0, Block: block}}, 5, "slot 0 appears twice"},
 		{[]engine.StepSlot{{Slot: 0, Pending: []int32{7}, Block: block}}, 5, "slot 0 was fed [7], but its answer goes on"},
 		{[]engine.StepSlot{{Slot: 0, Block: append([]int32{9}, block[1:]...)}}, 5, "block starts with 9, not the last committed token"},
@@ -387,8 +387,8 @@ func TestHybridMisuseFailsLikeTheChip(t *testing.T) {
 		!strings.Contains(err.Error(), "5 output rows given, the slots make 6") {
 		t.Errorf("short rows: %v", err)
 	}
-	if err := f.b.Decode([]int{0}, []int32{s.last}, []int32{0}, nil); err == nil || !strings.Contains(err.Error(), "hybrid mode") {
-		t.Errorf("decode of a hybrid slot: %v", err)
+	if err := decodeStep(f.b, []int{0}, []int32{s.last}, []int32{0}, nil); err == nil || !strings.Contains(err.Error(), "was fed") {
+		t.Errorf("an AR step fed the prompt's last token again: %v", err)
 	}
 	// Nothing changed: the request still decodes to its answer.
 	f.stepHybrid(t, ids, []*hybridSeq{s}, 400)
@@ -400,11 +400,6 @@ func TestHybridMisuseFailsLikeTheChip(t *testing.T) {
 	}
 	if want := f.alone(t, r, 400); !slices.Equal(s.tokens, want) {
 		t.Errorf("after refused steps:\n%q\nwant\n%q", f.tok.Decode(s.tokens), f.tok.Decode(want))
-	}
-	// A slot prefilled for AR decoding takes no Step.
-	f.start(t, r, 1)
-	if err := try([]engine.StepSlot{{Slot: 1, Block: block}}, 5); err == nil || !strings.Contains(err.Error(), "not live in hybrid mode") {
-		t.Errorf("step of an AR slot: %v", err)
 	}
 }
 

@@ -8,9 +8,9 @@
 //
 // Its answers are deterministic and well formed: it reads the task and query back from the
 // prompt ids, hashes the image patches it was given, and answers one <ref> and a few boxes
-// per category (docs/sim.md, "Answers"), one token per decode step, then EOS; in hybrid
-// mode (PrefillCache, Step: hybrid.go) the same answer a unit per block step, as a model
-// trained for parallel box decoding gives it. A sequence's tokens depend only on its own
+// per category (docs/sim.md, "Answers"), one token per AR step, then EOS; in hybrid mode
+// (hybrid.go) the same answer a unit per block step, as a model trained for parallel box
+// decoding gives it. A sequence's tokens depend only on its own
 // image and prompt, never on what it is batched with.
 //
 // Operators use it to load-test NATS, storage and autoscaling at chip rates; the tests and
@@ -58,6 +58,7 @@ type Backend struct {
 
 	kept   *image // vision's output, waiting for the next prefill
 	slots  []slot
+	fresh  []bool // Step's entries that are prefills, reused
 	closed bool
 
 	block   *blockdecode.Tokens // the ids hybrid answers are read with (hybrid.go); nil without
@@ -75,13 +76,10 @@ type slot struct {
 	live  bool
 	plan  []int32 // the answer's ids, ending with EOS
 	image uint64  // the image's hash: with a token's position, it makes the token's probability
-	next  int     // index in plan of the next token to generate
-	last  int32   // the token generated last, which the next decode step must be fed
-	pos   int     // positions in the cache
-
-	// Hybrid mode (PrefillCache, Step): next is then the answer index of the position
-	// after the cache (pos - prompt), the token the next step's first row predicts.
-	hybrid     bool
+	// next is the answer index of the position after the cache (pos - prompt): the token
+	// the next step's first output row predicts, once its pending tokens are in.
+	next       int
+	pos        int   // positions in the cache
 	prompt     int   // prompt length
 	lastPrompt int32 // the prompt's last token, which the first block repeats
 }
@@ -150,30 +148,8 @@ func (b *Backend) Vision(patches []float32, gridH, gridW int) error {
 	return nil
 }
 
-// Prefill reads the query from the prompt, plans the answer from it and the kept image,
-// and returns the answer's first token, taking the prefill cost of the padded prompt.
-func (b *Backend) Prefill(slotID int, ids []int32, wantProb bool) (int32, float32, error) {
-	if err := b.prefill(slotID, ids); err != nil {
-		return 0, 0, err
-	}
-	s := &b.slots[slotID]
-	s.next, s.last = 1, s.plan[0]
-	var prob float32
-	if wantProb {
-		prob = tokenProb(s.image, 0, s.plan[0])
-	}
-	return s.plan[0], prob, nil
-}
-
-// prefill checks a prefill, plans the answer into the slot and takes the prefill's cost;
-// the caller sets where generation stands.
-func (b *Backend) prefill(slotID int, ids []int32) error {
-	if b.closed {
-		return ErrClosed
-	}
-	if slotID < 0 || slotID >= len(b.slots) {
-		return fmt.Errorf("sim: prefill: slot %d out of range 0..%d", slotID, len(b.slots)-1)
-	}
+// checkPrefill refuses a prefill the chip would refuse, before anything changes.
+func (b *Backend) checkPrefill(slotID int, ids []int32) error {
 	s := &b.slots[slotID]
 	switch {
 	case s.live:
@@ -194,15 +170,20 @@ func (b *Backend) prefill(slotID int, ids []int32) error {
 	if imageTokens != b.kept.tokens {
 		return fmt.Errorf("sim: prefill: the prompt has %d image tokens, vision kept %d embeddings", imageTokens, b.kept.tokens)
 	}
+	return nil
+}
 
+// prefill reads the query from the checked prompt, plans the answer from it and the kept
+// image into the slot, and takes the prefill cost of the padded prompt. The next token to
+// predict is the answer's first (index 0).
+func (b *Backend) prefill(slotID int, ids []int32) {
 	cost := b.o.Costs.PrefillCost(PrefillLength(len(ids)))
 	step := b.clock.begin(cost)
 	q := readInstruction(b.instruction(ids))
 	plan := append(b.o.Tokenizer.Encode(answerText(b.kept.hash, q)), b.o.EOS)
-	*s = slot{live: true, plan: plan, image: b.kept.hash, pos: len(ids)}
+	b.slots[slotID] = slot{live: true, plan: plan, image: b.kept.hash, pos: len(ids), prompt: len(ids), lastPrompt: ids[len(ids)-1]}
 	b.kept = nil // consumed, as on the chip
 	b.o.Meter.record(cost, b.clock.end(step, cost), 1, 0)
-	return nil
 }
 
 // instruction is the text between </img> and the <|im_end|> after it: the user's
@@ -223,61 +204,6 @@ func (b *Backend) instruction(ids []int32) string {
 		to++
 	}
 	return b.o.Tokenizer.Decode(ids[from:to])
-}
-
-// Decode advances every slot in slots by one token of its planned answer, taking the
-// cost of one step of MaxBatch rows, however many are live: the chip's decode runs the
-// batch it was built for (the ttnn backend replays a trace captured at max_batch rows,
-// idle ones included). tokens[i] must be the token slots[i] generated last: the host feeds
-// back what the device gave it.
-func (b *Backend) Decode(slots []int, tokens, next []int32, prob []float32) error {
-	if b.closed {
-		return ErrClosed
-	}
-	n := len(slots)
-	if n < 1 || n > len(b.slots) || len(tokens) != n || len(next) != n || (prob != nil && len(prob) != n) {
-		return fmt.Errorf("sim: decode: %d slots, %d tokens, %d outputs, %d probabilities (1..%d rows, all equal)",
-			n, len(tokens), len(next), len(prob), len(b.slots))
-	}
-	// Check every row before changing any, as a failed step must leave the slots as they were.
-	for i, id := range slots {
-		if id < 0 || id >= len(b.slots) {
-			return fmt.Errorf("sim: decode: slot %d out of range 0..%d", id, len(b.slots)-1)
-		}
-		s := &b.slots[id]
-		switch {
-		case !s.live:
-			return fmt.Errorf("sim: decode: slot %d is not live", id)
-		case s.hybrid:
-			return fmt.Errorf("sim: decode: slot %d decodes in hybrid mode (Step)", id)
-		case s.pos >= b.o.MaxSeqLen:
-			return fmt.Errorf("sim: decode: slot %d is full (%d positions)", id, s.pos)
-		case tokens[i] != s.last:
-			return fmt.Errorf("sim: decode: slot %d was fed token %d, but it generated %d last", id, tokens[i], s.last)
-		}
-		for _, other := range slots[:i] {
-			if other == id {
-				return fmt.Errorf("sim: decode: slot %d appears twice", id)
-			}
-		}
-	}
-	cost := b.o.Costs.StepCost(len(b.slots))
-	step := b.clock.begin(cost)
-	for i, id := range slots {
-		s := &b.slots[id]
-		tok := b.o.EOS // past the end of the plan (the host ignored EOS): more EOS
-		if s.next < len(s.plan) {
-			tok = s.plan[s.next]
-		}
-		if prob != nil {
-			prob[i] = tokenProb(s.image, s.next, tok)
-		}
-		s.next++
-		s.pos++
-		s.last, next[i] = tok, tok
-	}
-	b.o.Meter.record(cost, b.clock.end(step, cost), 0, n)
-	return nil
 }
 
 // Release frees a slot; releasing a free slot is not an error.

@@ -80,7 +80,7 @@ func (f *fixture) start(t *testing.T, r request, slot int) (int32, float32) {
 	if err := f.b.Vision(r.patches, r.gridH, r.gridW); err != nil {
 		t.Fatal(err)
 	}
-	first, prob, err := f.b.Prefill(slot, r.ids, true)
+	first, prob, err := prefillStep(f.b, slot, r.ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func (f *fixture) aloneWithProbs(t *testing.T, r request, limit int) ([]int32, [
 		if len(toks) == limit {
 			t.Fatalf("no EOS in %d tokens: %q", limit, f.tok.Decode(toks))
 		}
-		if err := f.b.Decode([]int{0}, toks[len(toks)-1:], next, nextProb); err != nil {
+		if err := decodeStep(f.b, []int{0}, toks[len(toks)-1:], next, nextProb); err != nil {
 			t.Fatal(err)
 		}
 		toks, probs = append(toks, next[0]), append(probs, nextProb[0])
@@ -282,7 +282,7 @@ func TestBatchingNeverChangesTokens(t *testing.T) {
 			toks = append(toks, l.toks[len(l.toks)-1])
 		}
 		next, probs := make([]int32, len(slots)), make([]float32, len(slots))
-		if err := f.b.Decode(slots, toks, next, probs); err != nil {
+		if err := decodeStep(f.b, slots, toks, next, probs); err != nil {
 			t.Fatal(err)
 		}
 		kept := running[:0]
@@ -341,7 +341,7 @@ func TestCostsAreSleptNotSpent(t *testing.T) {
 		if ta == f.eos || tb == f.eos {
 			break
 		}
-		if err := f.b.Decode([]int{0, 1}, []int32{ta, tb}, next, nil); err != nil {
+		if err := decodeStep(f.b, []int{0, 1}, []int32{ta, tb}, next, nil); err != nil {
 			t.Fatal(err)
 		}
 		ta, tb = next[0], next[1]
@@ -410,7 +410,7 @@ func TestCostModel(t *testing.T) {
 func TestMisuseFailsLikeTheChip(t *testing.T) {
 	f := newFixture(t, zeroCosts, 2)
 	r := f.newRequest(t, 1, engine.TaskDetect, "cat")
-	if _, _, err := f.b.Prefill(0, r.ids, false); err == nil || !strings.Contains(err.Error(), "vision") {
+	if _, _, err := prefillStep(f.b, 0, r.ids); err == nil || !strings.Contains(err.Error(), "vision") {
 		t.Errorf("prefill without vision: %v", err)
 	}
 	if err := f.b.Vision(r.patches[1:], r.gridH, r.gridW); err == nil {
@@ -419,14 +419,15 @@ func TestMisuseFailsLikeTheChip(t *testing.T) {
 	if err := f.b.Vision(r.patches, r.gridH, r.gridW); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.b.Prefill(0, r.ids[:len(r.ids)/2], false); err == nil || !strings.Contains(err.Error(), "image tokens") {
+	if _, _, err := prefillStep(f.b, 0, r.ids[:len(r.ids)/2]); err == nil || !strings.Contains(err.Error(), "image tokens") {
 		t.Errorf("prefill with half the image tokens: %v", err)
 	}
 	first, _ := f.start(t, r, 0)
 	if err := f.b.Vision(r.patches, r.gridH, r.gridW); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.b.Prefill(0, r.ids, false); err == nil || !strings.Contains(err.Error(), "live") {
+	// On a live slot the prompt is pending tokens, at most StepMaxRows of them.
+	if _, _, err := prefillStep(f.b, 0, r.ids); err == nil || !strings.Contains(err.Error(), "pending and 0 block tokens") {
 		t.Errorf("prefill into a live slot: %v", err)
 	}
 	next := make([]int32, 2)
@@ -435,16 +436,16 @@ func TestMisuseFailsLikeTheChip(t *testing.T) {
 		tokens []int32
 		want   string
 	}{
-		{[]int{1}, []int32{first}, "not live"},
-		{[]int{0}, []int32{first + 1}, "fed token"},
+		{[]int{1}, []int32{first}, "prefill: the prompt has 0 image tokens"}, // a step on a free slot is its prefill
+		{[]int{0}, []int32{first + 1}, "was fed"},
 		{[]int{0, 0}, []int32{first, first}, "twice"},
 		{[]int{5}, []int32{first}, "out of range"},
 	} {
-		if err := f.b.Decode(c.slots, c.tokens, next[:len(c.slots)], nil); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := decodeStep(f.b, c.slots, c.tokens, next[:len(c.slots)], nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("decode %v %v: %v, want an error about %q", c.slots, c.tokens, err, c.want)
 		}
 	}
-	if err := f.b.Decode([]int{0}, []int32{first}, next[:1], nil); err != nil {
+	if err := decodeStep(f.b, []int{0}, []int32{first}, next[:1], nil); err != nil {
 		t.Errorf("a good step after the refused ones: %v", err)
 	}
 	if err := f.b.Release(0); err != nil {
