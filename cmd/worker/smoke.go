@@ -137,8 +137,19 @@ func smokeCheck(o smokeOptions) (string, error) {
 	if err := smokeGet(ctx, o.url+"/info", 30*time.Second, o.token, &info); err != nil {
 		return "", fmt.Errorf("GET /info: %w", err)
 	}
-	if _, ok := info["model"].(string); !ok {
+	model, ok := info["model"].(string)
+	if !ok {
 		return "", errors.New("GET /info: no model name in the answer")
+	}
+	// What answered, for the PASS line: the wrong model or a simulated chip shows there.
+	answeredBy := "model=" + model
+	if w, ok := info["worker"].(map[string]any); ok {
+		if b, ok := w["backend"].(string); ok {
+			answeredBy += " engine=" + b
+		}
+		if sim, _ := w["simulated"].(bool); sim {
+			answeredBy += " SIMULATED"
+		}
 	}
 
 	body := map[string]any{
@@ -172,7 +183,7 @@ func smokeCheck(o smokeOptions) (string, error) {
 			return "", fmt.Errorf("save overlay: %w", err)
 		}
 	}
-	return smokePassLine(pred), nil
+	return smokePassLine(pred) + " " + answeredBy, nil
 }
 
 // smokeWaitHealthy asks GET /health until it says ok or wait has passed.

@@ -63,7 +63,7 @@ func runSmokeLine(t *testing.T, args ...string) (string, error) {
 }
 
 var smokePassLineRE = regexp.MustCompile(`^PASS 2 boxes labels=\["dog","bicycle"\] tokens=19 eos=true grid=\[24, 44\] canon=\[616, 336\] ` +
-	`mode=ar_greedy vision=49ms prefill=58ms decode=475ms \(40\.0 tok/s\) total=582ms$`)
+	`mode=ar_greedy vision=49ms prefill=58ms decode=475ms \(40\.0 tok/s\) total=582ms model=LocateAnything-3B engine=double$`)
 
 func TestSmokePassesAndSavesTheOverlay(t *testing.T) {
 	ts, _, _ := smokeServer(t, true)
