@@ -34,15 +34,14 @@
  *
  * A prefill is a step on a free slot and an AR decode a step of one pending row per slot:
  * the adapter may run those through faster paths of its own (the chip's traced decode), but
- * the protocol has one call. The ops table's prefill() and decode() are that step, kept
- * until the Go side calls step() alone.
+ * the protocol has one call, and so does the ops table (its prefill and decode stay NULL).
  *
  * The bridge keeps the slot rules of la_backend.h itself (which slots are live and how
- * many positions each holds), so an adapter only ever sees calls that keep them: a prefill
- * into a free slot, a decode or step of distinct live slots with room left in their
- * caches. It checks every result before writing anything (a token inside the vocabulary,
- * one per row, probabilities finite and in [0, 1]; for a step, also each row's ranking),
- * so a failed call leaves the caller's outputs untouched. A Python exception becomes the
+ * many positions each holds), so an adapter only ever sees steps that keep them: distinct
+ * slots, a free one with its prompt pending, room left in every cache. It checks every
+ * result before writing anything (as many rows as the step has output rows, ids inside the
+ * vocabulary, probabilities finite and in [0, 1], each row's ranking), so a failed call
+ * leaves the caller's outputs untouched. A Python exception becomes the
  * call's error string, never an abort.
  *
  * Every call takes the GIL (PyGILState_Ensure) and gives it back before returning, so the
@@ -98,7 +97,6 @@ struct la_engine {
     unsigned char *live;
     int *used;
     int rows; /* output rows of the last successful step; 0 after reset */
-    la_step_slot *decode_slots; /* decode()'s step, max_batch entries */
 
     /* A step's results, checked here before any is copied to the caller: room for
      * max_batch slots of LA_STEP_MAX_ROWS rows. */
@@ -586,7 +584,6 @@ static void release_engine(la_engine *e) {
             py->Py_DecRef(owned[i]);
     free(e->live);
     free(e->used);
-    free(e->decode_slots);
     free(e->top_ids);
     free(e->top_p);
     free(e->watch_p);
@@ -653,15 +650,13 @@ static la_engine *new_engine(const la_python *py, const la_config *c) {
     size_t n = (size_t)c->max_batch;
     e->live = calloc(n, sizeof *e->live);
     e->used = calloc(n, sizeof *e->used);
-    e->decode_slots = calloc(n, sizeof *e->decode_slots);
     size_t rows = n * LA_STEP_MAX_ROWS;
     e->top_ids = calloc(rows * LA_STEP_MAX_K, sizeof *e->top_ids);
     e->top_p = calloc(rows * LA_STEP_MAX_K, sizeof *e->top_p);
     e->watch_p = calloc(rows * LA_STEP_MAX_WATCH, sizeof *e->watch_p);
-    if (!e->live || !e->used || !e->decode_slots || !e->top_ids || !e->top_p || !e->watch_p) {
+    if (!e->live || !e->used || !e->top_ids || !e->top_p || !e->watch_p) {
         free(e->live);
         free(e->used);
-        free(e->decode_slots);
         free(e->top_ids);
         free(e->top_p);
         free(e->watch_p);
@@ -830,49 +825,6 @@ static int ttnn_step(la_engine *e, int n, const la_step_slot *slots, const int32
     return 0;
 }
 
-/* ttnn_prefill is the step on a free slot with the whole prompt pending (greedy, or no
- * output when first is NULL). The old entry of the ops table, kept until the Go side calls
- * step() alone. */
-static int ttnn_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
-                        float *prob, char *err, size_t errlen) {
-    if (check_slot(e, "prefill", slot, err, errlen) != 0)
-        return -1;
-    if (e->live[slot])
-        return la_errorf(err, errlen, "prefill: slot %d is live (release it first)", slot);
-    la_step_slot sl = {.slot = slot, .n_pending = n, .n_block = 0, .no_output = first == NULL};
-    int n_rows = 0;
-    if (run_step(e, 1, &sl, ids, 1, 0, NULL, &n_rows, err, errlen) != 0)
-        return -1;
-    if (first)
-        *first = e->top_ids[0];
-    if (first && prob)
-        *prob = e->top_p[0];
-    return 0;
-}
-
-/* ttnn_decode is the step of one pending token per slot, greedy. The old entry of the ops
- * table, kept until the Go side calls step() alone. */
-static int ttnn_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
-                       int32_t *next, float *prob, char *err, size_t errlen) {
-    if (n < 1 || n > e->max_batch)
-        return la_errorf(err, errlen, "decode: %d rows, want 1..%d (max_batch)", n, e->max_batch);
-    la_step_slot *sl = e->decode_slots;
-    for (int i = 0; i < n; i++) {
-        if (check_slot(e, "decode", slots[i], err, errlen) != 0)
-            return -1;
-        if (!e->live[slots[i]])
-            return la_errorf(err, errlen, "decode: slot %d is free (prefill it first)", slots[i]);
-        sl[i] = (la_step_slot){.slot = slots[i], .n_pending = 1, .n_block = 0, .no_output = 0};
-    }
-    int n_rows = 0;
-    if (run_step(e, n, sl, tokens, 1, 0, NULL, &n_rows, err, errlen) != 0)
-        return -1;
-    memcpy(next, e->top_ids, (size_t)n * sizeof *next);
-    if (prob)
-        memcpy(prob, e->top_p, (size_t)n * sizeof *prob);
-    return 0;
-}
-
 static int ttnn_release(la_engine *e, int slot, char *err, size_t errlen) {
     if (check_slot(e, "release", slot, err, errlen) != 0)
         return -1;
@@ -885,7 +837,7 @@ static int ttnn_release(la_engine *e, int slot, char *err, size_t errlen) {
         py->Py_DecRef(r);
     py->PyGILState_Release(gil);
     /* A failed release keeps the slot as the adapter may still hold it; the caller sees the
-     * error and the next prefill there is refused rather than mixing two sequences. */
+     * error and a prompt there is refused rather than mixing two sequences. */
     if (rc == 0) {
         e->live[slot] = 0;
         e->used[slot] = 0;
@@ -986,8 +938,6 @@ static const la_backend_ops ttnn_ops = {
     .name = "ttnn",
     .open = ttnn_open,
     .vision = ttnn_vision,
-    .prefill = ttnn_prefill,
-    .decode = ttnn_decode,
     .step = ttnn_step,
     .release = ttnn_release,
     .reset = ttnn_reset,

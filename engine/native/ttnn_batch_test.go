@@ -273,7 +273,8 @@ func TestTTNNSlotRules(t *testing.T) {
 		t.Fatalf("slot 1 first token %d, alone %d", first1, want[0])
 	}
 	_, _, err := prefillStep(b, 0, prompt)
-	wantError(t, err, "native ttnn: prefill: slot 0 is live (release it first)")
+	// A live slot takes at most 16 pending ids: a whole prompt there is refused.
+	wantError(t, err, "native ttnn: step: slot 0: 24 pending ids (0..16 on a live slot) and a block of 0 (0..16)")
 	_, err = decode(b, []int{1, 1}, []int32{first1, first1})
 	wantError(t, err, "slot 1 appears twice")
 	_, err = decode(b, []int{0, 1}, []int32{first0, 152681})
@@ -342,7 +343,7 @@ func TestTTNNSlotRules(t *testing.T) {
 	start(f, 1)
 	wantError(t, f.Release(1), "native ttnn: release: adapter release: RuntimeError: stand-in told to fail in release")
 	_, _, err = prefillStep(f, 1, prompt)
-	wantError(t, err, "prefill: slot 1 is live")
+	wantError(t, err, "step: slot 1: 24 pending ids (0..16 on a live slot)")
 }
 
 // TestTTNNProbabilitiesAreOptional: asking for probabilities changes no token, and a call
