@@ -109,9 +109,9 @@ func TestPrefillNeedsAFreeSlotAndStartsFromPositionZero(t *testing.T) {
 	if _, err := decode1(b, first); err != nil {
 		t.Fatal(err)
 	}
-	// A live slot takes no new prompt; once released, the same prompt starts again from
-	// position 0.
-	if _, err := prefill1(b, ids); err == nil || !strings.Contains(err.Error(), "holds a live sequence") {
+	// A live slot takes no new prompt (a step there appends at most 16 pending tokens);
+	// once released, the same prompt starts again from position 0.
+	if _, err := prefill1(b, slices.Repeat(ids, 4)); err == nil || !strings.Contains(err.Error(), "want 1..16 in all on a live slot") {
 		t.Fatalf("prefill into a live slot: %v, want an error", err)
 	}
 	if err := b.Release(0); err != nil {
@@ -175,7 +175,7 @@ func TestBadInputsReturnErrors(t *testing.T) {
 			t.Fatalf("decode at position %d: %v", i, err)
 		}
 	}
-	expectErr("decode past max_seq_len", second(decode1(b, tok)), "sequence is full")
+	expectErr("decode past max_seq_len", second(decode1(b, tok)), "over max_seq_len 32")
 
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

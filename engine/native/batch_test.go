@@ -364,9 +364,10 @@ func TestSlotErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectErr("prefill into a live slot", prefillErr(prefillStep(b, 1, text)), "slot 1 holds a live sequence")
-	expectErr("one slot twice", second(decode([]int{1, 1}, []int32{tok1, tok1})), "slot 1 appears in rows 0 and 1")
-	expectErr("a free slot next to a live one", second(decode([]int{1, 2}, []int32{tok1, 5})), "slot 2 has no prefill")
+	expectErr("prefill into a live slot", prefillErr(prefillStep(b, 1, slices.Repeat(text, 2))), "want 1..16 in all on a live slot")
+	expectErr("one slot twice", second(decode([]int{1, 1}, []int32{tok1, tok1})), "slot 1 appears in entries 0 and 1")
+	// A free slot next to a live one is its prefill; this one is refused whole for its id.
+	expectErr("a free slot next to a live one", second(decode([]int{1, 2}, []int32{tok1, 152681})), "outside the vocabulary")
 	expectErr("no rows", second(decode(nil, nil)), "0 slots")
 	expectErr("more rows than slots", second(decode([]int{0, 1, 2, 0}, []int32{1, 1, 1, 1})), "4 slots")
 	expectErr("token outside the vocabulary", second(decode([]int{1}, []int32{152681})), "outside the vocabulary")
@@ -406,7 +407,7 @@ func TestSlotErrors(t *testing.T) {
 		}
 		tok0, tok1 = next[0], next[1]
 	}
-	expectErr("a full slot in the step", second(decode([]int{1, 0}, []int32{tok1, tok0})), "row 1: slot 0: sequence is full at max_seq_len 40")
+	expectErr("a full slot in the step", second(decode([]int{1, 0}, []int32{tok1, tok0})), "entry 1: slot 0 holds 40 tokens; 1 pending would make 41, over max_seq_len 40")
 	next, err := decode([]int{1}, []int32{tok1})
 	if err != nil {
 		t.Fatal(err)

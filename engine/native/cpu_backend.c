@@ -736,7 +736,7 @@ static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
         alloc_state(e, err, errlen) != 0 || cpu_pool_init(&e->pool, threads, err, errlen) != 0 ||
         (e->matmul_amx && alloc_amx(e, err, errlen) != 0) ||
         ((e->resident_weights || e->weights_q8) && make_resident(e, err, errlen) != 0) ||
-        cpu_plan_decode(e, err, errlen) != 0 || cpu_plan_step(e, err, errlen) != 0) {
+        cpu_plan_step(e, err, errlen) != 0) {
         cpu_close(e);
         return NULL;
     }
@@ -754,20 +754,6 @@ static int cpu_vision_op(la_engine *e, const float *patches, int grid_h, int gri
     if (!e)
         return la_errorf(err, errlen, "vision: engine is closed");
     return cpu_vision(e, patches, grid_h, grid_w, err, errlen);
-}
-
-static int cpu_prefill_op(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
-                          float *prob, char *err, size_t errlen) {
-    if (!e)
-        return la_errorf(err, errlen, "prefill: engine is closed");
-    return cpu_prefill(e, slot, ids, n, first, prob, err, errlen);
-}
-
-static int cpu_decode_op(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
-                         int32_t *next, float *prob, char *err, size_t errlen) {
-    if (!e)
-        return la_errorf(err, errlen, "decode: engine is closed");
-    return cpu_decode(e, n, slots, tokens, next, prob, err, errlen);
 }
 
 static int cpu_step_op(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
@@ -831,7 +817,6 @@ static void cpu_close(la_engine *e) {
         return;
     cpu_pool_destroy(&e->pool);
     free_state(&e->s);
-    cpu_free_plan(&e->plan);
     cpu_free_step_plan(&e->step);
     free(e->w.blocks);
     free(e->w.layers);
@@ -847,8 +832,6 @@ static const la_backend_ops cpu_ops = {
     .name = "cpu",
     .open = cpu_open,
     .vision = cpu_vision_op,
-    .prefill = cpu_prefill_op,
-    .decode = cpu_decode_op,
     .step = cpu_step_op,
     .release = cpu_release,
     .reset = cpu_reset,

@@ -224,8 +224,8 @@ typedef struct {
     cpu_matrix lm_head; /* lm_head, or embed when tied */
 } cpu_weights;
 
-/* One sequence slot: its KV cache rows are written by prefill and decode; attention only
- * ever reads rows below pos, so a released slot's cache needs no clearing. */
+/* One sequence slot: its KV cache rows are written by steps (a prefill, pending rows);
+ * attention only ever reads rows below pos, so a released slot's cache needs no clearing. */
 typedef struct {
     int live; /* prefilled and not released since */
     int pos;  /* tokens in the cache: the next position to write */
@@ -264,8 +264,8 @@ typedef struct {
     float *key_cache, *value_cache;
     cpu_slot *slots; /* [max_batch] */
 
-    float *logits;   /* [max_batch * LA_STEP_MAX_ROWS][vocab]: row i of the last prefill,
-                        decode or step call (decode uses the first max_batch rows) */
+    float *logits;   /* [max_batch * LA_STEP_MAX_ROWS][vocab]: output row i of the last
+                        step */
     int logit_rows;  /* rows of it that call wrote (0 after release, reset or a failure) */
 
     /* bf16/f16 GEMM weights are widened here, one block of rows at a time, for cblas_sgemm */
@@ -289,27 +289,14 @@ typedef struct cpu_amx_attn_buffers {
     void *scratch;
 } cpu_amx_attn_buffers;
 
-/* The decode step, planned once at open: every batched matrix-vector product with its
- * input, output and bias fixed, replayed per step for however many rows the step has. */
+/* One layer's batched matrix-vector products in the step's plan, each with its input,
+ * output and bias fixed at open, replayed per step for however many rows it has. */
 typedef struct {
     cpu_matmat qkv[3];
     cpu_matmat o[1];
     cpu_matmat gate_up[2];
     cpu_matmat down[1];
-} cpu_decode_layer;
-
-typedef struct {
-    cpu_decode_layer *layers;
-    cpu_matmat lm_head; /* from xb into the logits rows */
-    /* [max_batch, width] buffers: row i belongs to the step's i-th sequence */
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
-    float *scores; /* [max_batch, heads, max_seq_len] */
-    float *xpack;  /* [max_batch, widest input]: a product's input as its kernel reads it */
-    /* the token picker's per-thread partial results, [threads][max_batch] */
-    float *part_max;
-    int32_t *part_idx;
-    double *part_sum;
-} cpu_decode_plan;
+} cpu_step_layer;
 
 /* One row of a step (cpu_step.c): a pending token, kept in its slot's cache, or a block
  * row, whose key and value live only in the step's buffers. */
@@ -328,11 +315,11 @@ typedef struct {
     int32_t id;
 } cpu_step_top;
 
-/* The step's plan, made at open beside the decode plan: the same batched products over
- * buffers of max_batch * LA_STEP_MAX_ROWS rows, and the picker's per-thread results. */
+/* The step's plan, made at open: the batched products of every layer over buffers of
+ * max_batch * LA_STEP_MAX_ROWS rows, and the picker's per-thread results. */
 typedef struct {
     int max_rows;
-    cpu_decode_layer *layers; /* the decode plan's products, on these buffers */
+    cpu_step_layer *layers;
     cpu_matmat lm_head;       /* from out into the logits rows */
     cpu_step_row *rows;       /* [max_rows] this call's rows, slot after slot */
     int *out_rows;            /* [max_rows] the step row of each output row */
@@ -343,6 +330,7 @@ typedef struct {
     double *part_sum;       /* [threads][max_rows] */
     cpu_step_top *part_top; /* [threads][max_rows][LA_STEP_MAX_K] */
     int *part_n;            /* [threads][max_rows] candidates found in the slice */
+    int32_t *part_idx;      /* [threads][max_rows] a greedy row's argmax in the slice */
 } cpu_step_plan;
 
 struct la_engine {
@@ -357,7 +345,6 @@ struct la_engine {
     void *resident;           /* that copy (huge-page backed where the kernel allows) */
     cpu_weights w;
     cpu_state s;
-    cpu_decode_plan plan;
     cpu_step_plan step;
     cpu_kernels kern;
     cpu_pool pool;
@@ -369,20 +356,19 @@ struct la_engine {
 /* Vision tower + merge + projector (cpu_vision.c). */
 int cpu_vision(la_engine *e, const float *patches, int grid_h, int grid_w, char *err,
                size_t errlen);
-/* Decoder (cpu_text.c). */
-int cpu_prefill(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first, float *prob,
-                char *err, size_t errlen);
-int cpu_decode(la_engine *e, int n, const int32_t *slots, const int32_t *tokens, int32_t *next,
-               float *prob, char *err, size_t errlen);
-int cpu_plan_decode(la_engine *e, char *err, size_t errlen);
-void cpu_free_plan(cpu_decode_plan *p);
+/* Decoder (cpu_text.c). cpu_prefill runs the prompt ids[0..n) into the free slot from
+ * position 0 (the call is checked: cpu_step's check_call), splicing the kept image
+ * embeddings over the image-context ids in order and consuming them, and makes the slot
+ * live; when out is not NULL it writes the last position's hidden state after the final
+ * norm there (the prompt's next-token row, for the LM head). */
+void cpu_prefill(la_engine *e, int slot, const int32_t *ids, int n, float *out);
 /* Pieces of the decoder shared with the step (cpu_text.c). */
 void cpu_embed_row(const la_engine *e, int32_t id, float *out);
 void cpu_rope_half(float *v, int heads, int hd, const float *cs, const float *sn);
 float *cpu_key_cache(la_engine *e, int slot, int layer);
 float *cpu_value_cache(la_engine *e, int slot, int layer);
 void cpu_swiglu_rows(la_engine *e, float *gate, const float *up, size_t n);
-/* Parallel box decoding (cpu_step.c): la_backend_ops.step, and its plan. */
+/* The decoder's one entry point (cpu_step.c): la_backend_ops.step, and its plan. */
 int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
              int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p,
              char *err, size_t errlen);

@@ -1,28 +1,34 @@
 /*
- * cpu_step.c - one step of parallel box decoding (docs/hybrid-decoding.md) for several
- * slots in one forward pass.
+ * cpu_step.c - the decoder's one entry point (la_backend.h, step): for several slots in one
+ * call, a prefill of a free slot, AR decode rows and parallel box decoding's blocks
+ * (docs/hybrid-decoding.md), one plan, one layer loop for the rows of live slots, one
+ * logit picker.
  *
  * Each slot brings its pending tokens (committed, not yet in its cache) and either nothing
- * more (an AR step: the last pending token's next-token row is the output) or a block of
- * rows (a block step: every block row is an output). All the rows of all the slots go
- * through the decoder together:
+ * more (the last pending token's next-token row is the output, or no row with no_output)
+ * or a block of rows (every block row is an output). The step runs in two parts:
+ *
+ *   - a free slot's pending tokens are its prompt: they run through the decoder as one
+ *     prefill (cpu_text.c: GEMMs over all the prompt's rows and causal attention, the image
+ *     embeddings spliced over the image-context ids), and the slot is then live;
+ *   - every other row, of all the slots together, runs through the layer loop below:
  *
  *   - a pending row at position L + j attends causally to its slot's cache rows 0..L+j;
  *     its key and value are written to the cache at L + j first, so it sees itself and
  *     the pending rows before it, exactly as if the tokens were decoded one by one;
  *   - block row i sits at position L' - 1 + i (L' = L + n_pending: row 0 repeats the last
  *     committed token at that token's position) and attends to the cache rows 0..L'-2 and
- *     to every row of its own block, both ways; the block's keys and values stay in the
- *     step's buffers and are never written to the cache, so the slot ends the step holding
- *     exactly its committed tokens.
+ *     to the rows of its own block: all of them, or rows 0..i when la_config.block_causal
+ *     is set; the block's keys and values stay in the step's buffers and are never written
+ *     to the cache, so the slot ends the step holding exactly its committed tokens.
  *
- * Every matrix product runs once over all the rows (the decode kernels: the weights stream
- * from memory once per step, however many rows), and everything else runs row by row with
- * the very arithmetic of a decode step: a pending row is a decode row, bit for bit, and no
- * row's numbers depend on the other rows, so a slot gets the same bits alone or in any
- * batch, in any order. The final norm and the LM head run only on the output rows; each
- * output row then gets a float32 softmax, its top-k ids and the probabilities of the
- * watched ids, which is all the acceptance rules read.
+ * Every matrix product of the layer loop runs once over all the rows (the batched
+ * matrix-vector kernels: the weights stream from memory once per step, however many
+ * rows), and everything else runs row by row: no row's numbers depend on the other rows,
+ * so a slot gets the same bits alone or in any batch, in any order. The final norm and the
+ * LM head run only on the output rows; each output row then gets a float32 softmax, its
+ * top-k ids and the probabilities of the watched ids, which is all the acceptance rules
+ * read; greedy rows (k = 1, nothing watched) take the argmax in one pass instead.
  */
 #include <float.h>
 #include <math.h>
@@ -62,15 +68,16 @@ int cpu_plan_step(la_engine *e, char *err, size_t errlen) {
     p->part_sum = calloc(T * R, sizeof *p->part_sum);
     p->part_top = calloc(T * R * LA_STEP_MAX_K, sizeof *p->part_top);
     p->part_n = calloc(T * R, sizeof *p->part_n);
+    p->part_idx = calloc(T * R, sizeof *p->part_idx);
     if (!p->layers || !p->rows || !p->out_rows || !p->x || !p->xb || !p->q || !p->k || !p->v ||
         !p->att || !p->hb || !p->hb2 || !p->xpack || !p->out || !p->scores || !p->part_max ||
-        !p->part_sum || !p->part_top || !p->part_n)
+        !p->part_sum || !p->part_top || !p->part_n || !p->part_idx)
         return la_errorf(err, errlen, "step plan: out of memory for %zu rows (max_batch %d x %d)", R,
                           c->max_batch, LA_STEP_MAX_ROWS);
 
     for (int i = 0; i < c->layers; i++) {
         const cpu_text_layer *l = &e->w.layers[i];
-        cpu_decode_layer *d = &p->layers[i];
+        cpu_step_layer *d = &p->layers[i];
         d->qkv[0] = (cpu_matmat){&l->q, l->q_b, p->xb, D, p->q, qd};
         d->qkv[1] = (cpu_matmat){&l->k, l->k_b, p->xb, D, p->k, kvd};
         d->qkv[2] = (cpu_matmat){&l->v, l->v_b, p->xb, D, p->v, kvd};
@@ -94,13 +101,14 @@ void cpu_free_step_plan(cpu_step_plan *p) {
     free(p->part_sum);
     free(p->part_top);
     free(p->part_n);
+    free(p->part_idx);
     memset(p, 0, sizeof *p);
 }
 
 /* ---- checking a call ---------------------------------------------------------------- */
 
 /* check_call refuses a call that breaks a limit before anything is written: the caches,
- * the positions and the logits stay as they were. */
+ * the positions, the kept image embeddings and the logits stay as they were. */
 static int check_call(const la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens,
                       int k, int n_watch, const int32_t *watch, const int32_t *top_ids,
                       const float *top_p, const float *watch_p, char *err, size_t errlen) {
@@ -111,13 +119,15 @@ static int check_call(const la_engine *e, int n, const la_step_slot *slots, cons
         return la_errorf(err, errlen, "step: k %d, want 1..%d", k, LA_STEP_MAX_K);
     if (n_watch < 0 || n_watch > LA_STEP_MAX_WATCH)
         return la_errorf(err, errlen, "step: %d watched ids, want 0..%d", n_watch, LA_STEP_MAX_WATCH);
-    if (!slots || !tokens || !top_ids || !top_p || (n_watch > 0 && (!watch || !watch_p)))
-        return la_errorf(err, errlen, "step: no slots, tokens, watched ids or output array");
+    if (!slots || !tokens || (n_watch > 0 && !watch))
+        return la_errorf(err, errlen, "step: no slots, tokens or watched ids");
     for (int j = 0; j < n_watch; j++)
         if (watch[j] < 0 || watch[j] >= c->vocab)
             return la_errorf(err, errlen, "step: watched id %d (entry %d) is outside the vocabulary 0..%d",
                               (int)watch[j], j, c->vocab - 1);
-    int t = 0; /* tokens consumed so far */
+    int t = 0;          /* tokens consumed so far */
+    int n_out = 0;      /* output rows */
+    int img_entry = -1; /* the free slot whose prompt holds image-context ids */
     for (int i = 0; i < n; i++) {
         const la_step_slot *s = &slots[i];
         const int slot = s->slot;
@@ -128,14 +138,22 @@ static int check_call(const la_engine *e, int n, const la_step_slot *slots, cons
             if (slots[j].slot == slot)
                 return la_errorf(err, errlen, "step: slot %d appears in entries %d and %d; each slot "
                                   "takes part at most once per step", slot, j, i);
-        if (!e->s.slots[slot].live)
-            return la_errorf(err, errlen, "step: entry %d: slot %d has no prefill since open, reset "
-                              "or its release", i, slot);
-        if (s->n_pending < 0 || s->n_block < 0 || s->n_pending + s->n_block > LA_STEP_MAX_ROWS ||
+        const int live = e->s.slots[slot].live;
+        if (s->n_pending < 0 || s->n_block < 0 || s->n_block > LA_STEP_MAX_ROWS ||
             (s->n_block == 0 && s->n_pending == 0))
             return la_errorf(err, errlen, "step: entry %d: slot %d: %d pending and %d block tokens; "
-                              "want 1..%d in all, and a pending token when there is no block",
+                              "want a block of 0..%d rows, and a pending token when there is none",
                               i, slot, (int)s->n_pending, (int)s->n_block, LA_STEP_MAX_ROWS);
+        if (!live && s->n_pending == 0)
+            return la_errorf(err, errlen, "step: entry %d: slot %d is free: its step is a prefill and "
+                              "needs the prompt pending", i, slot);
+        if (live && s->n_pending + s->n_block > LA_STEP_MAX_ROWS)
+            return la_errorf(err, errlen, "step: entry %d: slot %d: %d pending and %d block tokens; "
+                              "want 1..%d in all on a live slot", i, slot, (int)s->n_pending,
+                              (int)s->n_block, LA_STEP_MAX_ROWS);
+        if (!live && s->n_pending > c->max_seq_len)
+            return la_errorf(err, errlen, "step: entry %d: slot %d: prefill: prompt of %d tokens is "
+                              "longer than max_seq_len %d", i, slot, (int)s->n_pending, c->max_seq_len);
         /* L' = L + n_pending tokens kept; the block reaches position L' - 2 + n_block. */
         const int kept = e->s.slots[slot].pos + s->n_pending;
         if (kept > c->max_seq_len)
@@ -146,34 +164,56 @@ static int check_call(const la_engine *e, int n, const la_step_slot *slots, cons
             return la_errorf(err, errlen, "step: entry %d: slot %d: a block of %d rows at positions "
                               "%d..%d runs past max_seq_len %d", i, slot, (int)s->n_block, kept - 1,
                               kept - 2 + s->n_block, c->max_seq_len);
-        for (int j = 0; j < s->n_pending + s->n_block; j++, t++)
+        int n_img = 0;
+        for (int j = 0; j < s->n_pending + s->n_block; j++, t++) {
             if (tokens[t] < 0 || tokens[t] >= c->vocab)
                 return la_errorf(err, errlen, "step: entry %d: slot %d: %s token %d is id %d, outside "
                                   "the vocabulary 0..%d", i, slot, j < s->n_pending ? "pending" : "block",
                                   j < s->n_pending ? j : j - s->n_pending, (int)tokens[t], c->vocab - 1);
+            n_img += !live && j < s->n_pending && tokens[t] == c->image_token_id;
+        }
+        if (n_img > 0 && img_entry >= 0)
+            return la_errorf(err, errlen, "step: entries %d and %d both prefill a prompt with image "
+                              "tokens; the image embeddings kept by vision serve one", img_entry, i);
+        if (n_img > 0)
+            img_entry = i;
+        if (!live && n_img != e->s.n_img)
+            return la_errorf(err, errlen,
+                              "step: entry %d: slot %d: prefill: prompt has %d image tokens (id %d) but %d "
+                              "embeddings are kept (a vision call keeps its embeddings for the one "
+                              "prefill after it)", i, slot, n_img, c->image_token_id, e->s.n_img);
+        n_out += s->n_block > 0 ? s->n_block : !s->no_output;
     }
+    if (n_out > 0 && (!top_ids || !top_p || (n_watch > 0 && !watch_p)))
+        return la_errorf(err, errlen, "step: %d output rows but no output array", n_out);
     return 0;
 }
 
-/* lay_out_rows fills the plan's rows, slot after slot (pending rows, then block rows), and
- * the output rows; it returns the number of rows and sets *n_out. */
+/* lay_out_rows fills the plan's rows of the layer loop, slot after slot (a live slot's
+ * pending rows, then every slot's block rows), and the output rows: out_rows[o] is the
+ * loop row of output row o, or -1 for a prefill's next-token row, which the prefill
+ * normalises itself. It returns the number of loop rows and sets *n_out. */
 static int lay_out_rows(la_engine *e, int n, const la_step_slot *slots, int *n_out) {
     cpu_step_plan *p = &e->step;
     int r = 0, o = 0;
     for (int i = 0; i < n; i++) {
         const la_step_slot *s = &slots[i];
-        const int L = e->s.slots[s->slot].pos, kept = L + s->n_pending;
-        for (int j = 0; j < s->n_pending; j++, r++)
-            p->rows[r] = (cpu_step_row){s->slot, L + j, L + j + 1, -1, 0};
+        const int prefill = !e->s.slots[s->slot].live;
+        const int L = prefill ? 0 : e->s.slots[s->slot].pos, kept = L + s->n_pending;
+        if (!prefill)
+            for (int j = 0; j < s->n_pending; j++, r++)
+                p->rows[r] = (cpu_step_row){s->slot, L + j, L + j + 1, -1, 0};
         if (s->n_block == 0) {
-            p->out_rows[o++] = r - 1; /* the last pending token's next-token row */
+            if (!s->no_output)
+                p->out_rows[o++] = prefill ? -1 : r - 1; /* the last pending token's row */
             continue;
         }
         const int block0 = r;
         for (int j = 0; j < s->n_block; j++, r++) {
             /* Row 0 stands in for the last committed token (position L' - 1), so the block
              * sees the cache without that position. */
-            p->rows[r] = (cpu_step_row){s->slot, kept - 1 + j, kept - 1, block0, s->n_block};
+            p->rows[r] = (cpu_step_row){s->slot, kept - 1 + j, kept - 1, block0,
+                                        e->cfg.block_causal ? j + 1 : s->n_block};
             p->out_rows[o++] = r;
         }
     }
@@ -184,10 +224,11 @@ static int lay_out_rows(la_engine *e, int n, const la_step_slot *slots, int *n_o
 /* ---- attention ---------------------------------------------------------------------- */
 
 /* The unit of attention work is one row and one key/value head with its group of query
- * heads, as in decode. Scores go cache columns first, then the row's block columns; the
- * softmax runs over both, and the output sums the cache values and then the block values.
- * For a pending row this is decode's recipe step for step (same kernels, same order), so
- * its numbers are decode's bits. */
+ * heads, so each key row is read once for the group. Scores go cache columns first, then
+ * the row's block columns (the first n_block rows of its block: all of them, or rows 0..i
+ * under block_causal); the softmax runs over both, and the output sums the cache values
+ * and then the block values. A pending row has no block columns: its numbers are those of
+ * decoding its tokens one step at a time, bit for bit. */
 typedef struct {
     la_engine *e;
     int layer, n_rows;
@@ -243,7 +284,7 @@ static void step_layer(la_engine *e, int li, int n_rows) {
     const la_config *c = &e->cfg;
     const cpu_text_layer *l = &e->w.layers[li];
     cpu_step_plan *p = &e->step;
-    cpu_decode_layer *d = &p->layers[li];
+    cpu_step_layer *d = &p->layers[li];
     const int D = c->hidden, hd = c->head_dim, half = hd / 2;
     const size_t kvd = (size_t)c->kv_heads * hd, qd = (size_t)c->heads * hd;
 
@@ -280,11 +321,10 @@ static void step_layer(la_engine *e, int li, int n_rows) {
 /* ---- reading the output rows -------------------------------------------------------- */
 
 /* Each output row's probabilities are p(id) = e^(l_id - m) / sum, m the row's largest
- * logit and sum = sum_i e^(l_i - m), computed like decode's token probability: each thread
- * sums its slice of the vocabulary (the same slices as decode) with the vectorised e^x in
- * double, and the slices are added in thread order. The most probable id's p is then
- * 1 / sum, decode's probability bit for bit. The other ids' e^x is the C library's, in
- * double: only a few ids per row need it. */
+ * logit and sum = sum_i e^(l_i - m): each thread sums its slice of the vocabulary with
+ * the vectorised e^x in double, and the slices are added in thread order (a greedy row's
+ * probability, below, is the same sum). The most probable id's p is then 1 / sum. The
+ * other ids' e^x is the C library's, in double: only a few ids per row need it. */
 typedef struct {
     la_engine *e;
     int n_out, k;
@@ -382,6 +422,55 @@ static void top_slice(void *arg, int thread, int nthreads) {
     }
 }
 
+/* A greedy row (k = 1, nothing watched) needs only its argmax (the lowest id on equal
+ * logits) and that token's probability 1 / sum_i e^(l_i - l_max): one pass for the argmax
+ * and one for the sum, each thread over its slice of the vocabulary, combined in thread
+ * order. The ranking of the top-k pass would add a pass for nothing. */
+static void argmax_slice(void *arg, int thread, int nthreads) {
+    const pick_task *t = arg;
+    la_engine *e = t->e;
+    const int R = e->step.max_rows;
+    int lo, hi;
+    slice_bounds(e, thread, nthreads, &lo, &hi);
+    for (int o = 0; o < t->n_out; o++) {
+        const float *row = logit_row(e, o);
+        int32_t best = lo < hi ? lo : -1;
+        for (int i = lo + 1; i < hi; i++)
+            if (row[i] > row[best]) /* strict: the lowest id wins a tie */
+                best = i;
+        e->step.part_idx[thread * R + o] = best;
+        e->step.part_max[thread * R + o] = best >= 0 ? row[best] : -INFINITY;
+    }
+}
+
+static void pick_greedy(la_engine *e, int n_out, int32_t *top_ids, float *top_p) {
+    cpu_step_plan *p = &e->step;
+    const int T = e->pool.nthreads, R = p->max_rows;
+    pick_task t = {e, n_out, 1};
+
+    cpu_pool_run(&e->pool, argmax_slice, &t);
+    for (int o = 0; o < n_out; o++) {
+        int32_t best = -1;
+        float m = -INFINITY;
+        for (int th = 0; th < T; th++) {
+            const int32_t i = p->part_idx[th * R + o];
+            if (i >= 0 && (best < 0 || p->part_max[th * R + o] > m)) {
+                best = i;
+                m = p->part_max[th * R + o];
+            }
+        }
+        top_ids[o] = best;
+        p->part_max[o] = m; /* thread 0's entry: the row's maximum, for sum_slice */
+    }
+    cpu_pool_run(&e->pool, sum_slice, &t);
+    for (int o = 0; o < n_out; o++) {
+        double sum = 0;
+        for (int th = 0; th < T; th++)
+            sum += p->part_sum[th * R + o];
+        top_p[o] = (float)(1.0 / sum);
+    }
+}
+
 /* pick writes the top-k ids and probabilities and the watched probabilities of the n_out
  * logits rows. */
 static void pick(la_engine *e, int n_out, int k, int n_watch, const int32_t *watch, int32_t *top_ids,
@@ -444,17 +533,40 @@ int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *toke
     e->s.logit_rows = 0;
     int n_out;
     const int n_rows = lay_out_rows(e, n, slots, &n_out);
-    for (int r = 0; r < n_rows; r++)
-        cpu_embed_row(e, tokens[r], p->x + (size_t)r * D);
-    for (int li = 0; li < c->layers; li++)
-        step_layer(e, li, n_rows);
+
+    /* The prefills first (their slots are live afterwards, for their blocks below), then
+     * the layer loop over every other row; tokens[t] is entry i's first token. */
+    for (int i = 0, t = 0, o = 0, r = 0; i < n; t += slots[i].n_pending + slots[i].n_block, i++) {
+        const la_step_slot *s = &slots[i];
+        const int live = e->s.slots[s->slot].live;
+        if (!live) {
+            /* A prefill's output row is the prompt's last, normalised into its place. */
+            float *out = s->n_block == 0 && !s->no_output ? p->out + (size_t)o * D : NULL;
+            cpu_prefill(e, s->slot, tokens + t, s->n_pending, out);
+        } else {
+            for (int j = 0; j < s->n_pending; j++, r++)
+                cpu_embed_row(e, tokens[t + j], p->x + (size_t)r * D);
+            /* The rows' positions are laid out already; nothing below reads pos. */
+            e->s.slots[s->slot].pos += s->n_pending;
+        }
+        for (int j = 0; j < s->n_block; j++, r++)
+            cpu_embed_row(e, tokens[t + s->n_pending + j], p->x + (size_t)r * D);
+        o += s->n_block > 0 ? s->n_block : !s->no_output;
+    }
+    if (n_rows > 0)
+        for (int li = 0; li < c->layers; li++)
+            step_layer(e, li, n_rows);
     for (int o = 0; o < n_out; o++)
-        cpu_rmsnorm(p->out + (size_t)o * D, p->x + (size_t)p->out_rows[o] * D, e->w.final_norm, D,
-                    c->rms_norm_eps);
-    cpu_matmat_run(&e->pool, &e->kern, &p->lm_head, 1, n_out, p->xpack);
-    pick(e, n_out, k, n_watch, watch, top_ids, top_p, watch_p);
+        if (p->out_rows[o] >= 0)
+            cpu_rmsnorm(p->out + (size_t)o * D, p->x + (size_t)p->out_rows[o] * D, e->w.final_norm,
+                        D, c->rms_norm_eps);
+    if (n_out > 0) {
+        cpu_matmat_run(&e->pool, &e->kern, &p->lm_head, 1, n_out, p->xpack);
+        if (k == 1 && n_watch == 0)
+            pick_greedy(e, n_out, top_ids, top_p);
+        else
+            pick(e, n_out, k, n_watch, watch, top_ids, top_p, watch_p);
+    }
     e->s.logit_rows = n_out;
-    for (int i = 0; i < n; i++)
-        e->s.slots[slots[i].slot].pos += slots[i].n_pending;
     return 0;
 }

@@ -178,7 +178,8 @@ typedef struct {
      * one (its last pending row) for a slot without, none with no_output. For output row r:
      * top_ids[r*k .. r*k+k) and top_p[...] are the k most probable ids by float32 softmax
      * over the vocabulary, most probable first, equal probabilities in ascending id order
-     * (k = 1 is greedy decoding); watch_p[r*n_watch + j] is the probability of watch[j]
+     * (k = 1 is greedy decoding: with no watched ids the id is the row's argmax, the lowest
+     * id among equal logits); watch_p[r*n_watch + j] is the probability of watch[j]
      * (watch_p may be NULL when n_watch is 0; top_ids and top_p may be NULL when the call
      * has no output row). Limits: n_block <= LA_STEP_MAX_ROWS; n_pending <= LA_STEP_MAX_ROWS
      * on a live slot and n_pending <= max_seq_len on a free one; 1 <= k <= LA_STEP_MAX_K,

@@ -313,7 +313,10 @@ func TestStepRefusals(t *testing.T) {
 	refuse("17 rows", []engine.StepSlot{blk(0, ids(10, 1), 7)}, 3, nil, nil, "10 pending and 7 block tokens")
 	refuse("nothing to run", []engine.StepSlot{{Slot: 0}}, 3, nil, nil, "0 pending and 0 block tokens")
 	refuse("one slot twice", []engine.StepSlot{ar(0, 1), blk(1, nil, 2), ar(0, 2)}, 3, nil, nil, "slot 0 appears in entries 0 and 2")
-	refuse("a free slot", []engine.StepSlot{ar(0, 1), ar(2, 1)}, 3, nil, nil, "entry 1: slot 2 has no prefill")
+	// A free slot's step is its prefill (and may read a block after it); this one is
+	// refused whole for its block's id.
+	refuse("a free slot with a bad block", []engine.StepSlot{ar(0, 1), {Slot: 2, Pending: []int32{1}, Block: []int32{4, 152681}}}, 3, nil, nil,
+		"entry 1: slot 2: block token 1 is id 152681")
 	refuse("a pending id outside the vocabulary", []engine.StepSlot{ar(0, 5, 6), ar(1, 7, 152681)}, 3, nil, nil,
 		"entry 1: slot 1: pending token 1 is id 152681, outside the vocabulary 0..152680")
 	refuse("a negative block id", []engine.StepSlot{ar(0, 5), {Slot: 1, Block: []int32{4, -1}}}, 3, nil, nil,
