@@ -5,18 +5,19 @@
  * la_config from the checkpoint's config.json and the memory-mapped safetensors, calls
  * open() once, and close() at the end.
  *
- * Sequences and slots (ABI 2): a backend holds max_batch sequence slots, each with its own
- * KV cache of max_seq_len positions. A request runs vision() (which keeps its image
- * embeddings), then prefill() into a free slot (which consumes them), then decode() steps;
- * one decode() call advances several slots by one token each, so the weights are read once
- * for all of them. release() frees a slot when its sequence ends or is cancelled; the other
+ * Sequences and slots: a backend holds max_batch sequence slots, each with its own KV cache
+ * of max_seq_len positions. A request runs vision() (which keeps its image embeddings), then
+ * step() on a free slot with its prompt pending (its prefill, which consumes them), then
+ * step() calls that advance several slots in one forward, so the weights are read once for
+ * all of them. release() frees a slot when its sequence ends or is cancelled; the other
  * slots are untouched. reset() releases every slot and forgets the image embeddings.
  *
- * Parallel box decoding (ABI 3, docs/hybrid-decoding.md): step() runs, for several slots in
- * one forward, the committed tokens a slot's cache lacks ("pending", kept in the cache) and
- * then either the next-token row of the last of them or a block of rows whose keys and
- * values are never kept; it returns each output row's top-k ids and the probabilities of a
- * few watched ids, which is all the acceptance rules read, rather than whole logit rows.
+ * step() (ABI 4) is the decoder's one entry point: for several slots in one forward, the
+ * committed tokens a slot's cache lacks ("pending", kept in the cache) and then either the
+ * next-token row of the last of them (AR decoding, or a prefill's first token) or a block
+ * of rows whose keys and values are never kept (parallel box decoding,
+ * docs/hybrid-decoding.md); it returns each output row's top-k ids and the probabilities of
+ * a few watched ids, rather than whole logit rows.
  *
  * Batching never changes a sequence's tokens: a slot's greedy tokens (and logits, bit for
  * bit on the CPU backend) are the same whether it is decoded alone or with others, in any
@@ -139,26 +140,9 @@ typedef struct {
     int (*vision)(la_engine *e, const float *patches, int grid_h, int grid_w,
                   char *err, size_t errlen);
 
-    /* Runs ids[0..n) from position 0 in slot (0 <= slot < max_batch, which must be free),
-     * splicing the kept image embeddings over every position whose id is image_token_id,
-     * in order, and consumes them. Writes the greedy first token, and when prob is not NULL
-     * that token's probability (softmax over the vocabulary). When first is NULL no token
-     * is picked (the LM head is skipped and prob ignored): hybrid decoding starts with a
-     * block step. The slot is then live. */
-    int (*prefill)(la_engine *e, int slot, const int32_t *ids, int n, int32_t *first,
-                   float *prob, char *err, size_t errlen);
-
-    /* One decode step for n distinct live slots (1 <= n <= max_batch): appends tokens[i] at
-     * the next position of slots[i] and writes the greedy next token to next[i], and its
-     * probability to prob[i] when prob is not NULL. A slot whose cache is full fails the
-     * whole call before anything is written. */
-    int (*decode)(la_engine *e, int n, const int32_t *slots, const int32_t *tokens,
-                  int32_t *next, float *prob, char *err, size_t errlen);
-
     /* One step for n distinct slots (1 <= n <= max_batch), one forward for all of them: the
-     * one entry point of the decoder (prefill() and decode() below are its old special cases
-     * and are being removed). tokens holds, slot after slot, its n_pending pending ids and
-     * then its n_block block ids.
+     * one entry point of the decoder. tokens holds, slot after slot, its n_pending pending ids
+     * and then its n_block block ids.
      *
      * A free slot holds L = 0 positions and needs n_pending >= 1: the step is its prefill and
      * the slot is live afterwards. Every pending id equal to image_token_id takes the next of
@@ -198,11 +182,9 @@ typedef struct {
     /* Releases every slot and forgets the kept image embeddings. */
     int (*reset)(la_engine *e, char *err, size_t errlen);
 
-    /* Inspection, for parity tests: the logits (vocab floats) of row `row` of the last
-     * prefill (row 0), decode call (row i = slots[i]) or step call (output row i), and the
-     * kept image embeddings
-     * (n_tokens x hidden; after vision, before the prefill that consumes them). NULL when
-     * not available. */
+    /* Inspection, for parity tests: the logits (vocab floats) of output row `row` of the last
+     * step call, and the kept image embeddings (n_tokens x hidden; after vision, before the
+     * prefill that consumes them). NULL when not available. */
     const float *(*logits)(la_engine *e, int row, int *n);
     const float *(*image_embeddings)(la_engine *e, int *n_tokens, int *dim);
 

@@ -99,7 +99,6 @@ type Backend struct {
 
 	step       *stepBuffers
 	stepTokens []int32 // Step's ids, slot after slot, reused
-	live       []bool  // by slot: prefilled by a step and not released since
 
 	matmul Matmul // the cpu backend's prefill and vision GEMMs
 }
@@ -203,7 +202,6 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 		maxSeqLen:  o.MaxSeqLen,
 		maxBatch:   o.MaxBatch,
 		step:       newStepBuffers(o.MaxBatch),
-		live:       make([]bool, o.MaxBatch),
 		matmul:     cmp.Or(Matmul(o.BackendOptions["matmul"]), MatmulF32),
 	}
 	if b.errBuf == nil || !b.step.ok() {
@@ -395,11 +393,6 @@ func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []eng
 			return err
 		}
 	}
-	if b.legacy() {
-		if done, err := b.legacyStep(slots, k, watch, rows); done {
-			return err
-		}
-	}
 	cs := unsafe.Slice(b.step.slots, n)
 	b.stepTokens = b.stepTokens[:0]
 	for i, s := range slots {
@@ -421,7 +414,6 @@ func (b *Backend) Step(slots []engine.StepSlot, k int, watch []int32, rows []eng
 		C.int(len(watch)), b.step.watch, b.step.topIDs, b.step.topP, b.step.watchP, b.errBuf, C.LA_ERR_LEN) != 0 {
 		return b.failure("step")
 	}
-	b.markLive(slots)
 	ids := unsafe.Slice((*int32)(unsafe.Pointer(b.step.topIDs)), len(rows)*k)
 	ps := unsafe.Slice((*float32)(unsafe.Pointer(b.step.topP)), len(rows)*k)
 	wp := unsafe.Slice((*float32)(unsafe.Pointer(b.step.watchP)), len(rows)*len(watch))
@@ -450,13 +442,6 @@ func (b *Backend) checkStepSlot(s engine.StepSlot) error {
 	return nil
 }
 
-// markLive records the slots a successful step made or kept live.
-func (b *Backend) markLive(slots []engine.StepSlot) {
-	for _, s := range slots {
-		b.live[s.Slot] = true
-	}
-}
-
 // Release frees a slot; releasing a free slot is not an error.
 func (b *Backend) Release(slot int) error {
 	if b.eng == nil {
@@ -468,7 +453,6 @@ func (b *Backend) Release(slot int) error {
 	if C.la_release(b.ops, b.eng, C.int(slot), b.errBuf, C.LA_ERR_LEN) != 0 {
 		return b.failure("release")
 	}
-	b.live[slot] = false
 	return nil
 }
 
@@ -480,7 +464,6 @@ func (b *Backend) Reset() error {
 	if C.la_reset(b.ops, b.eng, b.errBuf, C.LA_ERR_LEN) != 0 {
 		return b.failure("reset")
 	}
-	clear(b.live)
 	return nil
 }
 
