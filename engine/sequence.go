@@ -22,11 +22,11 @@ type Sequence struct {
 	Pending  int
 	OneToken bool
 
-	Vision      time.Duration
-	Prefill     time.Duration // includes the first token (AR; hybrid's prefill picks none)
-	Decode      time.Duration // the decode steps it took part in, whole steps
-	DecodeSteps int           // device steps after the prefill
-	MaxBatch    int           // the largest number of sequences it was decoded with
+	Vision       time.Duration
+	Prefill      time.Duration // includes the first token (AR; hybrid's prefill picks none)
+	Decode       time.Duration // the decode steps it took part in, whole steps
+	DecodeSteps  int           // device steps after the prefill
+	LargestBatch int           // the largest number of sequences it was decoded with in one step
 }
 
 // DecodeTokensPerSecond is the sequence's own decode rate: the tokens its decode steps

@@ -70,7 +70,7 @@ func (st *stepper) stepHybrid(b engine.Backend, seqs []*engine.Sequence) error {
 		}
 		s.Decode += took
 		s.DecodeSteps++
-		s.MaxBatch = max(s.MaxBatch, n)
+		s.LargestBatch = max(s.LargestBatch, n)
 		commit(s, d, st.tok.IMEnd)
 	}
 	return nil

@@ -55,7 +55,7 @@ func (st *stepper) start(b engine.Backend, p *engine.Prepared, slot int) (*engin
 	if len(p.PromptIDs) == 0 {
 		return nil, fmt.Errorf("an empty prompt")
 	}
-	s := &engine.Sequence{Prepared: p, Slot: slot, Mode: cmp.Or(p.GenerationMode, engine.GenerationAR), MaxBatch: 1,
+	s := &engine.Sequence{Prepared: p, Slot: slot, Mode: cmp.Or(p.GenerationMode, engine.GenerationAR), LargestBatch: 1,
 		Tokens: make([]int32, 0, p.MaxNewTokens), Probs: make([]float32, 0, p.MaxNewTokens)}
 	hybrid := s.Mode == engine.GenerationHybrid
 	if hybrid && st.tok == nil {
@@ -127,7 +127,7 @@ func (st *stepper) stepAR(b engine.Backend, seqs []*engine.Sequence) error {
 	for i, s := range seqs {
 		s.Decode += took
 		s.DecodeSteps++
-		s.MaxBatch = max(s.MaxBatch, len(seqs))
+		s.LargestBatch = max(s.LargestBatch, len(seqs))
 		accept(s, rows[i].TopIDs[0], rows[i].TopProbs[0], st.eos)
 	}
 	return nil

@@ -313,7 +313,7 @@ func (p *Pipeline) predict(s *engine.Sequence) *engine.Prediction {
 		},
 		Tokens:    s.Tokens,
 		Probs:     s.Probs,
-		Batch:     s.MaxBatch,
+		Batch:     s.LargestBatch,
 		Warnings:  prep.Warnings,
 		Simulated: p.cfg.Info.Simulated,
 	}
