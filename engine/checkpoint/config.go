@@ -30,6 +30,9 @@ type TextConfig struct {
 	TieWordEmbeddings     bool    // tie_word_embeddings (absent: false)
 	EOSTokenID            int     // eos_token_id (first of a list)
 	BOSTokenID            int     // bos_token_id (absent: -1)
+	// CausalAttn is causal_attn (absent: false): upstream's hybrid loop then masks a
+	// block's rows causally (row i sees rows 0..i of its block) instead of both ways.
+	CausalAttn bool
 }
 
 // VisionConfig is the MoonViT tower (config.json: vision_config).
@@ -102,6 +105,13 @@ func (c *Config) HybridError() error {
 	if c.BlockSize != HybridBlockSize {
 		errs = append(errs, fmt.Errorf("%s: text_config.block_size = %d, want %d", ConfigFile, c.BlockSize, HybridBlockSize))
 	}
+	// Upstream's hybrid loop masks a block causally when causal_attn is set. The engine's
+	// step can (la_config.block_causal) but is not yet checked against upstream's loop
+	// for it, so such a checkpoint decodes in AR mode only rather than in a mask upstream
+	// would not use.
+	if c.Text.CausalAttn {
+		errs = append(errs, fmt.Errorf("%s: text_config.causal_attn = true: a causal block mask, which this engine's hybrid decoding does not run yet (AR decoding is unaffected)", ConfigFile))
+	}
 	return errors.Join(errs...)
 }
 
@@ -158,6 +168,7 @@ func ParseConfig(configJSON, preprocessorJSON []byte) (*Config, error) {
 		TieWordEmbeddings:     t.optionalBool("tie_word_embeddings", false),
 		EOSTokenID:            t.requiredInt("eos_token_id"),
 		BOSTokenID:            t.optionalInt("bos_token_id", -1),
+		CausalAttn:            t.optionalBool("causal_attn", false),
 	}
 	c.TextMaskTokenID = t.optionalInt("text_mask_token_id", -1)
 	c.NullTokenID = t.optionalInt("null_token_id", -1)
