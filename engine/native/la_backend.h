@@ -148,7 +148,9 @@ typedef struct {
      * the slot is live afterwards. Every pending id equal to image_token_id takes the next of
      * the image embeddings kept by vision(), in order, which the call consumes; at most one
      * slot of a call may hold image-context ids, and it must hold exactly as many as vision()
-     * kept.
+     * kept. The splice happens only in a free slot's prefill: a live slot's pending ids are
+     * not meant to hold image_token_id (the cpu backend embeds such an id as an ordinary
+     * token, the ttnn adapter refuses it).
      *
      * For a slot that holds L positions, pending id j runs at position L + j, causally
      * (it sees the cache and the pending rows up to itself), and its key and value are
