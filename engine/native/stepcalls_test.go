@@ -1,50 +1,11 @@
 package native
 
-import (
-	"fmt"
+import "github.com/locateanything/detect/engine/enginetest"
 
-	"github.com/locateanything/detect/engine"
+// The tests' three ways of driving a slot through Step, shared with the other backends'
+// tests (engine/enginetest/steps.go).
+var (
+	prefillStep      = enginetest.PrefillStep
+	prefillCacheStep = enginetest.PrefillCacheStep
+	decodeStep       = enginetest.DecodeStep
 )
-
-// The tests' three ways of driving a slot, in one place. The decoder's one entry point is
-// Step (la_backend.h, ABI 4): a prefill is a step on a free slot with the whole prompt
-// pending, a decode step one pending token per slot, greedy (k = 1, nothing watched).
-
-// prefillStep runs ids into the free slot and returns the greedy first token and its
-// probability.
-func prefillStep(b *Backend, slot int, ids []int32) (first int32, prob float32, err error) {
-	rows := engine.NewStepRows(1, 1, 0)
-	if err := b.Step([]engine.StepSlot{{Slot: slot, Pending: ids}}, 1, nil, rows); err != nil {
-		return 0, 0, err
-	}
-	return rows[0].TopIDs[0], rows[0].TopProbs[0], nil
-}
-
-// prefillCacheStep runs ids into the free slot and picks no token (hybrid decoding then
-// starts with a block step).
-func prefillCacheStep(b *Backend, slot int, ids []int32) error {
-	return b.Step([]engine.StepSlot{{Slot: slot, Pending: ids, NoOutput: true}}, 1, nil, nil)
-}
-
-// decodeStep appends tokens[i] to slots[i] and writes the greedy next token to next[i],
-// and its probability to prob[i] when prob is not nil.
-func decodeStep(b *Backend, slots []int, tokens, next []int32, prob []float32) error {
-	if len(tokens) != len(slots) || len(next) != len(slots) || (prob != nil && len(prob) != len(slots)) {
-		return fmt.Errorf("decodeStep: %d slots, %d tokens, %d outputs, %d probabilities", len(slots), len(tokens), len(next), len(prob))
-	}
-	ss := make([]engine.StepSlot, len(slots))
-	for i, s := range slots {
-		ss[i] = engine.StepSlot{Slot: s, Pending: tokens[i : i+1 : i+1]}
-	}
-	rows := engine.NewStepRows(len(slots), 1, 0)
-	if err := b.Step(ss, 1, nil, rows); err != nil {
-		return err
-	}
-	for i, r := range rows {
-		next[i] = r.TopIDs[0]
-		if prob != nil {
-			prob[i] = r.TopProbs[0]
-		}
-	}
-	return nil
-}
