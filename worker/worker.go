@@ -337,7 +337,7 @@ func (s *service) startRunners(context.Context) error {
 		s.wg.Go(func() { s.runErrs[i] = r.Run(s.runCtx) })
 	}
 	s.log.Info("worker started", "chips", len(s.chips), "results", s.cfg.Runner.ResultsURL,
-		"jobs", jobs.JobsStream+"/"+jobs.ConsumerName, "prefetch", s.cfg.Runner.Prefetch,
+		"jobs", jobs.JobsStream+"/"+jobs.ConsumerName, "prefetch", s.cfg.RunnerPrefetch(),
 		"image_memory_bytes", imageMemory.Size(),
 		"storage", s.cfg.JobStorage())
 	return nil
