@@ -286,8 +286,13 @@ func TestUndecodableMessageCannotOverwriteTheOwner(t *testing.T) {
 	// After the owner ended too.
 	e.publishedAs(t, []byte(`{"id":"victim-1","image":"`+img+`","query":"x","max_new_tokens":-1}`), "victim-1-late")
 	testwait.Until(t, 30*time.Second, "every message to end", func() bool { return e.queueDrained(t) })
-
-	recs := e.dlqRecords(t, "victim-1")
+	// A drained consumer can be seen a moment before the last message's dead-letter record
+	// is readable, so wait for the third record (a lost one times out and fails below).
+	var recs []DLQRecord
+	testwait.Until(t, 30*time.Second, "a dead-letter record for each bad message", func() bool {
+		recs = e.dlqRecords(t, "victim-1")
+		return len(recs) >= 3
+	})
 	if len(recs) != 3 {
 		t.Errorf("%d dead-letter records; want one per bad message naming victim-1 (3)", len(recs))
 	}
