@@ -16,9 +16,6 @@ import (
 	"github.com/locateanything/detect/storage"
 )
 
-// ErrUnknownJob is wrapped by the errors about a job id the system has no record of.
-var ErrUnknownJob = errors.New("unknown job")
-
 // Admin answers status, cancel and dead-letter questions against a running system.
 type Admin struct {
 	js    jetstream.JetStream
@@ -51,7 +48,7 @@ type JobStatus struct {
 // Status looks job id up in the state bucket and LA_RESULTS.
 func (a *Admin) Status(ctx context.Context, id string) (JobStatus, error) {
 	if !jobs.ValidResultID(id) {
-		return JobStatus{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-], or seq=<n>", id)}
+		return JobStatus{}, &ArgumentError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-], or seq=<n>", id)}
 	}
 	s := JobStatus{ID: id, Status: "unknown"}
 	state, hasState, err := a.state.Get(ctx, id)
@@ -142,7 +139,7 @@ type BatchStatus struct {
 // BatchStatus scans LA_JOBS and LA_RESULTS for batch.
 func (a *Admin) BatchStatus(ctx context.Context, batch string) (BatchStatus, error) {
 	if !jobs.ValidToken(batch) {
-		return BatchStatus{}, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
+		return BatchStatus{}, &ArgumentError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	b := BatchStatus{Batch: batch, Results: map[jobs.Status]int{}}
 	err := a.queuedJobs(ctx, func(j *jobs.Job, _ time.Time) error {
@@ -198,7 +195,7 @@ func (a *Admin) Cancel(ctx context.Context, id, reason string) error {
 // many were asked.
 func (a *Admin) CancelBatch(ctx context.Context, batch, reason string) (int, error) {
 	if !jobs.ValidToken(batch) {
-		return 0, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
+		return 0, &ArgumentError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	n := 0
 	err := a.queuedJobs(ctx, func(j *jobs.Job, _ time.Time) error {
@@ -332,7 +329,7 @@ func PrintDLQ(w io.Writer, entries []DLQEntry) {
 // DLQShow returns the latest dead-letter record of job id.
 func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
 	if !jobs.ValidResultID(id) {
-		return DLQEntry{}, &InputError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-], or seq=<n>", id)}
+		return DLQEntry{}, &ArgumentError{Err: fmt.Errorf("job id %q must be 1-128 characters of [A-Za-z0-9_-], or seq=<n>", id)}
 	}
 	st, err := a.js.Stream(ctx, jobs.DLQStream)
 	if err != nil {

@@ -39,9 +39,9 @@ func (a *Admin) Clean(ctx context.Context, f CleanFilter, apply bool) (CleanRepo
 	subject := jobs.ResultSubjectPrefix + ">"
 	switch {
 	case (f.Batch == "") == f.Before.IsZero():
-		return rep, &InputError{Err: errors.New("clean: give a batch or an age, not both")}
+		return rep, &ArgumentError{Err: errors.New("clean: give a batch or an age, not both")}
 	case f.Batch != "" && !jobs.ValidToken(f.Batch):
-		return rep, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", f.Batch)}
+		return rep, &ArgumentError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", f.Batch)}
 	case f.Batch != "":
 		subject = jobs.ResultSubjectPrefix + f.Batch + ".>"
 	}

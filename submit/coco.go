@@ -129,14 +129,6 @@ func (r *batchRun) exportCOCO() error {
 	return err
 }
 
-// ErrNoBoxes says why an export wrote no results list: COCO's results format has no way
-// to say "nothing found" that its tools read (pycocotools' loadRes looks at the first
-// entry of the list, so an empty one fails), and a file that breaks the evaluation is
-// worse than none.
-var ErrNoBoxes = errors.New("COCO export: no boxes in this run's results, so " + COCOResultsFile +
-	" is not written (an empty list is no results file COCO tools can load); " + COCOFile +
-	" lists the images and categories with no annotations")
-
 // writeCOCO writes detections.coco.json and detections.results.json in dir for set, from
 // the rows of dir's results.jsonl, and returns the warnings of the export: boxes left out,
 // and ErrNoBoxes's text when there is no box at all. A results list of an earlier run

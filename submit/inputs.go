@@ -256,10 +256,3 @@ func listPrefix(ctx context.Context, prefix string, store storage.Store) ([]Item
 	}
 	return items, nil
 }
-
-// InputError is a problem with what the user asked to submit: a missing file, a manifest
-// line, a bad query. Fixing the input, not retrying, is what helps.
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-func (e *InputError) Unwrap() error { return e.Err }

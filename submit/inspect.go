@@ -174,7 +174,7 @@ func PrintBatches(w io.Writer, batches []BatchStatus) {
 // limit+1 of them (more than limit means the prefix is too short to tell).
 func (a *Admin) JobsWithPrefix(ctx context.Context, prefix string, limit int) ([]string, error) {
 	if len(prefix) < MinPrefix || !jobs.ValidToken(prefix) {
-		return nil, &InputError{Err: fmt.Errorf("job id prefix %q: give at least %d characters of [A-Za-z0-9_-]", prefix, MinPrefix)}
+		return nil, &ArgumentError{Err: fmt.Errorf("job id prefix %q: give at least %d characters of [A-Za-z0-9_-]", prefix, MinPrefix)}
 	}
 	// "*" is one token: job ids, not the cancel.<id> requests beside them. The lister
 	// ends (closes its channel) once it has sent every key, or when ctx ends.
@@ -290,7 +290,7 @@ func imageURLs(src string) (urls []string, suffix string, err error) {
 	}
 	abs, err := filepath.Abs(src)
 	if err != nil {
-		return nil, "", &InputError{Err: fmt.Errorf("%s: %w", src, err)}
+		return nil, "", &ArgumentError{Err: fmt.Errorf("%s: %w", src, err)}
 	}
 	urls = []string{"file://" + filepath.ToSlash(abs)}
 	data, err := os.ReadFile(abs)
@@ -298,7 +298,7 @@ func imageURLs(src string) (urls []string, suffix string, err error) {
 		return urls, "", nil // gone since: its file:// URL may still be found
 	}
 	if err != nil {
-		return nil, "", &InputError{Err: fmt.Errorf("%s: %w", src, err)}
+		return nil, "", &ArgumentError{Err: fmt.Errorf("%s: %w", src, err)}
 	}
 	sum := sha256.Sum256(data)
 	h := hex.EncodeToString(sum[:])

@@ -93,7 +93,7 @@ func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 		Overlay: job.Overlay, OverlayFormat: job.OverlayFormat, Batch: job.Batch,
 	})
 	if err := job.Validate(); err != nil {
-		return nil, &InputError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
+		return nil, &ArgumentError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
 	}
 	return job, nil
 }
@@ -104,10 +104,10 @@ func (p *planner) plan(ctx context.Context, it Item) (*jobs.Job, error) {
 func (p *planner) local(ctx context.Context, it Item) (sum, url string, err error) {
 	info, err := os.Stat(it.Image)
 	if err != nil {
-		return "", "", &InputError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
+		return "", "", &ArgumentError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
 	}
 	if p.maxBytes > 0 && info.Size() > p.maxBytes {
-		return "", "", &InputError{Err: fmt.Errorf("%s: %d bytes, over the %d-byte image limit", it.Origin, info.Size(), p.maxBytes)}
+		return "", "", &ArgumentError{Err: fmt.Errorf("%s: %d bytes, over the %d-byte image limit", it.Origin, info.Size(), p.maxBytes)}
 	}
 	if k, ok := p.known[it.Image]; ok && k.Size == info.Size() && k.ModTime == info.ModTime().UnixNano() &&
 		k.URL == p.urlFor(it.Image, k.SHA256) {
@@ -115,7 +115,7 @@ func (p *planner) local(ctx context.Context, it Item) (sum, url string, err erro
 	}
 	data, err := os.ReadFile(it.Image)
 	if err != nil {
-		return "", "", &InputError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
+		return "", "", &ArgumentError{Err: fmt.Errorf("%s: %w", it.Origin, err)}
 	}
 	digest := sha256.Sum256(data)
 	sum = hex.EncodeToString(digest[:])

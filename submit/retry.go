@@ -36,7 +36,7 @@ type RetrySkip struct {
 func (a *Admin) Retry(ctx context.Context, batch string) (RetryReport, error) {
 	rep := RetryReport{Batch: batch, Retried: []string{}, Skipped: []RetrySkip{}}
 	if !jobs.ValidToken(batch) {
-		return rep, &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
+		return rep, &ArgumentError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	latest := map[string]jobs.Status{}
 	var order []string

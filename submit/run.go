@@ -191,9 +191,6 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	return s[max(rank, 1)-1]
 }
 
-// ErrInterrupted is returned (wrapped) when ctx ends a run before every result arrived.
-var ErrInterrupted = errors.New("interrupted before every result arrived")
-
 // Run submits the input set and collects its results into cfg.OutDir. It returns when every
 // job has a result, on a fatal error, or when ctx ends (then with ErrInterrupted); the
 // summary is valid in every case. A rerun with the same inputs and output directory
@@ -286,7 +283,7 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 		cfg.Class = jobs.DefaultClass
 	}
 	if !jobs.ValidToken(cfg.Class) {
-		return nil, &InputError{Err: fmt.Errorf("class %q must be 1-128 characters of [A-Za-z0-9_-]", cfg.Class)}
+		return nil, &ArgumentError{Err: fmt.Errorf("class %q must be 1-128 characters of [A-Za-z0-9_-]", cfg.Class)}
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
@@ -319,7 +316,7 @@ func newBatchRun(ctx context.Context, cfg RunConfig, env Env) (*batchRun, error)
 	var err error
 	if r.items = cfg.Listed; r.items == nil {
 		if r.items, err = Expand(ctx, cfg.Inputs, env.Store); err != nil {
-			return nil, &InputError{Err: err}
+			return nil, &ArgumentError{Err: err}
 		}
 	}
 	if err := CheckQueries(r.items, cfg.Defaults); err != nil {
@@ -387,10 +384,10 @@ func CheckQueries(items []Item, d JobDefaults) error {
 	}
 	switch {
 	case len(missing) > 0:
-		return &InputError{Err: fmt.Errorf("no query for %s%s: give --query, or a query on each manifest line",
+		return &ArgumentError{Err: fmt.Errorf("no query for %s%s: give --query, or a query on each manifest line",
 			missing[0], more(len(missing)-1, "image"))}
 	case len(long) > 0:
-		return &InputError{Err: fmt.Errorf("the query of %s%s is longer than %d characters",
+		return &ArgumentError{Err: fmt.Errorf("the query of %s%s is longer than %d characters",
 			long[0], more(len(long)-1, "image"), jobs.MaxQueryChars)}
 	}
 	return nil
@@ -411,11 +408,11 @@ func more(n int, what string) string {
 // else a new name. An output directory holds one batch; a different --batch is an error.
 func resolveBatch(flag string, prior *outState, dir string) (string, error) {
 	if flag != "" && !jobs.ValidToken(flag) {
-		return "", &InputError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", flag)}
+		return "", &ArgumentError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", flag)}
 	}
 	if prior.HasHeader {
 		if flag != "" && flag != prior.Header.Batch {
-			return "", &InputError{Err: fmt.Errorf("output directory %s belongs to batch %s, not %s: use another --out, or drop --batch to resume it", dir, prior.Header.Batch, flag)}
+			return "", &ArgumentError{Err: fmt.Errorf("output directory %s belongs to batch %s, not %s: use another --out, or drop --batch to resume it", dir, prior.Header.Batch, flag)}
 		}
 		return prior.Header.Batch, nil
 	}

@@ -131,15 +131,15 @@ func usagef(format string, args ...any) error { return cli.Usagef(format, args..
 // fail prints err and picks the exit code.
 func fail(cio IO, err error) int {
 	fmt.Fprintf(cio.Stderr, "submit: %v\n", err)
-	var inputErr *submit.InputError
+	var argErr *submit.ArgumentError
 	switch {
 	case cli.IsUsage(err):
 		fmt.Fprint(cio.Stderr, "\n"+overview())
 		return ExitUsage
 	case errors.Is(err, submit.ErrInterrupted), errors.Is(err, context.Canceled):
-		// Before InputError: Ctrl-C while the inputs are being listed arrives wrapped in one.
+		// Before ArgumentError: Ctrl-C while the inputs are being listed arrives wrapped in one.
 		return ExitInterrupted
-	case errors.As(err, &inputErr), errors.Is(err, submit.ErrUnknownJob):
+	case errors.As(err, &argErr), errors.Is(err, submit.ErrUnknownJob):
 		return ExitUsage
 	default:
 		return ExitUnavailable
@@ -308,7 +308,7 @@ func runCmd(ctx context.Context, args []string, cio IO) int {
 	// List the inputs first: a missing file or an empty glob is the user's to fix, and
 	// must say so even when no NATS server is up yet.
 	if rc.Listed, err = submit.Expand(ctx, rc.Inputs, store); err != nil {
-		return fail(cio, &submit.InputError{Err: err})
+		return fail(cio, &submit.ArgumentError{Err: err})
 	}
 	if err := submit.CheckQueries(rc.Listed, rc.Defaults); err != nil {
 		return fail(cio, err)

@@ -130,16 +130,16 @@ func TestLoadConfigSingleMachineDefault(t *testing.T) {
 	}
 }
 
-// TestFailExitCodes: an interrupt wins over the InputError it may arrive wrapped in (Ctrl-C
+// TestFailExitCodes: an interrupt wins over the ArgumentError it may arrive wrapped in (Ctrl-C
 // while inputs are listed), a bad value is exit 2, anything else exit 3.
 func TestFailExitCodes(t *testing.T) {
 	cases := []struct {
 		err  error
 		want int
 	}{
-		{&submit.InputError{Err: fmt.Errorf("list s3://b/: %w", context.Canceled)}, ExitInterrupted},
+		{&submit.ArgumentError{Err: fmt.Errorf("list s3://b/: %w", context.Canceled)}, ExitInterrupted},
 		{fmt.Errorf("publish: %w", submit.ErrInterrupted), ExitInterrupted},
-		{&submit.InputError{Err: fmt.Errorf("class %q must be 1-128 characters", "a b")}, ExitUsage},
+		{&submit.ArgumentError{Err: fmt.Errorf("class %q must be 1-128 characters", "a b")}, ExitUsage},
 		{fmt.Errorf("status: %w", submit.ErrUnknownJob), ExitUsage},
 		{fmt.Errorf("connect to NATS: refused"), ExitUnavailable},
 	}

@@ -191,7 +191,7 @@ func jobByIDOrPrefix(ctx context.Context, a *submit.Admin, id string) (submit.Jo
 		if len(ids) > most {
 			ids, more = ids[:most], ", ..."
 		}
-		return s, &submit.InputError{Err: fmt.Errorf("%q is the start of several job ids (%s%s): give more of it", id, strings.Join(ids, ", "), more)}
+		return s, &submit.ArgumentError{Err: fmt.Errorf("%q is the start of several job ids (%s%s): give more of it", id, strings.Join(ids, ", "), more)}
 	}
 	return a.Status(ctx, ids[0])
 }
