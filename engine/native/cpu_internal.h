@@ -251,7 +251,8 @@ typedef struct {
     float *img;
     int n_img;
 
-    /* decoder prefill, for up to max_seq_len tokens of one prompt (any slot) */
+    /* a prompt run's buffers (cpu_text.c), for up to max_seq_len tokens of one prompt (any
+     * slot); its rows, keys and values are in the step's plan */
     float *x;    /* [S, D] residual */
     float *xb;   /* [S, D] normed */
     float *q;    /* [S, H*hd] */
@@ -289,15 +290,6 @@ typedef struct cpu_amx_attn_buffers {
     void *scratch;
 } cpu_amx_attn_buffers;
 
-/* One layer's batched matrix-vector products in the step's plan, each with its input,
- * output and bias fixed at open, replayed per step for however many rows it has. */
-typedef struct {
-    cpu_matmat qkv[3];
-    cpu_matmat o[1];
-    cpu_matmat gate_up[2];
-    cpu_matmat down[1];
-} cpu_step_layer;
-
 /* One row of a step (cpu_step.c): a pending token, kept in its slot's cache, or a block
  * row, whose key and value live only in the step's buffers. */
 typedef struct {
@@ -307,6 +299,20 @@ typedef struct {
     int block0;  /* a block row: the step row of its block's row 0; -1 for a pending row */
     int n_block; /* a block row: rows in its block, all of which it attends to */
 } cpu_step_row;
+
+/* A run of rows through the decoder's layer loop (cpu_text.c), with its own buffers, rows
+ * n floats wide each ([n, hidden] for x, and so on). A prompt run is one free slot's
+ * prompt, at positions 0..n-1 (its products are GEMMs, its attention causal over the
+ * prompt); a live run holds the rows of the step's live slots (batched matrix-vector
+ * products, attention row by row over scores and xpack). */
+typedef struct {
+    int prompt;
+    int n;
+    const cpu_step_row *rows;
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+    float *scores; /* live run: [n, heads, max_seq_len + LA_STEP_MAX_ROWS] */
+    float *xpack;  /* live run: the products' packed input */
+} cpu_rows;
 
 /* One candidate of a row's top-k: what the picker orders by (probability, then id). */
 typedef struct {
@@ -319,11 +325,12 @@ typedef struct {
  * max_batch * LA_STEP_MAX_ROWS rows, and the picker's per-thread results. */
 typedef struct {
     int max_rows;
-    cpu_step_layer *layers;
     cpu_matmat lm_head;       /* from out into the logits rows */
-    cpu_step_row *rows;       /* [max_rows] this call's rows, slot after slot */
-    int *out_rows;            /* [max_rows] the step row of each output row */
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *xpack;
+    cpu_step_row *rows;       /* [max_rows] this call's live rows, slot after slot */
+    int *out_rows;            /* [max_rows] the live row of each output row, -1: a prompt's */
+    cpu_step_row *prompt_rows;    /* [max_seq_len] a prompt run's rows */
+    float *prompt_k, *prompt_v;   /* [max_seq_len, kv_heads * head_dim] a prompt run's keys, values */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *xpack; /* the live run's buffers */
     float *out;     /* [max_rows, hidden] the output rows after the final norm */
     float *scores;  /* [max_rows, heads, max_seq_len + LA_STEP_MAX_ROWS] */
     float *part_max;        /* [threads][max_rows] */
@@ -356,18 +363,13 @@ struct la_engine {
 /* Vision tower + merge + projector (cpu_vision.c). */
 int cpu_vision(la_engine *e, const float *patches, int grid_h, int grid_w, char *err,
                size_t errlen);
-/* Decoder (cpu_text.c). cpu_prefill runs the prompt ids[0..n) into the free slot from
- * position 0 (the call is checked: cpu_step's check_call), splicing the kept image
- * embeddings over the image-context ids in order and consuming them, and makes the slot
- * live; when out is not NULL it writes the last position's hidden state after the final
- * norm there (the prompt's next-token row, for the LM head). */
-void cpu_prefill(la_engine *e, int slot, const int32_t *ids, int n, float *out);
-/* Pieces of the decoder shared with the step (cpu_text.c). */
-void cpu_embed_row(const la_engine *e, int32_t id, float *out);
-void cpu_rope_half(float *v, int heads, int hd, const float *cs, const float *sn);
-float *cpu_key_cache(la_engine *e, int slot, int layer);
-float *cpu_value_cache(la_engine *e, int slot, int layer);
-void cpu_swiglu_rows(la_engine *e, float *gate, const float *up, size_t n);
+/* The decoder's layer loop (cpu_text.c). cpu_embed_rows writes the embeddings of ids[0..n)
+ * to x (rows hidden floats apart); with images set (a free slot's prefill) the image-context
+ * ids take the kept image embeddings in order, which it consumes. cpu_run_layers runs a
+ * run's rows through every layer, keeping the kept rows' keys and values in their slots'
+ * caches; x then holds the last layer's output. */
+void cpu_embed_rows(la_engine *e, const int32_t *ids, int n, int images, float *x);
+void cpu_run_layers(la_engine *e, const cpu_rows *run);
 /* The decoder's one entry point (cpu_step.c): la_backend_ops.step, and its plan. */
 int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
              int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p,

@@ -1,17 +1,12 @@
 /*
  * cpu_step.c - the decoder's one entry point (la_backend.h, step): for several slots in one
  * call, a prefill of a free slot, AR decode rows and parallel box decoding's blocks
- * (docs/hybrid-decoding.md), one plan, one layer loop for the rows of live slots, one
- * logit picker.
+ * (docs/hybrid-decoding.md): one check, one layout of the rows, one layer loop
+ * (cpu_text.c), one logit picker.
  *
  * Each slot brings its pending tokens (committed, not yet in its cache) and either nothing
  * more (the last pending token's next-token row is the output, or no row with no_output)
- * or a block of rows (every block row is an output). The step runs in two parts:
- *
- *   - a free slot's pending tokens are its prompt: they run through the decoder as one
- *     prefill (cpu_text.c: GEMMs over all the prompt's rows and causal attention, the image
- *     embeddings spliced over the image-context ids), and the slot is then live;
- *   - every other row, of all the slots together, runs through the layer loop below:
+ * or a block of rows (every block row is an output). Its rows:
  *
  *   - a pending row at position L + j attends causally to its slot's cache rows 0..L+j;
  *     its key and value are written to the cache at L + j first, so it sees itself and
@@ -22,13 +17,13 @@
  *     is set; the block's keys and values stay in the step's buffers and are never written
  *     to the cache, so the slot ends the step holding exactly its committed tokens.
  *
- * Every matrix product of the layer loop runs once over all the rows (the batched
- * matrix-vector kernels: the weights stream from memory once per step, however many
- * rows), and everything else runs row by row: no row's numbers depend on the other rows,
- * so a slot gets the same bits alone or in any batch, in any order. The final norm and the
- * LM head run only on the output rows; each output row then gets a float32 softmax, its
- * top-k ids and the probabilities of the watched ids, which is all the acceptance rules
- * read; greedy rows (k = 1, nothing watched) take the argmax in one pass instead.
+ * The rows go through the layer loop in runs (cpu_text.c says why two kinds): each free
+ * slot's prompt first, as a prompt run of its own (its rows batched into GEMMs), which
+ * makes the slot live; then the rows of every live slot together, as one live run (a
+ * freshly prefilled slot's block included). The final norm and the LM head run only on
+ * the output rows; each output row then gets a float32 softmax, its top-k ids and the
+ * probabilities of the watched ids, which is all the acceptance rules read; greedy rows
+ * (k = 1, nothing watched) take the argmax in one pass instead.
  */
 #include <float.h>
 #include <math.h>
@@ -50,8 +45,10 @@ int cpu_plan_step(la_engine *e, char *err, size_t errlen) {
     widest = widest > qd ? widest : qd;
 
     p->max_rows = (int)R;
-    p->layers = calloc((size_t)c->layers, sizeof *p->layers);
     p->rows = calloc(R, sizeof *p->rows);
+    p->prompt_rows = calloc((size_t)c->max_seq_len, sizeof *p->prompt_rows);
+    p->prompt_k = calloc((size_t)c->max_seq_len * kvd, sizeof(float));
+    p->prompt_v = calloc((size_t)c->max_seq_len * kvd, sizeof(float));
     p->out_rows = calloc(R, sizeof *p->out_rows);
     p->x = calloc(R * D, sizeof(float));
     p->xb = calloc(R * D, sizeof(float));
@@ -69,34 +66,23 @@ int cpu_plan_step(la_engine *e, char *err, size_t errlen) {
     p->part_top = calloc(T * R * LA_STEP_MAX_K, sizeof *p->part_top);
     p->part_n = calloc(T * R, sizeof *p->part_n);
     p->part_idx = calloc(T * R, sizeof *p->part_idx);
-    if (!p->layers || !p->rows || !p->out_rows || !p->x || !p->xb || !p->q || !p->k || !p->v ||
+    if (!p->rows || !p->prompt_rows || !p->prompt_k || !p->prompt_v || !p->out_rows || !p->x || !p->xb || !p->q || !p->k || !p->v ||
         !p->att || !p->hb || !p->hb2 || !p->xpack || !p->out || !p->scores || !p->part_max ||
         !p->part_sum || !p->part_top || !p->part_n || !p->part_idx)
         return la_errorf(err, errlen, "step plan: out of memory for %zu rows (max_batch %d x %d)", R,
                           c->max_batch, LA_STEP_MAX_ROWS);
 
-    for (int i = 0; i < c->layers; i++) {
-        const cpu_text_layer *l = &e->w.layers[i];
-        cpu_step_layer *d = &p->layers[i];
-        d->qkv[0] = (cpu_matmat){&l->q, l->q_b, p->xb, D, p->q, qd};
-        d->qkv[1] = (cpu_matmat){&l->k, l->k_b, p->xb, D, p->k, kvd};
-        d->qkv[2] = (cpu_matmat){&l->v, l->v_b, p->xb, D, p->v, kvd};
-        d->o[0] = (cpu_matmat){&l->o, NULL, p->att, qd, p->xb, D};
-        d->gate_up[0] = (cpu_matmat){&l->gate, NULL, p->xb, D, p->hb, I};
-        d->gate_up[1] = (cpu_matmat){&l->up, NULL, p->xb, D, p->hb2, I};
-        d->down[0] = (cpu_matmat){&l->down, NULL, p->hb, I, p->xb, D};
-    }
     p->lm_head = (cpu_matmat){&e->w.lm_head, NULL, p->out, D, e->s.logits, (size_t)c->vocab};
     return 0;
 }
 
 void cpu_free_step_plan(cpu_step_plan *p) {
     float *bufs[] = {p->x, p->xb, p->q, p->k, p->v, p->att, p->hb, p->hb2, p->xpack, p->out,
-                     p->scores, p->part_max};
+                     p->scores, p->part_max, p->prompt_k, p->prompt_v};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
-    free(p->layers);
     free(p->rows);
+    free(p->prompt_rows);
     free(p->out_rows);
     free(p->part_sum);
     free(p->part_top);
@@ -189,10 +175,11 @@ static int check_call(const la_engine *e, int n, const la_step_slot *slots, cons
     return 0;
 }
 
-/* lay_out_rows fills the plan's rows of the layer loop, slot after slot (a live slot's
- * pending rows, then every slot's block rows), and the output rows: out_rows[o] is the
- * loop row of output row o, or -1 for a prefill's next-token row, which the prefill
- * normalises itself. It returns the number of loop rows and sets *n_out. */
+/* lay_out_rows fills the plan's rows of the live run, slot after slot (a live slot's
+ * pending rows, then every slot's block rows: a free slot's block runs here, after its
+ * prompt run), and the output rows: out_rows[o] is the live row of output row o, or -1 for
+ * a prompt's next-token row, which its prompt run gives. It returns the number of live
+ * rows and sets *n_out. */
 static int lay_out_rows(la_engine *e, int n, const la_step_slot *slots, int *n_out) {
     cpu_step_plan *p = &e->step;
     int r = 0, o = 0;
@@ -219,103 +206,6 @@ static int lay_out_rows(la_engine *e, int n, const la_step_slot *slots, int *n_o
     }
     *n_out = o;
     return r;
-}
-
-/* ---- attention ---------------------------------------------------------------------- */
-
-/* The unit of attention work is one row and one key/value head with its group of query
- * heads, so each key row is read once for the group. Scores go cache columns first, then
- * the row's block columns (the first n_block rows of its block: all of them, or rows 0..i
- * under block_causal); the softmax runs over both, and the output sums the cache values
- * and then the block values. A pending row has no block columns: its numbers are those of
- * decoding its tokens one step at a time, bit for bit. */
-typedef struct {
-    la_engine *e;
-    int layer, n_rows;
-} attn_task;
-
-static void attend_row_group(la_engine *e, int li, int r, int g) {
-    const la_config *c = &e->cfg;
-    cpu_step_plan *p = &e->step;
-    const cpu_step_row *row = &p->rows[r];
-    const int hd = c->head_dim, group = c->heads / c->kv_heads;
-    const size_t kvd = (size_t)c->kv_heads * hd, qd = (size_t)c->heads * hd;
-    const size_t ld = (size_t)c->max_seq_len + LA_STEP_MAX_ROWS;
-    const int n_cache = row->n_cache, n_block = row->block0 >= 0 ? row->n_block : 0;
-    const int n_keys = n_cache + n_block;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const float *kc = cpu_key_cache(e, row->slot, li) + (size_t)g * hd;
-    const float *vc = cpu_value_cache(e, row->slot, li) + (size_t)g * hd;
-    const float *q = p->q + (size_t)r * qd + (size_t)g * group * hd;
-    float *sc = p->scores + ((size_t)r * c->heads + (size_t)g * group) * ld;
-
-    /* scores[h][t] = q_h . k_t: the cache rows, then the block's rows from the step buffer */
-    e->kern.rows[LA_DTYPE_F32](kc, kvd, n_cache, hd, q, (size_t)hd, group, sc, ld);
-    const float *kb = NULL, *vb = NULL;
-    if (n_block > 0) {
-        kb = p->k + (size_t)row->block0 * kvd + (size_t)g * hd;
-        vb = p->v + (size_t)row->block0 * kvd + (size_t)g * hd;
-        e->kern.rows[LA_DTYPE_F32](kb, kvd, n_block, hd, q, (size_t)hd, group, sc + n_cache, ld);
-    }
-    for (int h = 0; h < group; h++) {
-        float *s = sc + (size_t)h * ld;
-        for (int t = 0; t < n_keys; t++)
-            s[t] *= scale;
-        cpu_softmax(s, n_keys);
-        float *out = p->att + (size_t)r * qd + (size_t)(g * group + h) * hd;
-        memset(out, 0, (size_t)hd * sizeof *out);
-        for (int t = 0; t < n_cache; t++)
-            e->kern.axpy(out, s[t], vc + (size_t)t * kvd, hd);
-        for (int t = 0; t < n_block; t++)
-            e->kern.axpy(out, s[n_cache + t], vb + (size_t)t * kvd, hd);
-    }
-}
-
-static void attention_slice(void *arg, int thread, int nthreads) {
-    const attn_task *a = arg;
-    const int kvh = a->e->cfg.kv_heads, units = a->n_rows * kvh;
-    for (int u = units * thread / nthreads; u < units * (thread + 1) / nthreads; u++)
-        attend_row_group(a->e, a->layer, u / kvh, u % kvh);
-}
-
-/* ---- one layer ---------------------------------------------------------------------- */
-
-static void step_layer(la_engine *e, int li, int n_rows) {
-    const la_config *c = &e->cfg;
-    const cpu_text_layer *l = &e->w.layers[li];
-    cpu_step_plan *p = &e->step;
-    cpu_step_layer *d = &p->layers[li];
-    const int D = c->hidden, hd = c->head_dim, half = hd / 2;
-    const size_t kvd = (size_t)c->kv_heads * hd, qd = (size_t)c->heads * hd;
-
-    for (int r = 0; r < n_rows; r++)
-        cpu_rmsnorm(p->xb + (size_t)r * D, p->x + (size_t)r * D, l->attn_norm, D, c->rms_norm_eps);
-    cpu_matmat_run(&e->pool, &e->kern, d->qkv, 3, n_rows, p->xpack);
-    for (int r = 0; r < n_rows; r++) {
-        const cpu_step_row *row = &p->rows[r];
-        const float *cs = e->s.rope_cos + (size_t)row->pos * half;
-        const float *sn = e->s.rope_sin + (size_t)row->pos * half;
-        float *k = p->k + (size_t)r * kvd, *v = p->v + (size_t)r * kvd;
-        cpu_rope_half(p->q + (size_t)r * qd, c->heads, hd, cs, sn);
-        cpu_rope_half(k, c->kv_heads, hd, cs, sn);
-        if (row->block0 < 0) { /* pending: kept in the cache before anyone attends */
-            memcpy(cpu_key_cache(e, row->slot, li) + (size_t)row->pos * kvd, k, kvd * sizeof(float));
-            memcpy(cpu_value_cache(e, row->slot, li) + (size_t)row->pos * kvd, v, kvd * sizeof(float));
-        }
-    }
-    attn_task a = {e, li, n_rows};
-    cpu_pool_run(&e->pool, attention_slice, &a);
-    cpu_matmat_run(&e->pool, &e->kern, d->o, 1, n_rows, p->xpack);
-    for (size_t i = 0; i < (size_t)n_rows * D; i++)
-        p->x[i] += p->xb[i];
-
-    for (int r = 0; r < n_rows; r++)
-        cpu_rmsnorm(p->xb + (size_t)r * D, p->x + (size_t)r * D, l->mlp_norm, D, c->rms_norm_eps);
-    cpu_matmat_run(&e->pool, &e->kern, d->gate_up, 2, n_rows, p->xpack);
-    cpu_swiglu_rows(e, p->hb, p->hb2, (size_t)n_rows * c->intermediate);
-    cpu_matmat_run(&e->pool, &e->kern, d->down, 1, n_rows, p->xpack);
-    for (size_t i = 0; i < (size_t)n_rows * D; i++)
-        p->x[i] += p->xb[i];
 }
 
 /* ---- reading the output rows -------------------------------------------------------- */
@@ -521,6 +411,25 @@ static void pick(la_engine *e, int n_out, int k, int n_watch, const int32_t *wat
 
 /* ---- the op ------------------------------------------------------------------------- */
 
+/* prompt_run is the run of a free slot's n-token prompt, on the prefill buffers. */
+static cpu_rows prompt_run(la_engine *e, int slot, int n) {
+    cpu_step_plan *p = &e->step;
+    for (int j = 0; j < n; j++)
+        p->prompt_rows[j] = (cpu_step_row){slot, j, j + 1, -1, 0};
+    cpu_state *s = &e->s;
+    return (cpu_rows){.prompt = 1, .n = n, .rows = p->prompt_rows, .x = s->x, .xb = s->xb,
+                      .q = s->q, .k = p->prompt_k, .v = p->prompt_v, .att = s->att, .hb = s->hb,
+                      .hb2 = s->hb2};
+}
+
+/* live_run is the run of the step's n live rows (laid out by lay_out_rows). */
+static cpu_rows live_run(la_engine *e, int n) {
+    cpu_step_plan *p = &e->step;
+    return (cpu_rows){.prompt = 0, .n = n, .rows = p->rows, .x = p->x, .xb = p->xb, .q = p->q,
+                      .k = p->k, .v = p->v, .att = p->att, .hb = p->hb, .hb2 = p->hb2,
+                      .scores = p->scores, .xpack = p->xpack};
+}
+
 int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
              int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p,
              char *err, size_t errlen) {
@@ -532,33 +441,36 @@ int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *toke
         return -1;
     e->s.logit_rows = 0;
     int n_out;
-    const int n_rows = lay_out_rows(e, n, slots, &n_out);
+    const cpu_rows live = live_run(e, lay_out_rows(e, n, slots, &n_out));
 
-    /* The prefills first (their slots are live afterwards, for their blocks below), then
-     * the layer loop over every other row; tokens[t] is entry i's first token. */
+    /* The prompt runs first (their slots are live afterwards, for their blocks in the live
+     * run), and the live rows' embeddings; tokens[t] is entry i's first token. */
     for (int i = 0, t = 0, o = 0, r = 0; i < n; t += slots[i].n_pending + slots[i].n_block, i++) {
         const la_step_slot *s = &slots[i];
-        const int live = e->s.slots[s->slot].live;
-        if (!live) {
-            /* A prefill's output row is the prompt's last, normalised into its place. */
-            float *out = s->n_block == 0 && !s->no_output ? p->out + (size_t)o * D : NULL;
-            cpu_prefill(e, s->slot, tokens + t, s->n_pending, out);
+        cpu_slot *slot = &e->s.slots[s->slot];
+        if (!slot->live) {
+            const cpu_rows prompt = prompt_run(e, s->slot, s->n_pending);
+            cpu_embed_rows(e, tokens + t, s->n_pending, 1, prompt.x);
+            cpu_run_layers(e, &prompt);
+            if (s->n_block == 0 && !s->no_output) /* the prompt's last row is the output */
+                cpu_rmsnorm(p->out + (size_t)o * D, prompt.x + (size_t)(s->n_pending - 1) * D,
+                            e->w.final_norm, D, c->rms_norm_eps);
+            slot->live = 1;
         } else {
-            for (int j = 0; j < s->n_pending; j++, r++)
-                cpu_embed_row(e, tokens[t + j], p->x + (size_t)r * D);
-            /* The rows' positions are laid out already; nothing below reads pos. */
-            e->s.slots[s->slot].pos += s->n_pending;
+            cpu_embed_rows(e, tokens + t, s->n_pending, 0, live.x + (size_t)r * D);
+            r += s->n_pending;
         }
-        for (int j = 0; j < s->n_block; j++, r++)
-            cpu_embed_row(e, tokens[t + s->n_pending + j], p->x + (size_t)r * D);
+        /* The rows' positions are laid out already; nothing below reads pos. */
+        slot->pos += s->n_pending;
+        cpu_embed_rows(e, tokens + t + s->n_pending, s->n_block, 0, live.x + (size_t)r * D);
+        r += s->n_block;
         o += s->n_block > 0 ? s->n_block : !s->no_output;
     }
-    if (n_rows > 0)
-        for (int li = 0; li < c->layers; li++)
-            step_layer(e, li, n_rows);
+    if (live.n > 0)
+        cpu_run_layers(e, &live);
     for (int o = 0; o < n_out; o++)
         if (p->out_rows[o] >= 0)
-            cpu_rmsnorm(p->out + (size_t)o * D, p->x + (size_t)p->out_rows[o] * D, e->w.final_norm,
+            cpu_rmsnorm(p->out + (size_t)o * D, live.x + (size_t)p->out_rows[o] * D, e->w.final_norm,
                         D, c->rms_norm_eps);
     if (n_out > 0) {
         cpu_matmat_run(&e->pool, &e->kern, &p->lm_head, 1, n_out, p->xpack);
