@@ -14,8 +14,9 @@ GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 # git (the version stamp below) and make; ca-certificates for Go's module downloads.
 RUN_PACKAGES  := gcc libc6-dev pkg-config libopenblas-dev libjpeg62-turbo-dev git make ca-certificates
 # The tests alone: libpython and numpy for the ttnn bridge tests, uvicorn for the launcher
-# test, python3 for the example producer's test, systemd-analyze for the unit check.
-TEST_PACKAGES := libpython3.11 python3 python3-numpy python3-uvicorn systemd
+# test, python3 for the example producer's test, systemd-analyze for the unit check,
+# chromium and a font for the console's browser test (console/browser_test.go).
+TEST_PACKAGES := libpython3.11 python3 python3-numpy python3-uvicorn systemd chromium fonts-dejavu-core
 
 .PHONY: run demo test deps run-deps build vet
 

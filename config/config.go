@@ -181,7 +181,8 @@ func (o Observe) MetricsEnabled() bool {
 func OtherTools() []string {
 	return []string{
 		"LA_WORKER_BIN", "LA_WORKER_ARGS", // launcher
-		"LA_DEMO_SEED", "LA_DEMO_SCENES", "LA_DEMO_NATS_PORT", "LA_DEMO_HELDOUT", // make demo
+		"LA_DEMO_SEED", "LA_DEMO_SCENES", "LA_DEMO_NATS_PORT", "LA_DEMO_HELDOUT", "LA_DEMO_KEEP", // make demo
+		"LA_CHROMIUM", "LA_CONSOLE_SCREENSHOTS", // the console's browser test
 		"LA_IMAGE", "LA_NATS_IMAGE", "LA_MINIO_IMAGE", "LA_MINIO_MC_IMAGE", "LA_HF_CACHE", // compose
 	}
 }

@@ -4,7 +4,10 @@
 # score the answers against the true boxes, and leave the results and overlay pictures in
 # demo-out/ for a person to open. LA_DEMO_SEED=N draws the same scenes again;
 # LA_DEMO_HELDOUT=1 submits the bundled model's 96 held-out scenes (testdata/heldout.jsonl)
-# instead of fresh ones. Each scene is asked its own query; the last line is the found rate.
+# instead of fresh ones. Each scene is asked its own query. It ends with the found rate and
+# the web console's address of the batch (docs/console.md); on a terminal the worker keeps
+# serving the console until Enter or Ctrl-C (LA_DEMO_KEEP=0 stops it at once, =1 keeps it
+# without a terminal too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=demo-out
@@ -32,9 +35,24 @@ else
 	scenes=$out/scenes/
 fi
 rc=0
-LA_NATS_URL="nats://$nats" bin/submit --overlay --out "$out" "$manifest" || rc=$?
+batch=demo-$(date -u +%Y%m%d-%H%M%S)
+LA_NATS_URL="nats://$nats" bin/submit --overlay --batch "$batch" --out "$out" "$manifest" || rc=$?
 echo
 bin/genscenes score "$out/results.jsonl" || rc=$?
 echo
 echo "scenes: $scenes   results: $out/results.jsonl   overlays: $out/overlays/   worker log: $out/worker.log"
+
+# The worker logs the address it serves /predict and the console on ("/predict served",
+# addr, in JSON or text); the console is under /console/.
+addr=$(sed -nE 's|.*/predict served.*addr"?[=:]"?([^" ]+).*|\1|p' "$out/worker.log" | head -n 1)
+keep=${LA_DEMO_KEEP:-}
+if [ -z "$keep" ]; then
+	if [ -t 0 ]; then keep=1; else keep=0; fi
+fi
+if [ "$keep" = 1 ]; then
+	echo "console: http://$addr/console/#/batch/$batch   (the worker serves it until Enter or Ctrl-C)"
+	read -r _ || true
+else
+	echo "console: http://$addr/console/#/batch/$batch   (the worker stopped with the demo: LA_DEMO_KEEP=1 keeps it serving)"
+fi
 exit "$rc"

@@ -14,7 +14,7 @@ import (
 var runPackages = []string{"gcc", "libc6-dev", "pkg-config", "libopenblas-dev", "libjpeg62-turbo-dev", "git", "make"}
 
 // testOnly are what only the tests use: make run must neither install nor build them.
-var testOnly = []string{"versitygw", "python3-uvicorn", "python3-numpy", "libpython", "systemd"}
+var testOnly = []string{"versitygw", "python3-uvicorn", "python3-numpy", "libpython", "systemd", "chromium"}
 
 // makeDryRun is what `make -n TARGET` would do, run from the repository root.
 func makeDryRun(t *testing.T, target string) string {
