@@ -115,7 +115,7 @@
   // render replaces the view's content unless a newer view has started.
   function render(gen, ...nodes) {
     if (gen !== generation) return false;
-    main.replaceChildren(...nodes);
+    main.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false));
     main.dataset.ready = 'true';
     return true;
   }
@@ -241,11 +241,17 @@
         'aria-label': o.focusable ? `${d.label} ${fmtNum(d.score, 2)}` : null,
       }, h('svg:title', {}, `${d.label} ${fmtNum(d.score, 2)}`));
       svg.append(rect);
-      if (o.labels && !o.ghost) {
-        svg.append(h('svg:text', { x: x0 + 2, y: Math.max(12, y0 - 3), style: `font-size:${Math.max(10, w / 50)}px` }, `${d.label} ${fmtNum(d.score, 2)}`));
-      }
     });
     return svg;
+  }
+
+  // boxLabels writes each box's label and score above its corner, in page pixels (an SVG
+  // text would scale with the picture), positioned in percent of the picture's size.
+  function boxLabels(dets, w, hgt) {
+    return h('div', { class: 'box-labels', 'aria-hidden': 'true' }, dets.map((d) => {
+      const [x0, y0] = boxOf(d);
+      return h('span', { style: `left:${(100 * x0) / w}%;top:${(100 * y0) / hgt}%` }, `${d.label} ${fmtNum(d.score, 2)}`);
+    }));
   }
 
   // picture is an image of a result with its boxes: the <img> loads lazily, the frame keeps
@@ -260,6 +266,7 @@
     const dets = item.detections || (item.result && item.result.detections) || [];
     if (w && hgt && dets.length && (opts.always || !item.overlay)) {
       frame.append(boxesSVG(dets, w, hgt, opts.boxes));
+      if (opts.boxes && opts.boxes.labels && !opts.boxes.ghost) frame.append(boxLabels(dets, w, hgt));
     }
     return frame;
   }
@@ -287,7 +294,7 @@
     const next = h('button', { type: 'button', 'data-testid': 'page-next', onclick: () => { f.page++; apply(); } }, 'Next →');
 
     const labelSel = h('select', { id: 'f-label', 'data-testid': 'filter-label' });
-    const scoreIn = h('input', { id: 'f-score', type: 'number', min: '0', max: '1', step: '0.05', placeholder: '0', value: f.min_score, 'data-testid': 'filter-min-score' });
+    const scoreIn = h('input', { id: 'f-score', type: 'number', min: '0', max: '1', step: 'any', placeholder: '0', value: f.min_score, 'data-testid': 'filter-min-score' });
     const statusSel = h('select', { id: 'f-status', 'data-testid': 'filter-status' },
       ['', 'succeeded', 'failed', 'canceled'].map((s) => h('option', { value: s }, s || 'any')));
     const codeSel = h('select', { id: 'f-code', 'data-testid': 'filter-code' });
