@@ -302,7 +302,7 @@
 
     const fillSelect = (sel, values, cur, anyText) => {
       const all = [...new Set([...(values || []), ...(cur ? [cur] : [])])].sort();
-      sel.replaceChildren(h('option', { value: '' }, anyText), all.map((v) => h('option', { value: v }, v)));
+      sel.replaceChildren(h('option', { value: '' }, anyText), ...all.map((v) => h('option', { value: v }, v)));
       sel.value = cur;
     };
     fillSelect(labelSel, [], f.label, 'any label');
