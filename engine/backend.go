@@ -43,8 +43,10 @@ type Backend interface {
 // (the slot then holds L' = L+len(Pending)); Block row i runs at position L'-1+i, sees every
 // cached position but L'-1 (row 0 stands in for the last committed token) and its whole
 // block in both directions (causally, rows 0..i, on a checkpoint whose
-// text_config.causal_attn is set). Pending ids equal to the image-context token take the
-// image embeddings kept by Vision, in order (at most one slot of a Step holds them).
+// text_config.causal_attn is set). A free slot's pending ids equal to the image-context
+// token take the image embeddings kept by Vision, in order (at most one slot of a Step
+// holds them); images come only with a prefill, so a Step holding the image-context id in
+// a live slot's Pending or in any Block is refused, on every backend.
 //
 // Output rows: every Block row; without a Block, the last Pending row's, unless NoOutput.
 // A prefill is a free slot with the prompt pending (NoOutput when hybrid decoding starts

@@ -156,7 +156,14 @@ static int check_call(const la_engine *e, int n, const la_step_slot *slots, cons
                 return la_errorf(err, errlen, "step: entry %d: slot %d: %s token %d is id %d, outside "
                                   "the vocabulary 0..%d", i, slot, j < s->n_pending ? "pending" : "block",
                                   j < s->n_pending ? j : j - s->n_pending, (int)tokens[t], c->vocab - 1);
-            n_img += !live && j < s->n_pending && tokens[t] == c->image_token_id;
+            const int pending = j < s->n_pending;
+            if (tokens[t] == c->image_token_id && (live || !pending))
+                return la_errorf(err, errlen, "step: entry %d: slot %d: %s token %d is the "
+                                  "image-context id %d, which only a free slot's prompt may hold "
+                                  "(images come with a prefill)", i, slot,
+                                  pending ? "pending" : "block", pending ? j : j - s->n_pending,
+                                  c->image_token_id);
+            n_img += pending && tokens[t] == c->image_token_id;
         }
         if (n_img > 0 && img_entry >= 0)
             return la_errorf(err, errlen, "step: entries %d and %d both prefill a prompt with image "

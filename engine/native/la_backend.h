@@ -148,9 +148,8 @@ typedef struct {
      * the slot is live afterwards. Every pending id equal to image_token_id takes the next of
      * the image embeddings kept by vision(), in order, which the call consumes; at most one
      * slot of a call may hold image-context ids, and it must hold exactly as many as vision()
-     * kept. The splice happens only in a free slot's prefill: a live slot's pending ids are
-     * not meant to hold image_token_id (the cpu backend embeds such an id as an ordinary
-     * token, the ttnn adapter refuses it).
+     * kept. Images come only with a prefill: image_token_id anywhere else (a live slot's
+     * pending ids, any block row) fails the call, on every backend.
      *
      * For a slot that holds L positions, pending id j runs at position L + j, causally
      * (it sees the cache and the pending rows up to itself), and its key and value are
@@ -170,9 +169,9 @@ typedef struct {
      * has no output row). Limits: n_block <= LA_STEP_MAX_ROWS; n_pending <= LA_STEP_MAX_ROWS
      * on a live slot and n_pending <= max_seq_len on a free one; 1 <= k <= LA_STEP_MAX_K,
      * 0 <= n_watch <= LA_STEP_MAX_WATCH, L' <= max_seq_len and L' - 1 + n_block <=
-     * max_seq_len. A call that breaks a limit, names a slot twice, or holds an id outside
-     * the vocabulary fails before anything is written. After the call logits(r) is output
-     * row r's logits. */
+     * max_seq_len. A call that breaks a limit, names a slot twice, holds an id outside
+     * the vocabulary or an image-context id outside a free slot's prompt fails before
+     * anything is written. After the call logits(r) is output row r's logits. */
     int (*step)(la_engine *e, int n, const la_step_slot *slots, const int32_t *tokens, int k,
                 int n_watch, const int32_t *watch, int32_t *top_ids, float *top_p, float *watch_p,
                 char *err, size_t errlen);

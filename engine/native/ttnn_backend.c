@@ -557,6 +557,13 @@ static int check_step(const la_engine *e, int n, const la_step_slot *slots,
             if (tokens[at] < 0 || tokens[at] >= e->vocab)
                 return la_errorf(err, errlen, "step: token %d of slot %d outside the vocabulary "
                                  "of %d", tokens[at], s, e->vocab);
+            /* Images come with a prefill: the image-context id belongs in a free slot's
+             * prompt, nowhere else. */
+            if (tokens[at] == e->image_token_id && (live || j >= np))
+                return la_errorf(err, errlen, "step: slot %d: %s token %d is the image-context "
+                                 "id %d, which only a free slot's prompt may hold (images come "
+                                 "with a prefill)", s, j < np ? "pending" : "block",
+                                 j < np ? j : j - np, e->image_token_id);
             /* The kept image embeddings go to one prompt: two slots cannot share them. */
             if (j < np && tokens[at] == e->image_token_id) {
                 if (image_slot >= 0 && image_slot != s)

@@ -135,6 +135,9 @@ func (b *Backend) checkStep(slots []engine.StepSlot, k int, watch []int32, rows 
 		case held > b.o.MaxSeqLen || held-1+nb > b.o.MaxSeqLen:
 			return 0, fmt.Errorf("sim: step: slot %d is full (%d positions, %d pending, a block of %d)", ss.Slot, s.pos, np, nb)
 		}
+		if err := checkImageIDs(ss, b.o.ImageToken); err != nil {
+			return 0, err
+		}
 		want := make([]int32, np)
 		for j := range want {
 			want[j] = s.planned(s.next+j, b.o.EOS)
@@ -155,4 +158,23 @@ func (b *Backend) checkStep(slots []engine.StepSlot, k int, watch []int32, rows 
 		forward += np + nb
 	}
 	return forward, nil
+}
+
+// checkImageIDs refuses the image-context id in a live slot's step (its pending tokens, its
+// block): only a free slot's prompt may hold it, as on every backend (images come with a
+// prefill).
+func checkImageIDs(ss engine.StepSlot, image int32) error {
+	for j, id := range ss.Pending {
+		if id == image {
+			return fmt.Errorf("sim: step: slot %d: pending token %d is the image-context id %d, which only a free slot's prompt may hold (images come with a prefill)",
+				ss.Slot, j, id)
+		}
+	}
+	for j, id := range ss.Block {
+		if id == image {
+			return fmt.Errorf("sim: step: slot %d: block token %d is the image-context id %d, which only a free slot's prompt may hold (images come with a prefill)",
+				ss.Slot, j, id)
+		}
+	}
+	return nil
 }

@@ -332,10 +332,10 @@ def check_step(s, live, pos, slots, pending, blocks, no_output, k, watch):
         if held > s.max_seq_len or held - 1 + len(b) > s.max_seq_len:
             raise ValueError(f"slot {slot} is full: {pos[slot]} positions, {len(p)} pending and a block of {len(b)}, "
                              f"max_seq_len {s.max_seq_len}")
+        if (live[slot] and s.image_token_id in p) or s.image_token_id in b:
+            raise ValueError(f"slot {slot}: the image-context id {s.image_token_id} in a live slot's pending ids or "
+                             "a block, which only a free slot's prompt may hold (images come with a prefill)")
         if s.image_token_id in p:
-            if live[slot]:
-                raise ValueError(f"slot {slot} is live: image-context ids go only in a free slot's prompt here "
-                                 "(the decode path embeds text)")
             image_slots.append(slot)
     if len(image_slots) > 1:
         raise ValueError(f"slots {image_slots} hold image-context ids: at most one slot of a step may")

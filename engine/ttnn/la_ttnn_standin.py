@@ -422,6 +422,9 @@ class Engine:
             if held > c["max_seq_len"] or held - 1 + len(b) > c["max_seq_len"]:
                 raise ValueError(f"slot {slot} is full: {self.pos[slot]} positions, {len(p)} pending and a block of "
                                  f"{len(b)}, max_seq_len {c['max_seq_len']}")
+            if (live and c["image_token_id"] in p) or c["image_token_id"] in b:
+                raise ValueError(f"slot {slot}: the image-context id {c['image_token_id']} in a live slot's pending "
+                                 "ids or a block, which only a free slot's prompt may hold (images come with a prefill)")
             if c["image_token_id"] in p:
                 image_slots.append(slot)
         for t in [t for p in pending for t in p] + [t for b in blocks for t in b] + watch:

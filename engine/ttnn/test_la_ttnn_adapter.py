@@ -732,8 +732,10 @@ class DeviceEngineTest(unittest.TestCase):
     def test_slot_rules(self):
         engine, _ = self.open(2)
         tok, _ = self.start(engine, 0, 1, 5)
-        with self.assertRaisesRegex(ValueError, "slot 0 is live: image-context ids go only in a free slot's prompt"):
+        with self.assertRaisesRegex(ValueError, "slot 0: the image-context id .* only a free slot's prompt may hold"):
             self.start(engine, 0, 1, 5)  # a prompt with an image on a live slot
+        with self.assertRaisesRegex(ValueError, "slot 0: the image-context id .* only a free slot's prompt may hold"):
+            step(engine, [0], [[]], [[tok, CONFIG["image_token_id"]]], 3, [])  # or in a block
         with self.assertRaisesRegex(ValueError, "slot 1 is free: a step on it is its prefill"):
             step(engine, [1], [[]], [[tok]], 3, [])
         with self.assertRaisesRegex(ValueError, "repeat a slot"):

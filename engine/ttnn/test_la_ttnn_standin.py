@@ -213,6 +213,9 @@ class StandinStepTest(unittest.TestCase):
             "one or the other": ([0], [[]], [[]], 3, []),
             "outside the vocabulary": ([1, 0], [[1], [152681]], [[], []], 3, []),
             "slot 3 out of range": ([3], [[1]], [[]], 3, []),
+            # images come with a prefill: the image-context id (151665) nowhere else
+            "slot 0: the image-context id 151665 .* only a free slot's prompt": ([0], [[151665]], [[]], 3, []),
+            "slot 1: the image-context id 151665 .* only a free slot's prompt": ([1], [[]], [[1, 151665]], 3, []),
         }
         for want, args in cases.items():
             with self.subTest(want=want), self.assertRaisesRegex(ValueError, want):
