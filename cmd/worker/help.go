@@ -91,7 +91,10 @@ func smokeHelp() cli.Help {
 		Summary: "Waits for GET /health to say ok, reads /info, POSTs one image to /predict with an overlay,\n" +
 			"checks every field of the answer and prints one line: PASS with the figures, or why it\n" +
 			"did not pass (exit 1). With LA_HTTP_TOKEN set it sends that token (Authorization: Bearer).",
-		Flags: smokeFlags(&o),
+		Flags:   smokeFlags(&o, helpConfig().HTTP),
+		FlagEnv: map[string]string{"url": "LA_HTTP_ADDR"},
+		Env:     workerVars("LA_HTTP_ADDR", "LA_HTTP_TOKEN"),
+		Environ: os.Environ(),
 	}
 }
 
@@ -100,8 +103,12 @@ func preprocessHelp() cli.Help {
 	return cli.Help{
 		Usage: []string{preprocessUsage[len("usage: "):]},
 		Summary: "Writes the image the model sees (decode, RGB and every resize, before normalisation) as a\n" +
-			"PNG and prints its sizes as JSON. No checkpoint is needed.",
-		Flags: preprocessFlags(&o),
+			"PNG and prints its sizes as JSON. No checkpoint is needed. The image settings are the\n" +
+			"worker's (the variables below, on LA_ENGINE); the flags replace the variables they name.",
+		Flags:   preprocessFlags(&o, helpConfig()),
+		FlagEnv: preprocessFlagEnv,
+		Env:     workerVars("LA_ENGINE", "LA_IN_TOKEN_LIMIT", "LA_CANON_GRID", "LA_CANON_ASPECT"),
+		Environ: os.Environ(),
 	}
 }
 

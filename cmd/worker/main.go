@@ -85,8 +85,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return runService(stdout, stderr)
 	}
-	// Every tool runs on the worker's configuration, or beside it (smoke, preprocess): a
-	// misspelt variable would otherwise be silently ignored by all of them.
+	// Every tool runs on the worker's configuration (loadConfig): a misspelt variable
+	// would otherwise be silently ignored by all of them.
 	if err := config.Unknown(os.Environ(), knownVariables()); err != nil {
 		fmt.Fprintf(stderr, "worker %s: configuration: %v\n", name, err)
 		return 2

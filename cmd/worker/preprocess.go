@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine/imageproc"
+	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/internal/cli"
 )
 
@@ -29,43 +31,58 @@ type preprocessOptions struct {
 	limit                    int
 }
 
-// preprocessFlags defines `worker preprocess`'s flags on o.
-func preprocessFlags(o *preprocessOptions) *flag.FlagSet {
+// preprocessFlags defines `worker preprocess`'s flags on o. Those that stand for a
+// variable of the engine's configuration take their defaults from cfg, as detect's do.
+func preprocessFlags(o *preprocessOptions, cfg config.Worker) *flag.FlagSet {
 	fs := flag.NewFlagSet("preprocess", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.image, "image", "", "image `FILE` (PNG, JPEG, GIF, WebP; required)")
-	fs.IntVar(&o.limit, "in-token-limit", 0, "most image patches before the image is shrunk (0 = the served limit, 1024)")
-	fs.StringVar(&o.grid, "grid", "native", `vision grid: native, HxW in 14-px patches (even sides), or "" to derive it from --canon-aspect`)
-	fs.StringVar(&o.aspect, "canon-aspect", "", "`WxH` in pixels the grid is derived from when --grid is not given (default 1920x1080)")
+	fs.IntVar(&o.limit, "in-token-limit", cfg.Engine.InTokenLimit, "most image patches before the image is shrunk (0 = the served limit, 1024)")
+	fs.StringVar(&o.grid, "grid", cfg.Engine.CanonGrid, `vision grid: native, HxW in 14-px patches (even sides), or "" to derive it from --canon-aspect; unset: LA_CANON_GRID as the worker's engine reads it (empty: native on cpu)`)
+	fs.StringVar(&o.aspect, "canon-aspect", cfg.Engine.CanonAspect, "`WxH` in pixels the grid is derived from when --grid is empty")
 	fs.StringVar(&o.out, "out", "", "write the canonical image to `FILE` (PNG; required)")
 	return fs
+}
+
+// preprocessFlagEnv maps preprocess's flags to the variables whose values are their defaults.
+var preprocessFlagEnv = map[string]string{
+	"in-token-limit": "LA_IN_TOKEN_LIMIT", "grid": "LA_CANON_GRID", "canon-aspect": "LA_CANON_ASPECT",
 }
 
 // runPreprocess implements `worker preprocess`: the image the model sees (decode, to_rgb
 // and every resize of engine/imageproc, before normalisation) written as a PNG, and its
 // sizes printed as JSON. No checkpoint: the served processor settings (patch 14, merge 2)
-// with the token limit and grid of the flags, which mean what they mean for `worker
-// detect` (and LA_IN_TOKEN_LIMIT, LA_CANON_GRID, LA_CANON_ASPECT).
+// with the token limit and grid the worker's engine would resize for: LA_IN_TOKEN_LIMIT,
+// LA_CANON_GRID and LA_CANON_ASPECT on LA_ENGINE, read as the service reads them, and the
+// flags, which replace them and mean what they mean for `worker detect`.
 func runPreprocess(args []string, stdout io.Writer) error {
+	cfg, err := loadConfig()
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
 	var f preprocessOptions
-	fs := preprocessFlags(&f)
+	fs := preprocessFlags(&f, cfg)
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return flagError(fmt.Errorf("%w\n%s", err, preprocessUsage), preprocessHelp, stdout)
 	}
-	gridSet := false
-	fs.Visit(func(fl *flag.Flag) { gridSet = gridSet || fl.Name == "grid" })
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	switch {
 	case len(rest) > 0:
 		return cli.UsageError{Err: fmt.Errorf("unexpected argument %q\n%s", rest[0], preprocessUsage)}
 	case f.image == "" || f.out == "":
 		return cli.UsageError{Err: fmt.Errorf("preprocess needs --image and --out\n%s", preprocessUsage)}
-	case f.aspect != "" && gridSet && f.grid != "":
+	case f.limit < 0:
+		return cli.UsageError{Err: fmt.Errorf("--in-token-limit is %d, want 0 (the served limit) or more", f.limit)}
+	case set["canon-aspect"] && set["grid"] && f.grid != "":
 		return cli.UsageError{Err: fmt.Errorf("--canon-aspect derives the grid: give it without --grid (or with --grid \"\")")}
-	case f.aspect != "":
+	case set["canon-aspect"]:
 		f.grid = ""
+	case !set["grid"]:
+		f.grid = pipeline.CanonGridSetting(cfg.Engine.Backend, f.grid)
 	}
-	o := imageproc.DefaultOptions()
+	o := imageproc.DefaultOptions() // its limit is the served one, pipeline.ServedInTokenLimit
 	if f.limit > 0 {
 		o.InTokenLimit = f.limit
 	}

@@ -125,3 +125,52 @@ func TestPreprocessFlags(t *testing.T) {
 		t.Errorf("an output was written for a failed run (%v)", err)
 	}
 }
+
+// TestPreprocessReadsTheWorkersSettings: without flags, preprocess resizes as the worker's
+// engine would for LA_IN_TOKEN_LIMIT, LA_CANON_GRID, LA_CANON_ASPECT and LA_ENGINE (read
+// as the service reads them), and a flag replaces the variable it names.
+func TestPreprocessReadsTheWorkersSettings(t *testing.T) {
+	dog := "../../testdata/images/dog.jpg"
+	out := filepath.Join(t.TempDir(), "c.png")
+	run := func(args ...string) preprocessOutput {
+		t.Helper()
+		var stdout bytes.Buffer
+		if err := runPreprocess(append([]string{"--image", dog, "--out", out}, args...), &stdout); err != nil {
+			t.Fatal(err)
+		}
+		var got preprocessOutput
+		if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	served := run() // LA_ENGINE cpu, native grid at the served 1024 patches
+	if served.GridHW != [2]int{28, 38} {
+		t.Fatalf("defaults: grid %v, want the native [28 38] at 1024 patches", served.GridHW)
+	}
+	t.Setenv("LA_IN_TOKEN_LIMIT", "256")
+	if got := run(); got.NumImageTokens >= served.NumImageTokens/2 || got.GridHW == served.GridHW {
+		t.Errorf("LA_IN_TOKEN_LIMIT=256: %+v, want a smaller native grid than %+v", got, served)
+	}
+	if got := run("--in-token-limit", "1024"); got != served {
+		t.Errorf("--in-token-limit 1024 over LA_IN_TOKEN_LIMIT=256: %+v, want %+v", got, served)
+	}
+	t.Setenv("LA_IN_TOKEN_LIMIT", "0")
+	t.Setenv("LA_CANON_GRID", "24x44")
+	if got := run(); got.GridHW != [2]int{24, 44} {
+		t.Errorf("LA_CANON_GRID=24x44: grid %v", got.GridHW)
+	}
+	t.Setenv("LA_CANON_GRID", "")
+	t.Setenv("LA_ENGINE", "sim") // empty LA_CANON_GRID: derived from LA_CANON_ASPECT off the cpu engine
+	t.Setenv("LA_CANON_ASPECT", "1080x1920")
+	if got := run(); got.GridHW != [2]int{44, 24} {
+		t.Errorf("LA_ENGINE=sim, LA_CANON_ASPECT=1080x1920: grid %v, want [44 24]", got.GridHW)
+	}
+	if got := run("--grid", "native"); got != served {
+		t.Errorf("--grid native: %+v, want %+v", got, served)
+	}
+	t.Setenv("LA_IN_TOKEN_LIMIT", "-1")
+	if err := runPreprocess([]string{"--image", dog, "--out", out}, &bytes.Buffer{}); !cli.IsUsage(err) || !strings.Contains(err.Error(), "LA_IN_TOKEN_LIMIT") {
+		t.Errorf("LA_IN_TOKEN_LIMIT=-1: %v, want a usage error naming it", err)
+	}
+}

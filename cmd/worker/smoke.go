@@ -1,7 +1,9 @@
 package main
 
-// `worker smoke` checks a live server the way the upstream server's smoke_test.py does. It uses the
-// standard library only, so it can be read and trusted without the rest of the module.
+// `worker smoke` checks a live server the way the upstream server's smoke_test.py does. It
+// talks HTTP with the standard library only, so the check can be read and trusted without
+// the rest of the module; the server's address and token default from the worker's own
+// settings (LA_HTTP_ADDR, LA_HTTP_TOKEN), read as the service reads them.
 
 import (
 	"bytes"
@@ -13,10 +15,14 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 // smokePollInterval is how often /health is asked while the server is starting.
@@ -68,7 +74,11 @@ type smokePrediction struct {
 // and print one line, `PASS ...` or `FAIL reason`. It returns errSmokeFailed after a FAIL,
 // and flag.ErrHelp after printing the usage for -h.
 func runSmoke(args []string, stdout io.Writer) error {
-	opts, err := parseSmokeFlags(args)
+	cfg, err := loadConfig()
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
+	opts, err := parseSmokeFlags(args, cfg.HTTP)
 	if errors.Is(err, flag.ErrHelp) {
 		return flagError(err, smokeHelp, stdout) // help.go: the help every command prints
 	}
@@ -85,11 +95,12 @@ func runSmoke(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// smokeFlags defines `worker smoke`'s flags on o.
-func smokeFlags(o *smokeOptions) *flag.FlagSet {
+// smokeFlags defines `worker smoke`'s flags on o; --url defaults to the server the worker
+// with settings hc serves.
+func smokeFlags(o *smokeOptions, hc config.HTTP) *flag.FlagSet {
 	fs := flag.NewFlagSet("worker smoke", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // a flag error becomes the FAIL line; --help prints the help
-	fs.StringVar(&o.url, "url", "http://127.0.0.1:20000", "base `URL` of the server")
+	fs.StringVar(&o.url, "url", smokeURL(hc.Addr), "base `URL` of the server (default: LA_HTTP_ADDR's, on 127.0.0.1 when it listens on every interface)")
 	fs.StringVar(&o.image, "image", "", "PNG or JPEG `FILE` to send (required)")
 	fs.StringVar(&o.query, "query", "", "query; several categories joined with </c> (required)")
 	fs.StringVar(&o.save, "save", "", "write the overlay PNG to this `FILE`")
@@ -100,9 +111,23 @@ func smokeFlags(o *smokeOptions) *flag.FlagSet {
 	return fs
 }
 
-func parseSmokeFlags(args []string) (smokeOptions, error) {
+// smokeURL is the base URL a client on this machine reaches a /predict server listening
+// on addr at (LA_HTTP_ADDR: ":20000" is http://127.0.0.1:20000); an address that is no
+// host:port ("off") gives the default port's.
+func smokeURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, port = "", "20000"
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+func parseSmokeFlags(args []string, hc config.HTTP) (smokeOptions, error) {
 	var o smokeOptions
-	fs := smokeFlags(&o)
+	fs := smokeFlags(&o, hc)
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return o, err
@@ -118,7 +143,7 @@ func parseSmokeFlags(args []string) (smokeOptions, error) {
 		return o, errors.New("flags: --query is required")
 	}
 	o.url = strings.TrimSuffix(o.url, "/")
-	o.token = os.Getenv("LA_HTTP_TOKEN") // the server's own variable; never a flag, which ps would show
+	o.token = hc.Token // the server's own variable, LA_HTTP_TOKEN; never a flag, which ps would show
 	return o, nil
 }
 

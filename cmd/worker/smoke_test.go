@@ -204,3 +204,22 @@ func TestSmokeSendsTheToken(t *testing.T) {
 		t.Fatalf("without the token: line %q, err %v; want a FAIL naming HTTP 401", line, err)
 	}
 }
+
+// TestSmokeFindsTheServerOfLA_HTTP_ADDR: without --url, smoke checks the server the
+// worker's LA_HTTP_ADDR names, on loopback when it listens on every interface.
+func TestSmokeFindsTheServerOfLA_HTTP_ADDR(t *testing.T) {
+	for addr, want := range map[string]string{
+		":20000": "http://127.0.0.1:20000", "0.0.0.0:8080": "http://127.0.0.1:8080", "[::]:9": "http://127.0.0.1:9",
+		"10.0.0.5:7000": "http://10.0.0.5:7000", "[::1]:7000": "http://[::1]:7000", "off": "http://127.0.0.1:20000",
+	} {
+		if got := smokeURL(addr); got != want {
+			t.Errorf("smokeURL(%q) = %q, want %q", addr, got, want)
+		}
+	}
+	ts, _, _ := smokeServer(t, true)
+	t.Setenv("LA_HTTP_ADDR", strings.TrimPrefix(ts.URL, "http://"))
+	line, err := runSmokeLine(t, "--image", "../../testdata/images/dog.jpg", "--query", "dog</c>bicycle")
+	if err != nil || !smokePassLineRE.MatchString(line) {
+		t.Fatalf("line %q, err %v; want a PASS from the server of LA_HTTP_ADDR", line, err)
+	}
+}

@@ -20,6 +20,16 @@ import (
 // own limit is lower (the bundled small models) keeps its own.
 const ServedInTokenLimit = 1024
 
+// CanonGridSetting is LA_CANON_GRID as backend b reads it: empty is native on the cpu
+// engine, which builds nothing per grid, and derived from LA_CANON_ASPECT on the others
+// (imageproc.ResolveCanonGrid).
+func CanonGridSetting(b engine.BackendKind, grid string) string {
+	if grid == "" && b == engine.BackendCPU {
+		return "native"
+	}
+	return grid
+}
+
 // OpenOptions are the knobs of a native engine, as the worker reads them from LA_* variables.
 type OpenOptions struct {
 	WeightsDir      string // a checkpoint directory (already resolved)
@@ -110,11 +120,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 	} else {
 		pre.InTokenLimit = min(pre.InTokenLimit, ServedInTokenLimit)
 	}
-	gridEnv := o.CanonGrid
-	if gridEnv == "" && o.Backend == engine.BackendCPU {
-		gridEnv = "native" // the CPU backend builds nothing per grid
-	}
-	if pre.CanonGrid, err = imageproc.ResolveCanonGrid(gridEnv, o.CanonAspect, pre); err != nil {
+	if pre.CanonGrid, err = imageproc.ResolveCanonGrid(CanonGridSetting(o.Backend, o.CanonGrid), o.CanonAspect, pre); err != nil {
 		return nil, fmt.Errorf("canonical grid: %w", err)
 	}
 
