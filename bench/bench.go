@@ -22,7 +22,7 @@ import (
 )
 
 // Usage is the command line of `worker bench`, appended to flag errors.
-const Usage = "usage: worker bench [--weights DIR] [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--quant bf16|q8] [--batch 1,2,4,8,16]"
+const Usage = "usage: worker bench [--weights DIR] [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--quant bf16|q8] [--max-seq-len N] [--batch 1,2,4,8,16]"
 
 // usagef formats an error of the command line, a cli.UsageError (cmd/worker exits 2 on
 // it): a flag that does not parse, is missing or out of range, or a grid or prompt that
@@ -42,7 +42,21 @@ type options struct {
 	resident     bool
 	quant        string // --quant: the decoder's weights, bf16 (the checkpoint's) or q8 (LA_WEIGHTS_QUANT)
 	batches      []int  // --batch: the batch sweep instead of the stage runs
+	maxSeqLen    int    // --max-seq-len: each sequence's KV cache (LA_MAX_SEQ_LEN); 0 = room for the runs alone
 }
+
+// positions is what the runs append to each sequence's KV cache: the prompt and the
+// decode steps of the stage runs, or of every timed run of the sweep.
+func (o options) positions() int {
+	if len(o.batches) > 0 {
+		return sweepSeqLen(o)
+	}
+	return o.prompt + o.tokens + 1
+}
+
+// seqLen is each sequence's KV cache in positions, as the backend opens it: the worker's
+// (--max-seq-len), or when that is 0 just room for the runs.
+func (o options) seqLen() int { return cmp.Or(o.maxSeqLen, o.positions()) }
 
 // shapes are the sizes derived from the flags and the checkpoint's config.
 type shapes struct {
@@ -59,6 +73,9 @@ type Defaults struct {
 	Weights func() (string, error)
 	Quant   engine.WeightsQuant // --quant (LA_WEIGHTS_QUANT); "" = bf16
 	Threads int                 // --threads (LA_THREADS)
+	// MaxSeqLen is --max-seq-len (LA_MAX_SEQ_LEN): the KV cache per sequence the backend is
+	// opened with, as the worker opens it; 0 = just room for the runs.
+	MaxSeqLen int
 }
 
 // Run implements `worker bench` with the arguments after the subcommand name, writing
@@ -142,6 +159,7 @@ func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch *string)
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
 	fs.StringVar(&o.quant, "quant", string(cmp.Or(d.Quant, engine.WeightsBF16)), "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
+	fs.IntVar(&o.maxSeqLen, "max-seq-len", d.MaxSeqLen, "positions of each sequence's KV cache, as the worker opens the backend (0 = just room for the runs)")
 	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
 	return fs, grid, batch
 }
@@ -172,6 +190,13 @@ func parseFlags(args []string, d Defaults) (options, error) {
 		if o.batches, err = parseBatches(*batch); err != nil {
 			return o, err
 		}
+	}
+	if o.maxSeqLen < 0 {
+		return o, usagef("bench: --max-seq-len %d: want 0 (room for the runs) or more", o.maxSeqLen)
+	}
+	if o.maxSeqLen > 0 && o.positions() > o.maxSeqLen {
+		return o, usagef("bench: the runs append %d positions to each sequence (--prompt, --tokens, --runs, --batch), more than "+
+			"--max-seq-len %d (LA_MAX_SEQ_LEN): raise it or run less", o.positions(), o.maxSeqLen)
 	}
 	return o, nil
 }
@@ -227,13 +252,14 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 	return f, nil
 }
 
-// openBackend opens the CPU backend with room for the prompt and the decode steps (a slot
-// for each sequence of the sweep's largest batch), on the resident copy of the weights or
+// openBackend opens the CPU backend with each sequence's KV cache as the worker opens it
+// (LA_MAX_SEQ_LEN), or room for the prompt and the decode steps, and a slot for each
+// sequence of the sweep's largest batch, on the resident copy of the weights or
 // (--resident=false) the file mapping.
 func openBackend(m *checkpoint.Model, o options) (*native.Backend, error) {
-	opts := native.Options{MaxSeqLen: o.prompt + o.tokens + 1, MaxBatch: 1, Threads: o.threads, WeightsQuant: engine.WeightsQuant(o.quant)}
+	opts := native.Options{MaxSeqLen: o.seqLen(), MaxBatch: 1, Threads: o.threads, WeightsQuant: engine.WeightsQuant(o.quant)}
 	if len(o.batches) > 0 {
-		opts.MaxSeqLen, opts.MaxBatch = sweepSeqLen(o), o.batches[len(o.batches)-1]
+		opts.MaxBatch = o.batches[len(o.batches)-1]
 	}
 	if !o.resident {
 		opts.BackendOptions = map[string]string{"resident_weights": "0"}

@@ -14,7 +14,7 @@ import (
 func TestBenchReportsEveryStage(t *testing.T) {
 	var out bytes.Buffer
 	err := Run([]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x10",
-		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, Defaults{}, &out)
+		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, Defaults{MaxSeqLen: 96}, &out)
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
@@ -46,6 +46,9 @@ func TestBenchReportsEveryStage(t *testing.T) {
 	}
 	if !strings.Contains(report, "bf16") {
 		t.Error("report does not name the weights' dtype")
+	}
+	if !strings.Contains(report, "KV cache 96 positions per sequence") { // Defaults.MaxSeqLen: LA_MAX_SEQ_LEN
+		t.Error("report does not give the KV cache the backend was opened with (96 positions)")
 	}
 }
 
@@ -148,6 +151,9 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--weights", "x", "--batch", "0"}, "ascending batch sizes", true},
 		{[]string{"--weights", "x", "--batch", "1,x"}, "ascending batch sizes", true},
 		{[]string{"--weights", "x", "--quant", "q4"}, `--quant "q4": want one of bf16, q8`, true},
+		{[]string{"--weights", "x", "--max-seq-len", "-1"}, "--max-seq-len -1", true},
+		{[]string{"--weights", "x", "--prompt", "40", "--tokens", "4", "--max-seq-len", "44"}, "append 45 positions", true},
+		{[]string{"--weights", "x", "--prompt", "40", "--tokens", "4", "--runs", "1", "--batch", "1,2", "--max-seq-len", "50"}, "append 51 positions", true},
 		{[]string{"--weights", "/nonexistent/ckpt"}, "bench:", false},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "7x8"}, "multiples of the 2-patch merge", true},
 		{[]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x8", "--prompt", "10"}, "too short", true},

@@ -19,6 +19,9 @@ func TestBenchSubcommandExitCodes(t *testing.T) {
 		{[]string{"bench", "--weights", "x", "--tokens", "0"}, nil, 2, "must be positive"},
 		{[]string{"bench", "--weights", "/nonexistent/ckpt"}, nil, 1, "worker bench: bench:"},
 		{[]string{"bench", "--weights", "x", "--quant", "q4"}, nil, 2, `--quant "q4"`},
+		// LA_MAX_SEQ_LEN is the KV cache the bench opens, as the worker does: runs that do not fit are refused.
+		{[]string{"bench", "--weights", "x", "--prompt", "40", "--tokens", "30"}, map[string]string{"LA_MAX_SEQ_LEN": "64"}, 2,
+			"the runs append 71 positions to each sequence (--prompt, --tokens, --runs, --batch), more than --max-seq-len 64 (LA_MAX_SEQ_LEN)"},
 		// The configuration's quant is --quant's default, validated as the worker does.
 		{[]string{"bench", "--weights", "x"}, map[string]string{"LA_WEIGHTS_QUANT": "q4"}, 2, `LA_WEIGHTS_QUANT is "q4"`},
 		{[]string{"bench"}, map[string]string{"LA_ENGINE": "sim"}, 2, `bench times the cpu engine, and LA_ENGINE is "sim"`},
@@ -34,5 +37,20 @@ func TestBenchSubcommandExitCodes(t *testing.T) {
 				t.Errorf("%q %v: exit %d, stderr %q; want exit %d and %q", c.args, c.env, code, stderr.String(), c.code, c.want)
 			}
 		})
+	}
+}
+
+// TestBenchDefaultsAreTheWorkers: the bench's flag defaults are the worker's settings,
+// LA_MAX_SEQ_LEN (the KV cache it opens the backend with) among them.
+func TestBenchDefaultsAreTheWorkers(t *testing.T) {
+	t.Setenv("LA_MAX_SEQ_LEN", "96")
+	t.Setenv("LA_THREADS", "3")
+	t.Setenv("LA_WEIGHTS_QUANT", "q8")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := benchDefaults(cfg); d.MaxSeqLen != 96 || d.Threads != 3 || d.Quant != "q8" {
+		t.Errorf("defaults %+v, want max-seq-len 96, threads 3, quant q8", d)
 	}
 }

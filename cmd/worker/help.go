@@ -78,8 +78,8 @@ func benchHelp() cli.Help {
 			"machine's own memory bandwidth and sgemm rate, and prints medians (docs/cpu-backend.md).\n" +
 			"Without --weights it times the checkpoint the worker would run (the variables below).",
 		Flags:   bench.Flags(benchDefaults(helpConfig())),
-		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR", "quant": "LA_WEIGHTS_QUANT", "threads": "LA_THREADS"},
-		Env:     append(workerVars("LA_ENGINE", "LA_WEIGHTS_QUANT", "LA_THREADS"), config.Settings(config.Weights{}, nil)...),
+		FlagEnv: map[string]string{"weights": "LA_WEIGHTS_DIR", "quant": "LA_WEIGHTS_QUANT", "threads": "LA_THREADS", "max-seq-len": "LA_MAX_SEQ_LEN"},
+		Env:     append(workerVars("LA_ENGINE", "LA_WEIGHTS_QUANT", "LA_THREADS", "LA_MAX_SEQ_LEN"), config.Settings(config.Weights{}, nil)...),
 		Environ: os.Environ(),
 	}
 }
