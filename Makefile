@@ -57,7 +57,7 @@ dist: build
 
 # LA_ENGINE=sim make run: the same on a simulated Blackhole p150a (docs/sim.md).
 run: build
-	$(BIN)/worker
+	LA_HTTP_ADDR="$${LA_HTTP_ADDR:-127.0.0.1:20000}" $(BIN)/worker
 
 # The throughput benchmark on the simulated p150a (docs/throughput.md): 1080p JPEG jobs
 # with overlays through the embedded NATS and local storage, the serial baseline, batch 1

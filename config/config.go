@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/locateanything/detect/console"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/sim"
 	"github.com/locateanything/detect/httpcompat"
@@ -45,6 +46,7 @@ type Worker struct {
 	Runner
 	Observe
 	Storage
+	Console
 
 	// DataDir holds the embedded JetStream store and, by default, the results.
 	DataDir string `envconfig:"LA_DATA_DIR" default:"la-data" desc:"embedded JetStream store (jetstream/) and default results (results/); one worker at a time"`
@@ -140,6 +142,8 @@ type (
 	NATS = natsconn.Config
 	// Storage configures file:// and s3://.
 	Storage = storage.Config
+	// Console is the web console under /console/ on the /predict server.
+	Console = console.Config
 )
 
 // Runner tunes each chip's job runner: the timing jobs declares, and what the worker
@@ -304,6 +308,10 @@ func (c Worker) Validate() error {
 	join(c.Runner.Validate())
 	join(c.Observe.Validate())
 	join(c.Storage.Validate())
+	join(c.Console.Validate())
+	if c.HTTP.Enabled() {
+		join(c.Console.ExposureError(c.HTTP.Addr, Loopback(c.HTTP.Addr)))
+	}
 	errs := settings.Split(v.Err())
 	if len(errs) == 0 {
 		return nil

@@ -26,6 +26,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
 	// measured outside a recoverPanics of its own, so a panic is counted as the 500 it is.
 	mux.Handle("POST /predict", s.opts.Metrics.measured(s.recoverPanics(s.authorized(http.HandlerFunc(s.handlePredict))).ServeHTTP))
+	for prefix, h := range s.opts.Mounts {
+		mux.Handle(prefix, h)
+	}
 	mux.HandleFunc("/", s.handleUnrouted)
 	return s.recoverPanics(mux)
 }

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,12 @@ type Options struct {
 
 	// Build is the build /info's source reports; nil: this binary's (version.Get).
 	Build *version.Info
+
+	// Mounts are handlers served beside the contract's routes, by path prefix ending in
+	// "/" (the web console at /console/); they answer everything below it, their own
+	// 404s included, and check their own access (LA_HTTP_TOKEN does not apply). The
+	// contract's paths keep their answers, 404 and 405 included.
+	Mounts map[string]http.Handler
 }
 
 // Server answers the contract. Create it with New.
@@ -126,6 +133,14 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	if cfg.ImageURLs && opts.Images == nil {
 		return nil, errors.New("httpcompat: image URLs are on (LA_HTTP_IMAGE_URLS) but no image source was given")
+	}
+	for prefix := range opts.Mounts {
+		if !strings.HasPrefix(prefix, "/") || !strings.HasSuffix(prefix, "/") || len(prefix) < 3 {
+			return nil, fmt.Errorf("httpcompat: mount %q must be a path prefix like /console/", prefix)
+		}
+		if _, taken := routeMethods[strings.TrimSuffix(prefix, "/")]; taken {
+			return nil, fmt.Errorf("httpcompat: mount %q would take a route of the contract", prefix)
+		}
 	}
 	if !opts.GenerationMode.Valid() {
 		return nil, fmt.Errorf("httpcompat: generation mode %q is not one of %s", opts.GenerationMode, engine.GenerationModes.List())

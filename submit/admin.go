@@ -349,80 +349,17 @@ func (a *Admin) DLQShow(ctx context.Context, id string) (DLQEntry, error) {
 	return e, nil
 }
 
-// DLQReplay publishes the dead-lettered job id again, after its cause is fixed: it sets
-// the job's state back to queued, clears any cancel request (a worker skips a job whose
-// state is terminal) and releases the id's claim (so that the new message owns it), publishes the original job bytes (from the record, or from its
-// job_url for a job too large to carry) to their original subject, and
-// removes every dead-letter record of the job. A `submit run` over the same inputs then
-// waits for the job's new result instead of reporting the old failure. The publish carries a fresh Nats-Msg-Id
-// (<id>-replay-<dlq sequence>) so that the duplicate window does not swallow it.
+// DLQReplay publishes the dead-lettered job id again, after its cause is fixed
+// (jobs.Replay: the state back to queued, the cancel request and the claim cleared, the
+// original bytes published under a fresh Nats-Msg-Id, the dead-letter records removed). A
+// `submit run` over the same inputs then waits for the job's new result instead of
+// reporting the old failure.
 func (a *Admin) DLQReplay(ctx context.Context, id string) error {
 	e, err := a.DLQShow(ctx, id)
 	if err != nil {
 		return err
 	}
-	data, err := a.dlqJob(ctx, e.Record)
-	if err != nil {
-		return err
-	}
-	if e.Record.Code == jobs.CodeDuplicateID {
-		return fmt.Errorf("job %s cannot be replayed: its latest record is of a message that lost the id to another job (%s); "+
-			"submit that job under an id of its own", id, jobs.CodeDuplicateID)
-	}
-	job, err := jobs.DecodeJob(data)
-	if err != nil {
-		return fmt.Errorf("job %s cannot be replayed: the job itself is invalid (%v); fix it and submit it again", id, err)
-	}
-	subject := e.Record.Subject
-	if !strings.HasPrefix(subject, jobs.JobSubjectPrefix) {
-		subject = jobs.JobSubject(jobs.DefaultClass)
-	}
-	if err := a.state.KV().Delete(ctx, jobs.CancelKey(job.ID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("replay job %s: clear its cancel request: %w", id, err)
-	}
-	if err := a.state.Put(ctx, job.ID, jobs.State{Status: jobs.StatusQueued}); err != nil {
-		return fmt.Errorf("replay job %s: %w", id, err)
-	}
-	// The message published now must own the id: the old one's claim would make it a
-	// resubmission, acknowledged without running.
-	if err := a.state.ReleaseClaim(ctx, job.ID); err != nil {
-		return fmt.Errorf("replay job %s: %w", id, err)
-	}
-	msgID := fmt.Sprintf("%s-replay-%d", id, e.Seq)
-	if _, err := a.js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(jobs.JobsStream)); err != nil {
-		return fmt.Errorf("replay job %s: publish to %s: %w", id, subject, err)
-	}
-	st, err := a.js.Stream(ctx, jobs.DLQStream)
-	if err != nil {
-		return fmt.Errorf("replay job %s: stream %s: %w", id, jobs.DLQStream, err)
-	}
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(jobs.DLQSubject(id))); err != nil {
-		return fmt.Errorf("replay job %s: published, but its dead-letter record stays: %w", id, err)
-	}
-	return nil
-}
-
-// maxJobBytes bounds a dead-lettered job read from storage; a job is one NATS message.
-const maxJobBytes = 64 << 20
-
-// dlqJob is the original job message of a dead-letter record: carried in it, or, for a job
-// too large to carry, read from where the worker stored it (job_url).
-func (a *Admin) dlqJob(ctx context.Context, rec jobs.DLQRecord) ([]byte, error) {
-	switch {
-	case len(rec.Job) > 0:
-		return rec.Job, nil
-	case len(rec.JobBase64) > 0:
-		return rec.JobBase64, nil
-	case rec.JobURL == "":
-		return nil, fmt.Errorf("job %s cannot be replayed: its dead-letter record holds no job (it was too large to carry and could not be stored)", rec.ID)
-	case a.store == nil:
-		return nil, fmt.Errorf("job %s is stored at %s: storage is not configured (LA_S3_* or LA_FILE_ROOTS)", rec.ID, rec.JobURL)
-	}
-	data, err := a.store.Get(ctx, rec.JobURL, maxJobBytes)
-	if err != nil {
-		return nil, fmt.Errorf("job %s: read %s: %w", rec.ID, rec.JobURL, err)
-	}
-	return data, nil
+	return jobs.Replay(ctx, a.js, a.state, a.store, e.Seq, e.Record)
 }
 
 // DLQReplayAll replays every dead-lettered job and returns the ids replayed, leaving out

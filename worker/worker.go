@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/console"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/httpcompat"
@@ -61,6 +63,7 @@ type service struct {
 
 	store          *storage.Router
 	predict        *httpcompat.Server
+	console        *console.Console // nil when the console is not served
 	chips          []*chip.Chip
 	nc             *nats.Conn
 	embedded       *natsembed.Server
@@ -124,6 +127,7 @@ func (s *service) start(ctx context.Context) error {
 		s.serveMetrics,   // 3. metrics
 		s.connectQueue,   //    NATS and the topology
 		s.startRunners,   //    the dead-letter watcher and one Runner per chip
+		s.startConsole,   //    the heartbeats and the console's index
 		s.predictIsReady, //   /health says "ok"
 		s.markReady,      //   /readyz says "ok" while NATS is connected
 	}
@@ -226,7 +230,21 @@ func (s *service) servePredict(context.Context) error {
 	if !s.cfg.HTTP.Enabled() {
 		return nil
 	}
+	var mounts map[string]http.Handler
+	loopback := config.Loopback(s.cfg.HTTP.Addr)
+	if s.cfg.Console.Served(loopback) {
+		c, err := console.New(s.cfg.Console, console.Options{
+			Logger: s.log.With("component", "console"), Store: s.store, OpTimeout: s.cfg.Runner.OpTimeout,
+		})
+		if err != nil {
+			return err
+		}
+		s.console, mounts = c, map[string]http.Handler{console.Prefix: c.Handler()}
+	} else if why := s.cfg.Console.Withheld(s.cfg.HTTP.Addr, loopback); why != "" {
+		s.log.Warn("the web console is not served", "reason", why)
+	}
 	predict, err := httpcompat.New(s.cfg.HTTP, httpcompat.Options{
+		Mounts: mounts,
 		Logger: s.log.With("component", "http"),
 		Chips:  s.cfg.Engine.Chips,
 		Queue:  queueDescription(s.cfg),
@@ -340,6 +358,36 @@ func (s *service) startRunners(context.Context) error {
 		"jobs", jobs.JobsStream+"/"+jobs.ConsumerName, "prefetch", s.cfg.RunnerPrefetch(),
 		"image_memory_bytes", imageMemory.Size(),
 		"storage", s.cfg.JobStorage())
+	return nil
+}
+
+// startConsole starts the heartbeats every worker writes (the console of any worker lists
+// them) and, when this worker serves the console, its index of the results.
+func (s *service) startConsole(context.Context) error {
+	maxBatch := s.cfg.Engine.MaxBatch
+	beats := func() []console.Beat {
+		out := make([]console.Beat, len(s.chips))
+		for i, c := range s.chips {
+			in := c.Engine().Info()
+			out[i] = console.Beat{ID: s.cfg.Runner.WorkerName, Chip: i, Engine: in.Backend, Model: in.Model,
+				MaxBatch: maxBatch, Running: c.Running(), Waiting: c.Waiting()}
+		}
+		return out
+	}
+	beatDone, err := console.Heartbeats(s.runCtx, s.topo.JS, s.cfg.Topology.Replicas, s.log, beats)
+	if err != nil {
+		return err
+	}
+	s.wg.Go(func() { <-beatDone })
+	if s.console == nil {
+		return nil
+	}
+	done, err := s.console.Start(s.runCtx, s.topo.JS, s.topo.State)
+	if err != nil {
+		return err
+	}
+	s.wg.Go(func() { <-done })
+	s.log.Info("web console served", "path", console.Prefix, "actions_token", s.cfg.Console.Token != "")
 	return nil
 }
 

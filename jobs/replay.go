@@ -1,0 +1,92 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/storage"
+)
+
+// ErrNotReplayable is wrapped by Replay's refusals that no retry changes: a record of a
+// message that lost its id (duplicate_id), a record holding no job, a job that is itself
+// invalid.
+var ErrNotReplayable = errors.New("not replayable")
+
+// maxJobBytes bounds a dead-lettered job read from storage; a job is one NATS message.
+const maxJobBytes = 64 << 20
+
+// Replay publishes the dead-lettered job of rec (the latest record of its id, at stream
+// sequence seq in LA_DLQ) again, after its cause is fixed. It sets the job's state back to
+// queued, clears any cancel request (a worker skips a job whose state is terminal) and
+// releases the id's claim (so that the new message owns it), publishes the original job
+// bytes (from the record, or from its job_url for a job too large to carry; store may be
+// nil when none is) to their original subject, and removes every dead-letter record of the
+// job. The publish carries a fresh Nats-Msg-Id (<id>-replay-<dlq sequence>) so that the
+// duplicate window does not swallow it. `submit dlq replay` and the console both replay
+// through it.
+func Replay(ctx context.Context, js jetstream.JetStream, state *StateStore, store storage.Store, seq uint64, rec DLQRecord) error {
+	id := rec.ID
+	if rec.Code == CodeDuplicateID {
+		return fmt.Errorf("job %s cannot be replayed: its latest record is of a message that lost the id to another job (%s); "+
+			"submit that job under an id of its own: %w", id, CodeDuplicateID, ErrNotReplayable)
+	}
+	data, err := deadLetteredJob(ctx, store, rec)
+	if err != nil {
+		return err
+	}
+	job, err := DecodeJob(data)
+	if err != nil {
+		return fmt.Errorf("job %s cannot be replayed: the job itself is invalid (%v); fix it and submit it again: %w", id, err, ErrNotReplayable)
+	}
+	subject := rec.Subject
+	if !strings.HasPrefix(subject, JobSubjectPrefix) {
+		subject = JobSubject(DefaultClass)
+	}
+	if err := state.KV().Delete(ctx, CancelKey(job.ID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("replay job %s: clear its cancel request: %w", id, err)
+	}
+	if err := state.Put(ctx, job.ID, State{Status: StatusQueued}); err != nil {
+		return fmt.Errorf("replay job %s: %w", id, err)
+	}
+	// The message published now must own the id: the old one's claim would make it a
+	// resubmission, acknowledged without running.
+	if err := state.ReleaseClaim(ctx, job.ID); err != nil {
+		return fmt.Errorf("replay job %s: %w", id, err)
+	}
+	msgID := fmt.Sprintf("%s-replay-%d", id, seq)
+	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(JobsStream)); err != nil {
+		return fmt.Errorf("replay job %s: publish to %s: %w", id, subject, err)
+	}
+	st, err := js.Stream(ctx, DLQStream)
+	if err != nil {
+		return fmt.Errorf("replay job %s: stream %s: %w", id, DLQStream, err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(DLQSubject(id))); err != nil {
+		return fmt.Errorf("replay job %s: published, but its dead-letter record stays: %w", id, err)
+	}
+	return nil
+}
+
+// deadLetteredJob is the original job message of a dead-letter record: carried in it, or,
+// for a job too large to carry, read from where the worker stored it (job_url).
+func deadLetteredJob(ctx context.Context, store storage.Store, rec DLQRecord) ([]byte, error) {
+	switch {
+	case len(rec.Job) > 0:
+		return rec.Job, nil
+	case len(rec.JobBase64) > 0:
+		return rec.JobBase64, nil
+	case rec.JobURL == "":
+		return nil, fmt.Errorf("job %s cannot be replayed: its dead-letter record holds no job (it was too large to carry and could not be stored): %w", rec.ID, ErrNotReplayable)
+	case store == nil:
+		return nil, fmt.Errorf("job %s is stored at %s: storage is not configured (LA_S3_* or LA_FILE_ROOTS)", rec.ID, rec.JobURL)
+	}
+	data, err := store.Get(ctx, rec.JobURL, maxJobBytes)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: read %s: %w", rec.ID, rec.JobURL, err)
+	}
+	return data, nil
+}
