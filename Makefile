@@ -56,8 +56,11 @@ dist: build
 	@echo "dist/$(DIST).tar.gz"
 
 # LA_ENGINE=sim make run: the same on a simulated Blackhole p150a (docs/sim.md).
+# /predict, and with it the web console (docs/console.md), stays on loopback unless
+# LA_HTTP_ADDR says otherwise.
+run: export LA_HTTP_ADDR ?= 127.0.0.1:20000
 run: build
-	LA_HTTP_ADDR="$${LA_HTTP_ADDR:-127.0.0.1:20000}" $(BIN)/worker
+	$(BIN)/worker
 
 # The throughput benchmark on the simulated p150a (docs/throughput.md): 1080p JPEG jobs
 # with overlays through the embedded NATS and local storage, the serial baseline, batch 1
