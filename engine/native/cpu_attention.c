@@ -1,7 +1,8 @@
 /*
  * cpu_attention.c - multi-head attention for many query rows at once (the vision tower,
  * bidirectional, and decoder prefill, causal), as two GEMMs per head and block of rows:
- * scores = scale * Q K^T, softmax per row, out = scores V.
+ * scores = scale * Q K^T, softmax per row, out = scores V. The products run on the exact
+ * path's own kernels (cpu_gemm_f32.c), or on cblas_sgemm under f32_kernel=openblas.
  */
 #include <cblas.h>
 #include <math.h>
@@ -35,6 +36,32 @@ static void softmax_rows(void *arg, int thread, int nthreads) {
     }
 }
 
+/* scores_qk computes scores[rows, n_k] = scale * q[rows, hd] k[n_k, hd]^T. */
+static void scores_qk(la_engine *e, int rows, int n_k, int hd, float scale, const float *q, int ldq,
+                      const float *k, int ldk, float *scores) {
+    if (e->f32.level == CPU_F32_OPENBLAS) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_k, hd, scale, q, ldq, k, ldk,
+                    0.0f, scores, n_k);
+        return;
+    }
+    cpu_f32_product p = {rows, n_k, hd, scale, q, (size_t)ldq, k, LA_DTYPE_F32, (size_t)ldk, 0,
+                         scores, (size_t)n_k};
+    cpu_f32_gemm(&e->f32, &e->pool, &p);
+}
+
+/* scores_v computes out[rows, hd] = scores[rows, n_k] v[n_k, hd]. */
+static void scores_v(la_engine *e, int rows, int hd, int n_k, const float *scores, const float *v,
+                     int ldv, float *out, int ldo) {
+    if (e->f32.level == CPU_F32_OPENBLAS) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, n_k, 1.0f, scores, n_k, v,
+                    ldv, 0.0f, out, ldo);
+        return;
+    }
+    cpu_f32_product p = {rows, hd, n_k, 1.0f, scores, (size_t)n_k, v, LA_DTYPE_F32, (size_t)ldv, 1,
+                         out, (size_t)ldo};
+    cpu_f32_gemm(&e->f32, &e->pool, &p);
+}
+
 void cpu_attention(la_engine *e, const cpu_attn *a) {
     if (e->matmul_amx) {
         cpu_amx_attention(e, a);
@@ -56,12 +83,10 @@ void cpu_attention(la_engine *e, const cpu_attn *a) {
             int n_k = a->n_k;
             if (a->causal && a->q_offset + r0 + rows < n_k)
                 n_k = a->q_offset + r0 + rows;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_k, hd, scale,
-                        q + (size_t)r0 * a->ldq, a->ldq, k, a->ldkv, 0.0f, scores, n_k);
+            scores_qk(e, rows, n_k, hd, scale, q + (size_t)r0 * a->ldq, a->ldq, k, a->ldkv, scores);
             softmax_task st = {e->kern.softmax, scores, n_k, r0, rows, n_k, a->causal, a->q_offset};
             cpu_pool_run(&e->pool, softmax_rows, &st);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, n_k, 1.0f, scores,
-                        n_k, v, a->ldkv, 0.0f, out + (size_t)r0 * a->ldo, a->ldo);
+            scores_v(e, rows, hd, n_k, scores, v, a->ldkv, out + (size_t)r0 * a->ldo, a->ldo);
         }
     }
 }

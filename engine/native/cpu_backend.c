@@ -252,21 +252,22 @@ static size_t gemm_scratch_elems(const la_engine *e) {
     ms[n++] = &e->w.patch;
     ms[n++] = &e->w.proj1;
     ms[n++] = &e->w.proj2;
+    const int blas = e->f32.level == CPU_F32_OPENBLAS; /* else only q8 matrices widen here */
     for (int j = 0; j < n; j++)
-        if (ms[j]->dtype != LA_DTYPE_F32 && widen_block_elems(e, ms[j]) > max)
+        if (blas && ms[j]->dtype != LA_DTYPE_F32 && widen_block_elems(e, ms[j]) > max)
             max = widen_block_elems(e, ms[j]);
     for (int i = 0; i < e->cfg.vision_layers; i++) {
         const cpu_vision_block *b = &e->w.blocks[i];
         const cpu_matrix *v[4] = {&b->wqkv, &b->wo, &b->fc0, &b->fc1};
         for (int j = 0; j < 4; j++)
-            if (v[j]->dtype != LA_DTYPE_F32 && widen_block_elems(e, v[j]) > max)
+            if (blas && v[j]->dtype != LA_DTYPE_F32 && widen_block_elems(e, v[j]) > max)
                 max = widen_block_elems(e, v[j]);
     }
     for (int i = 0; i < e->cfg.layers; i++) {
         const cpu_text_layer *l = &e->w.layers[i];
         const cpu_matrix *t[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
         for (int j = 0; j < 7; j++) /* a float32 matrix made q8 at open is widened too */
-            if ((t[j]->dtype != LA_DTYPE_F32 || (e->weights_q8 && cpu_q8_fits(t[j]))) &&
+            if (((blas && t[j]->dtype != LA_DTYPE_F32) || (e->weights_q8 && cpu_q8_fits(t[j]))) &&
                 widen_block_elems(e, t[j]) > max)
                 max = widen_block_elems(e, t[j]);
     }
@@ -476,6 +477,10 @@ void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const
                  float *y) {
     if (e->matmul_amx) {
         cpu_amx_gemm_wt(&e->pool, e->s.amx_act, e->s.amx_scratch, x, n, w, y);
+    } else if (e->f32.level != CPU_F32_OPENBLAS && w->dtype != CPU_DTYPE_Q8) {
+        cpu_f32_product p = {n, w->rows, w->cols, 1.0f, x, (size_t)w->cols, w->data, w->dtype,
+                             (size_t)w->cols, 0, y, (size_t)w->rows};
+        cpu_f32_gemm(&e->f32, &e->pool, &p);
     } else if (w->dtype == LA_DTYPE_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x,
                     w->cols, w->data, w->cols, 0.0f, y, w->rows);
@@ -552,13 +557,18 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
  *   weights_quant      bf16 (default: the checkpoint's own weights, the exact path) or q8:
  *                      the resident copy of the decoder matrices and the LM head is made
  *                      in the int8 format of cpu_quant.c (implies resident_weights)
- *   matmul             f32 (default: prefill and vision GEMMs in float32 through OpenBLAS)
- *                      or amx: in bf16 on AMX tiles with float32 sums (cpu_amx.c), an
+ *   matmul             f32 (default: prefill and vision GEMMs in float32) or amx: in bf16 on AMX tiles with float32 sums (cpu_amx.c), an
  *                      error where the CPU or kernel lacks AMX
+ *   f32_kernel         auto (default: the best this CPU runs), avx512, avx2, plain or
+ *                      openblas: the kernels of matmul=f32's products (cpu_gemm_f32.c), or
+ *                      cblas_sgemm on widened weights; q8 weights always take the latter
+ *   f32_small_rows     products of up to this many rows read bf16/f16/f32 weights unpacked
  * An unknown key is an error, so a typo does not pass silently. */
 static int parse_options(la_engine *e, const char *opts, char *err, size_t errlen) {
     e->widen_block_bytes = LA_CPU_WIDEN_BLOCK_BYTES;
     e->resident_weights = 1;
+    e->f32.level = cpu_f32_kernel_level();
+    e->f32.small_rows = -1;
     while (opts && *opts) {
         const char *end = strchr(opts, '\n');
         size_t len = end ? (size_t)(end - opts) : strlen(opts);
@@ -597,6 +607,17 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
             if (e->matmul_amx && !cpu_amx_available())
                 return la_errorf(err, errlen, "options: matmul=amx: this CPU or kernel lacks AMX "
                                               "(bf16 tiles and AVX512-BF16)");
+        } else if (strcmp(line, "f32_kernel") == 0) {
+            int level = cpu_f32_level_named(eq + 1);
+            if (level < CPU_F32_OPENBLAS)
+                return la_errorf(err, errlen, "options: f32_kernel=%s: %s", eq + 1,
+                                 level == -3 ? "want auto, avx512, avx2, plain or openblas"
+                                             : "this CPU lacks the instructions");
+            e->f32.level = level;
+        } else if (strcmp(line, "f32_small_rows") == 0) {
+            if (*rest != 0 || v < 0 || v > 1 << 20)
+                return la_errorf(err, errlen, "options: f32_small_rows=%s: want a row count", eq + 1);
+            e->f32.small_rows = (int)v;
         } else if (strcmp(line, "resident_weights") == 0) {
             if (*rest != 0 || (v != 0 && v != 1))
                 return la_errorf(err, errlen, "options: resident_weights=%s: want 0 or 1", eq + 1);
@@ -709,6 +730,17 @@ static int make_resident(la_engine *e, char *err, size_t errlen) {
 
 static void cpu_close(la_engine *e);
 
+/* init_f32 allocates the exact path's packing buffers, one per pool thread, keeping the
+ * level and short-prompt row count that parse_options read. */
+static int init_f32(la_engine *e, int threads, char *err, size_t errlen) {
+    const int level = e->f32.level, small_rows = e->f32.small_rows;
+    if (cpu_f32_init(&e->f32, level, threads) != 0)
+        return la_errorf(err, errlen, "open: out of memory for the GEMM packing buffers");
+    if (small_rows >= 0)
+        e->f32.small_rows = small_rows;
+    return 0;
+}
+
 static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
     if (!cfg) {
         la_errorf(err, errlen, "open: no config");
@@ -734,6 +766,7 @@ static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
     if (parse_options(e, cfg->options, err, errlen) != 0 || load_vision(e, cfg, err, errlen) != 0 ||
         load_text(e, cfg, err, errlen) != 0 ||
         alloc_state(e, err, errlen) != 0 || cpu_pool_init(&e->pool, threads, err, errlen) != 0 ||
+        init_f32(e, threads, err, errlen) != 0 ||
         (e->matmul_amx && alloc_amx(e, err, errlen) != 0) ||
         ((e->resident_weights || e->weights_q8) && make_resident(e, err, errlen) != 0) ||
         cpu_plan_step(e, err, errlen) != 0) {
@@ -816,6 +849,7 @@ static void cpu_close(la_engine *e) {
     if (!e)
         return;
     cpu_pool_destroy(&e->pool);
+    cpu_f32_free(&e->f32);
     free_state(&e->s);
     cpu_free_step_plan(&e->step);
     free(e->w.blocks);

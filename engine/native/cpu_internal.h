@@ -192,6 +192,55 @@ float cpu_gelu_erf(float x);
 float cpu_silu(float x);
 int32_t cpu_argmax(const float *x, int n);
 
+/* ---- the exact path's float32 products ---------------------------------------------- */
+
+/* The exact path's own float32 products (cpu_gemm_f32.c): y[i, j] = alpha * sum over k of
+ * x[i, k] B[j, k] (b_kn = 0: B is [N, K], a Linear weight) or x[i, k] B[k, j] (b_kn = 1:
+ * B is [K, N], attention's values), B in bf16/f16/f32 rows ldb elements apart, widened to
+ * float32 while it is packed. The level picks the instructions (CPU_F32_OPENBLAS: the
+ * engine keeps cblas_sgemm instead, see cpu_gemm_wt). */
+enum { CPU_F32_OPENBLAS = -1, CPU_F32_PLAIN = 0, CPU_F32_AVX2 = 1, CPU_F32_AVX512 = 2 };
+typedef struct {
+    int n, N, K;
+    float alpha;
+    const float *x;
+    size_t ldx;
+    const void *b;
+    la_dtype b_dtype;
+    size_t ldb;
+    int b_kn;
+    float *y;
+    size_t ldy;
+} cpu_f32_product;
+/* One engine's kernels: the level, the row count up to which a wt product reads the
+ * weights unpacked (short prompts), and each pool thread's packing buffer. */
+typedef struct {
+    int level;
+    int small_rows;
+    int nthreads;
+    float **pack;
+} cpu_f32;
+/* cpu_f32_kernel_level is the best level this CPU runs, cpu_f32_kernel_name its name;
+ * cpu_f32_level_name names any level; cpu_f32_level_named reads an option value (auto,
+ * openblas, plain, avx2, avx512): the level, -3 for an unknown name, -2 when this CPU lacks
+ * the instructions. */
+int cpu_f32_kernel_level(void);
+const char *cpu_f32_kernel_name(void);
+const char *cpu_f32_level_name(int level);
+int cpu_f32_level_named(const char *name);
+/* cpu_f32_init allocates g's buffers for a pool of nthreads (-1: out of memory; call
+ * cpu_f32_free either way); cpu_f32_gemm runs one product on the pool. */
+int cpu_f32_init(cpu_f32 *g, int level, int nthreads);
+void cpu_f32_free(cpu_f32 *g);
+void cpu_f32_gemm(const cpu_f32 *g, cpu_pool *pool, const cpu_f32_product *p);
+/* cpu_f32_gemm_probe runs one product at level on its own pool of threads, reps times,
+ * for tests and benchmarks (small_rows < 0 keeps the default), and sets best to the
+ * shortest run in seconds; level CPU_F32_OPENBLAS runs cblas_sgemm on B widened to float32
+ * beforehand (b_kn = 0 only, the widening not timed). 0, -1 for a level this CPU lacks,
+ * -2 when out of memory. */
+int cpu_f32_gemm_probe(int level, int small_rows, const cpu_f32_product *p, int threads, int reps,
+                       double *best);
+
 /* ---- the engine --------------------------------------------------------------------- */
 
 typedef struct {
@@ -349,6 +398,7 @@ struct la_engine {
     int resident_weights;     /* option: copy decoder matrices into anonymous memory */
     int weights_q8;           /* option weights_quant=q8: that copy is int8 (cpu_quant.c) */
     int matmul_amx;           /* option matmul=amx: prefill and vision GEMMs in bf16 on AMX */
+    cpu_f32 f32;              /* option f32_kernel: the exact path's GEMMs (cpu_gemm_f32.c) */
     void *resident;           /* that copy (huge-page backed where the kernel allows) */
     cpu_weights w;
     cpu_state s;
