@@ -237,6 +237,127 @@ static void widen(int level, la_dtype t, const void *src, float *dst, int n) {
 
 /* ---- packing ------------------------------------------------------------------------ */
 
+#ifdef LA_X86
+/* A wt panel is B transposed: row j of B (contiguous in k) becomes column j of the panel.
+ * The vector packers load 16 (8) rows of B widened, transpose the square in registers and
+ * store it as 16 (8) panel rows, so packing costs a few shuffles per element instead of a
+ * store per element. */
+
+/* load16 widens B row elements [k, k+16) (masked to m) of one row, zero where masked. */
+F32_AVX512_TARGET static ALWAYS_INLINE __m512 load16(la_dtype t, const char *row, int k, __mmask16 m) {
+    switch (t) {
+    case LA_DTYPE_BF16: {
+        __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    case LA_DTYPE_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k));
+    default:
+        return _mm512_maskz_loadu_ps(m, (const float *)row + k);
+    }
+}
+
+/* transpose16 turns r[i] = row i into r[c] = column c of a 16 x 16 square. In each 128-bit
+ * lane L, unpack and shuffle_ps gather column 4L+p of 4 rows; shuffle_f32x4 then collects
+ * the four lanes of a column. */
+F32_AVX512_TARGET static ALWAYS_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int g = 0; g < 4; g++) {
+        t[4 * g + 0] = _mm512_unpacklo_ps(r[4 * g], r[4 * g + 1]);
+        t[4 * g + 1] = _mm512_unpackhi_ps(r[4 * g], r[4 * g + 1]);
+        t[4 * g + 2] = _mm512_unpacklo_ps(r[4 * g + 2], r[4 * g + 3]);
+        t[4 * g + 3] = _mm512_unpackhi_ps(r[4 * g + 2], r[4 * g + 3]);
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xee);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xee);
+    }
+    /* u[4g+p], lane L: column 4L+p of rows 4g..4g+3 */
+    for (int p = 0; p < 4; p++) {
+        const __m512 v = _mm512_shuffle_f32x4(u[p], u[4 + p], 0x88);
+        const __m512 w = _mm512_shuffle_f32x4(u[8 + p], u[12 + p], 0x88);
+        const __m512 v2 = _mm512_shuffle_f32x4(u[p], u[4 + p], 0xdd);
+        const __m512 w2 = _mm512_shuffle_f32x4(u[8 + p], u[12 + p], 0xdd);
+        r[p] = _mm512_shuffle_f32x4(v, w, 0x88);
+        r[8 + p] = _mm512_shuffle_f32x4(v, w, 0xdd);
+        r[4 + p] = _mm512_shuffle_f32x4(v2, w2, 0x88);
+        r[12 + p] = _mm512_shuffle_f32x4(v2, w2, 0xdd);
+    }
+}
+
+F32_AVX512_TARGET static void pack_wt_avx512(la_dtype t, const char *b, size_t ldb, int nr, int k0,
+                                             int kc, float *dst) {
+    const size_t es = cpu_dtype_size(t);
+    for (int h = 0; h < NR_AVX512; h += 16) {
+        for (int k = 0; k < kc; k += 16) {
+            const __mmask16 m = kc - k >= 16 ? 0xffff : (__mmask16)((1u << (kc - k)) - 1);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = h + i < nr ? load16(t, b + ((size_t)(h + i) * ldb + (size_t)k0) * es, k, m)
+                                  : _mm512_setzero_ps();
+            transpose16(r);
+            const int kn = kc - k < 16 ? kc - k : 16;
+            for (int c = 0; c < kn; c++)
+                _mm512_store_ps(dst + (size_t)(k + c) * NR_AVX512 + h, r[c]);
+        }
+    }
+}
+
+F32_AVX2_TARGET static ALWAYS_INLINE __m256 load8(la_dtype t, const char *row, int k, int n) {
+    if (n < 8) { /* the end of the block: through a zeroed buffer */
+        float tmp[8] = {0};
+        cpu_to_f32(t, row + (size_t)k * cpu_dtype_size(t), tmp, (size_t)n);
+        return _mm256_loadu_ps(tmp);
+    }
+    switch (t) {
+    case LA_DTYPE_BF16: {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case LA_DTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+    default:
+        return _mm256_loadu_ps((const float *)row + k);
+    }
+}
+
+/* transpose8 is transpose16's 8 x 8 form: permute2f128 collects a column's two lanes. */
+F32_AVX2_TARGET static ALWAYS_INLINE void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int g = 0; g < 2; g++) {
+        t[4 * g + 0] = _mm256_unpacklo_ps(r[4 * g], r[4 * g + 1]);
+        t[4 * g + 1] = _mm256_unpackhi_ps(r[4 * g], r[4 * g + 1]);
+        t[4 * g + 2] = _mm256_unpacklo_ps(r[4 * g + 2], r[4 * g + 3]);
+        t[4 * g + 3] = _mm256_unpackhi_ps(r[4 * g + 2], r[4 * g + 3]);
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xee);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xee);
+    }
+    for (int p = 0; p < 4; p++) {
+        r[p] = _mm256_permute2f128_ps(u[p], u[4 + p], 0x20);
+        r[4 + p] = _mm256_permute2f128_ps(u[p], u[4 + p], 0x31);
+    }
+}
+
+F32_AVX2_TARGET static void pack_wt_avx2(la_dtype t, const char *b, size_t ldb, int nr, int k0,
+                                         int kc, float *dst) {
+    const size_t es = cpu_dtype_size(t);
+    for (int h = 0; h < NR_AVX2; h += 8) {
+        for (int k = 0; k < kc; k += 8) {
+            const int kn = kc - k < 8 ? kc - k : 8;
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = h + i < nr ? load8(t, b + ((size_t)(h + i) * ldb + (size_t)k0) * es, k, kn)
+                                  : _mm256_setzero_ps();
+            transpose8(r);
+            for (int c = 0; c < kn; c++)
+                _mm256_store_ps(dst + (size_t)(k + c) * NR_AVX2 + h, r[c]);
+        }
+    }
+}
+#endif
+
 /* pack_panel writes panel columns j0..j0+nr-1 (nr <= NR, the rest zero) for k0..k0+kc-1
  * at dst, NR floats per k. A wt B row j is contiguous in k, so it is widened into row
  * (kc floats) and then spread down the panel's column; a kn B row k is contiguous in j
@@ -254,6 +375,16 @@ static void pack_panel(const cpu_f32_product *p, int level, int NR, int j0, int 
         }
         return;
     }
+#ifdef LA_X86
+    if (level == CPU_F32_AVX512) {
+        pack_wt_avx512(p->b_dtype, b + (size_t)j0 * p->ldb * es, p->ldb, nr, k0, kc, dst);
+        return;
+    }
+    if (level == CPU_F32_AVX2) {
+        pack_wt_avx2(p->b_dtype, b + (size_t)j0 * p->ldb * es, p->ldb, nr, k0, kc, dst);
+        return;
+    }
+#endif
     for (int j = 0; j < NR; j++) {
         if (j >= nr) {
             for (int k = 0; k < kc; k++)
