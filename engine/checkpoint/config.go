@@ -31,7 +31,8 @@ type TextConfig struct {
 	EOSTokenID            int     // eos_token_id (first of a list)
 	BOSTokenID            int     // bos_token_id (absent: -1)
 	// CausalAttn is causal_attn (absent: false): upstream's hybrid loop then masks a
-	// block's rows causally (row i sees rows 0..i of its block) instead of both ways.
+	// block's rows causally (row i sees rows 0..i of its block) instead of both ways; the
+	// backends do the same (la_config.block_causal, set by engine/native).
 	CausalAttn bool
 }
 
@@ -104,13 +105,6 @@ func (c *Config) HybridError() error {
 	}
 	if c.BlockSize != HybridBlockSize {
 		errs = append(errs, fmt.Errorf("%s: text_config.block_size = %d, want %d", ConfigFile, c.BlockSize, HybridBlockSize))
-	}
-	// Upstream's hybrid loop masks a block causally when causal_attn is set. The engine's
-	// step can (la_config.block_causal) but is not yet checked against upstream's loop
-	// for it, so such a checkpoint decodes in AR mode only rather than in a mask upstream
-	// would not use.
-	if c.Text.CausalAttn {
-		errs = append(errs, fmt.Errorf("%s: text_config.causal_attn = true: a causal block mask, which this engine's hybrid decoding does not run yet (AR decoding is unaffected)", ConfigFile))
 	}
 	return errors.Join(errs...)
 }

@@ -87,7 +87,8 @@ typedef struct {
     float rms_norm_eps;
     int image_token_id; /* <IMG_CONTEXT> */
     int block_causal;   /* text_config.causal_attn: a block's rows see the rows of their own
-                           block causally (row i sees rows 0..i) instead of both ways */
+                           block causally (row i sees rows 0..i) instead of both ways, as
+                           upstream's mask does then (docs/hybrid-decoding.md) */
 
     /* Run-time choices */
     int max_seq_len; /* KV cache length of each slot (LA_MAX_SEQ_LEN) */

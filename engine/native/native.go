@@ -288,6 +288,9 @@ func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
 	cfg.rope_theta = C.float(c.Text.RopeTheta)
 	cfg.rms_norm_eps = C.float(c.Text.RMSNormEps)
 	cfg.image_token_id = C.int(c.ImageTokenID)
+	if c.Text.CausalAttn { // upstream's block mask is then causal inside the block
+		cfg.block_causal = 1
+	}
 	cfg.max_seq_len = C.int(o.MaxSeqLen)
 	cfg.max_batch = C.int(o.MaxBatch)
 	cfg.threads = C.int(o.Threads)
