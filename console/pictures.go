@@ -1,10 +1,197 @@
 package console
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	_ "image/gif" // the input formats a job may name
+	"image/jpeg"
+	_ "image/png"
 	"net/http"
+	"strings"
+
+	"golang.org/x/image/draw"
+	_ "golang.org/x/image/webp"
+
+	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/storage"
 )
 
-// pictures serves a job's overlay or input image (pictures.go's real work lands next).
+// Thumbnails: at most ThumbSize pixels on the long side, JPEG at thumbQuality, stored as
+// <output>/<id>.thumb.jpg (jobs.ThumbSuffix) beside the overlay (or the result, when the job has no overlay).
+const (
+	ThumbSize    = 256
+	thumbQuality = 80
+	// maxThumbPixels bounds the pictures a thumbnail is made of, read from the header
+	// before decoding: the largest image a job may give the engine is smaller.
+	maxThumbPixels = 100_000_000
+	maxThumbBytes  = 4 << 20
+)
+
+// picture is where a job's picture and its thumbnail are: the overlay when one is stored,
+// else the input image; the thumbnail beside the overlay or the result ("" when the job
+// has neither, and then no thumbnail is kept).
+type picture struct {
+	src, thumb string
+}
+
+func pictureOf(s summary) (picture, bool) {
+	p := picture{src: s.overlay}
+	switch {
+	case s.overlay != "":
+		p.thumb = strings.TrimSuffix(s.overlay, s.overlay[strings.LastIndex(s.overlay, "."):]) + jobs.ThumbSuffix
+	case s.resultURL != "":
+		p.thumb = strings.TrimSuffix(s.resultURL, ".json") + jobs.ThumbSuffix
+	}
+	if p.src == "" {
+		p.src = s.image
+	}
+	if p.thumb == p.src || !strings.HasSuffix(p.thumb, s.id+jobs.ThumbSuffix) {
+		p.thumb = "" // not a location the worker chose for this job: keep nothing there
+	}
+	return p, p.src != ""
+}
+
+// pictures serves job id's overlay or input image, whole or as a thumbnail. It reads only
+// the URLs the job's result names, through the storage layer (its roots and credentials);
+// nothing in the request is a path.
 func (c *Console) pictures(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, "pictures are not served yet")
+	b := c.nats.Load()
+	if b == nil {
+		writeError(w, http.StatusServiceUnavailable, "starting: the console is not connected to NATS yet")
+		return
+	}
+	id := r.PathValue("id")
+	if !jobs.ValidResultID(id) {
+		writeError(w, http.StatusBadRequest, "job id %q must be 1-128 characters of [A-Za-z0-9_-], or seq=<n>", id)
+		return
+	}
+	size := r.URL.Query().Get("size")
+	if size != "" && size != "thumb" && size != "full" {
+		writeError(w, http.StatusBadRequest, "size %q: want thumb or full", size)
+		return
+	}
+	if c.opts.Store == nil {
+		writeError(w, http.StatusNotFound, "no storage is configured: pictures cannot be read")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), c.opts.OpTimeout)
+	defer cancel()
+	s, ok := c.idx.lookup(id)
+	if !ok { // forgotten by the index, or not indexed yet: ask NATS
+		_, res, err := c.lastResult(ctx, b.js, id)
+		if err != nil {
+			c.writeErr(w, r, err)
+			return
+		}
+		if res == nil {
+			writeError(w, http.StatusNotFound, "job %s has no result", id)
+			return
+		}
+		s = summary{id: id, image: res.Image, resultURL: res.ResultURL}
+		if res.OverlayURL != nil {
+			s.overlay = *res.OverlayURL
+		}
+	}
+	p, ok := pictureOf(s)
+	if !ok {
+		writeError(w, http.StatusNotFound, "job %s names no picture", id)
+		return
+	}
+	var data []byte
+	var err error
+	if size == "thumb" {
+		data, err = c.thumbnail(ctx, p)
+	} else {
+		data, err = c.opts.Store.Get(ctx, p.src, 0)
+	}
+	if err != nil {
+		c.pictureError(w, r, id, err)
+		return
+	}
+	ctype := http.DetectContentType(data)
+	if !strings.HasPrefix(ctype, "image/") {
+		writeError(w, http.StatusUnsupportedMediaType, "the picture of job %s is not an image", id)
+		return
+	}
+	w.Header().Set("Content-Type", ctype)
+	w.Header().Set("Cache-Control", "private, max-age=60")
+	_, _ = w.Write(data)
+}
+
+// pictureError answers a picture that could not be read: 404 for one that is not there
+// (or that the storage's roots refuse: the same answer, so the console tells nothing of
+// what lies outside them), 502 when storage failed.
+func (c *Console) pictureError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if storage.Permanent(err) {
+		writeError(w, http.StatusNotFound, "the picture of job %s cannot be read: %v", id, err)
+		return
+	}
+	c.writeErr(w, r, err)
+}
+
+// thumbnail is p's thumbnail: the stored one, or one made now, one at a time (c.thumbs),
+// and stored for next time (best effort: a storage that refuses the write costs a remake).
+func (c *Console) thumbnail(ctx context.Context, p picture) ([]byte, error) {
+	if p.thumb != "" {
+		if b, err := c.opts.Store.Get(ctx, p.thumb, maxThumbBytes); err == nil {
+			return b, nil
+		}
+	}
+	select {
+	case c.thumbs <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting to make a thumbnail: %w", ctx.Err())
+	}
+	defer func() { <-c.thumbs }()
+	if p.thumb != "" { // made by the request ahead of this one?
+		if b, err := c.opts.Store.Get(ctx, p.thumb, maxThumbBytes); err == nil {
+			return b, nil
+		}
+	}
+	src, err := c.opts.Store.Get(ctx, p.src, 0)
+	if err != nil {
+		return nil, err
+	}
+	thumb, err := makeThumb(src)
+	if err != nil {
+		return nil, err
+	}
+	if p.thumb != "" {
+		if err := c.opts.Store.Put(ctx, p.thumb, thumb, "image/jpeg"); err != nil {
+			c.log.Warn("console: thumbnail not stored", "url", p.thumb, "err", err)
+		}
+	}
+	return thumb, nil
+}
+
+// errNotPicture is makeThumb's answer to bytes it cannot decode.
+var errNotPicture = fmt.Errorf("not a decodable PNG, JPEG, GIF or WebP: %w", storage.ErrNotFound)
+
+// makeThumb scales the picture in src down to at most ThumbSize on its long side (never
+// up) and encodes it as JPEG.
+func makeThumb(src []byte) ([]byte, error) {
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(src))
+	if err != nil {
+		return nil, errNotPicture
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || int64(cfg.Width)*int64(cfg.Height) > maxThumbPixels {
+		return nil, fmt.Errorf("a picture of %dx%d pixels is too large for a thumbnail: %w", cfg.Width, cfg.Height, storage.ErrTooLarge)
+	}
+	img, _, err := image.Decode(bytes.NewReader(src))
+	if err != nil {
+		return nil, errNotPicture
+	}
+	w, h := cfg.Width, cfg.Height
+	if long := max(w, h); long > ThumbSize {
+		w, h = max(1, w*ThumbSize/long), max(1, h*ThumbSize/long)
+	}
+	dst := image.NewRGBA(image.Rect(0, 0, w, h))
+	draw.ApproxBiLinear.Scale(dst, dst.Bounds(), img, img.Bounds(), draw.Src, nil)
+	var out bytes.Buffer
+	if err := jpeg.Encode(&out, dst, &jpeg.Options{Quality: thumbQuality}); err != nil {
+		return nil, fmt.Errorf("encode a thumbnail: %w", err)
+	}
+	return out.Bytes(), nil
 }

@@ -49,6 +49,11 @@ func DLQSubject(id string) string { return DLQSubjectPrefix + id }
 // ResultURL is where the result JSON of job id is stored under output prefix.
 func ResultURL(output, id string) string { return joinURL(output, id+".json") }
 
+// ThumbSuffix ends the name of a job's thumbnail, <output>/<id>.thumb.jpg beside its
+// overlay (or its result when it has none): the web console makes it on demand and keeps
+// it there (docs/console.md); no worker writes it.
+const ThumbSuffix = ".thumb.jpg"
+
 // JobURL is where the original message of job id is stored under output prefix when its
 // dead-letter record cannot carry it.
 func JobURL(output, id string) string { return joinURL(output, id+".job.json") }

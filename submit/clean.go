@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,18 +79,22 @@ func (a *Admin) Clean(ctx context.Context, f CleanFilter, apply bool) (CleanRepo
 	return rep, nil
 }
 
-// artifacts are the stored files of a result: its JSON, the spilled job beside it and its
-// overlay, each only when its URL ends with the job's own file name, so that a result
+// artifacts are the stored files of a result: its JSON, the spilled job beside it, its
+// overlay and the web console's thumbnail beside the overlay or the JSON
+// (<id>.thumb.jpg), each only when its URL ends with the job's own file name, so that a result
 // naming something else never makes Clean remove it.
 func artifacts(r jobs.Result) []string {
 	var out []string
 	if base, ok := strings.CutSuffix(r.ResultURL, "/"+r.ID+".json"); ok && base != "" {
-		out = append(out, r.ResultURL, base+"/"+r.ID+".job.json")
+		out = append(out, r.ResultURL, base+"/"+r.ID+".job.json", base+"/"+r.ID+jobs.ThumbSuffix)
 	}
 	if r.OverlayURL != nil {
 		u := *r.OverlayURL
 		if strings.HasSuffix(u, "/"+r.ID+".png") || strings.HasSuffix(u, "/"+r.ID+".jpg") {
 			out = append(out, u)
+			if thumb := u[:len(u)-len(".png")] + jobs.ThumbSuffix; !slices.Contains(out, thumb) {
+				out = append(out, thumb)
+			}
 		}
 	}
 	return out
