@@ -211,13 +211,15 @@
       const batches = d.batches || [];
       render(gen, h('h1', {}, 'Batches'),
         batches.length ? h('table', { 'data-testid': 'batches-table' },
-          h('thead', {}, h('tr', {}, ['Batch', 'Progress', 'Total', 'Started', 'Finished', 'Jobs/s', 'Labels'].map((t) => h('th', {}, t)))),
+          h('thead', {}, h('tr', {}, ['Batch', 'Progress', 'Total', 'Started', 'Finished', 'Jobs/s', 'Labels', ''].map((t) => h('th', {}, t)))),
           h('tbody', {}, batches.map((b) => h('tr', { 'data-testid': 'batch-row', 'data-batch': b.batch },
             h('td', {}, h('a', { href: '#/batch/' + encodeURIComponent(b.batch), 'data-testid': 'batch-link' }, b.batch)),
             h('td', {}, progress(b)),
             h('td', { class: 'num', 'data-testid': 'batch-total' }, b.total ?? 0),
             h('td', {}, fmtTime(b.started_at)), h('td', {}, b.finished_at ? fmtTime(b.finished_at) : h('span', { class: 'muted' }, 'running')),
-            h('td', { class: 'num' }, fmtNum(b.jobs_per_s, 2)), h('td', {}, labelCounts(b.labels))))))
+            h('td', { class: 'num' }, fmtNum(b.jobs_per_s, 2)), h('td', {}, labelCounts(b.labels)),
+            h('td', {}, b.pending > 0 ? h('button', { type: 'button', 'data-testid': 'batch-cancel',
+              onclick: () => act('cancel', { batch: b.batch }, `Cancel the ${b.pending} pending job(s) of batch ${b.batch}?`, load) }, 'Cancel pending…') : null)))))
           : h('p', { class: 'muted' }, 'No batch yet.'));
     };
     await load();
