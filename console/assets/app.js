@@ -260,8 +260,17 @@
   // the image's aspect ratio so the page does not jump while it loads.
   function picture(src, item, opts) {
     const w = item.width || 0, hgt = item.height || 0;
-    const frame = h('div', { class: 'pic', style: w && hgt ? `aspect-ratio:${w}/${hgt}` : 'aspect-ratio:4/3' });
-    if (!src) { frame.append(h('div', { class: 'noimg' }, 'no picture')); return frame; }
+    let style = w && hgt ? `aspect-ratio:${w}/${hgt}` : 'aspect-ratio:4/3';
+    if (w && hgt && opts.maxHeight) style += `;max-width:calc(${opts.maxHeight} * ${w / hgt})`;
+    const frame = h('div', { class: 'pic', style });
+    let outer = frame;
+    if (opts.box && w && hgt) {
+      // a thumbnail fits a 4:3 box, centred, whatever its own shape, so tiles line up
+      const r = (w / hgt) / (4 / 3);
+      frame.style.cssText = r >= 1 ? `width:100%;height:${100 / r}%` : `height:100%;width:${100 * r}%`;
+      outer = h('div', { class: 'thumbbox' }, frame);
+    }
+    if (!src) { frame.append(h('div', { class: 'noimg' }, 'no picture')); return outer; }
     const img = h('img', { src, alt: opts.alt || '', loading: opts.lazy ? 'lazy' : null, decoding: 'async', width: w || null, height: hgt || null, 'data-testid': opts.testid });
     img.addEventListener('error', () => { img.replaceWith(h('div', { class: 'noimg' }, 'picture unavailable')); });
     frame.append(img);
@@ -270,7 +279,7 @@
       frame.append(boxesSVG(dets, w, hgt, opts.boxes));
       if (opts.boxes && opts.boxes.labels && !opts.boxes.ghost) frame.append(boxLabels(dets, w, hgt));
     }
-    return frame;
+    return outer;
   }
 
   function bestDetection(item) {
@@ -360,7 +369,7 @@
       const best = bestDetection(item);
       const thumb = item.thumb || (item.picture ? item.picture + '?size=thumb' : '');
       return h('a', { class: 'item', href: '#/job/' + encodeURIComponent(item.id), 'data-testid': 'gallery-item', 'data-id': item.id, 'data-status': item.status },
-        picture(thumb, item, { lazy: true, alt: `${item.id}: ${(item.detections || []).length} boxes`, boxes: {} }),
+        picture(thumb, item, { lazy: true, box: true, alt: `${item.id}: ${(item.detections || []).length} boxes`, boxes: {} }),
         h('div', { class: 'cap' }, h('span', { class: 'id mono', title: item.id }, item.id), h('span', { class: `badge ${item.status}` }, item.status)),
         h('div', { class: 'det' }, item.code ? h('code', {}, item.code)
           : best ? `${(item.detections || []).length} × · best ${best.label} ${fmtNum(best.score, 2)}` : 'no detection'));
@@ -420,7 +429,7 @@
       actions,
       h('div', { class: 'detail' },
         h('div', {},
-          res && res.width ? picture(d.picture, pic, { alt: `job ${id}`, always: true, testid: 'job-picture', boxes: { labels: true, focusable: true, testid: 'box', ghost: !!d.overlay } })
+          res && res.width ? picture(d.picture, pic, { alt: `job ${id}`, always: true, maxHeight: '75vh', testid: 'job-picture', boxes: { labels: true, focusable: true, testid: 'box', ghost: !!d.overlay } })
             : h('p', { class: 'muted' }, 'No picture: the job has not produced a result with an image.'),
           h('h2', {}, 'Detections'),
           dets.length ? h('table', { 'data-testid': 'detections-table' },
