@@ -517,6 +517,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if got := b.attrs(`[data-testid=gallery-item]`, "data-id"); !sameSet(got, all) {
 		t.Errorf("gallery shows %v, want all %d jobs %v", got, len(all), all)
 	}
+	b.until("the thumbnails", `[...document.querySelectorAll('[data-testid=gallery-item] img')].slice(0, 12).every((i) => i.complete)`)
 	b.screenshot("gallery")
 	if !eval[bool](b, "choose the label", `(() => { const s = document.querySelector('[data-testid=filter-label]'); s.value = 'red circle'; s.dispatchEvent(new Event('change')); return s.value === 'red circle'; })()`) {
 		t.Fatalf("the label filter offers no \"red circle\": %v", b.texts(`[data-testid=filter-label] option`))
@@ -546,6 +547,42 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("API answers %v (total %d), the page shows %v", apiIDs, api.Total, b.texts(`[data-testid=gallery-total]`))
 	}
 	b.screenshot("gallery-filtered")
+
+	// One picture: each box where the result's bbox puts it, scaled to the picture shown.
+	pick := wantRed[0]
+	b.click("open a picture", fmt.Sprintf(`[data-testid=gallery-item][data-id=%q]`, pick))
+	b.ready("job", `document.querySelector('[data-testid=job-picture]') && document.querySelector('[data-testid=job-picture]').complete`)
+	type geometry struct {
+		Img   [4]float64   `json:"img"`
+		Boxes [][4]float64 `json:"boxes"`
+		Label []string     `json:"labels"`
+	}
+	geo := eval[geometry](b, "box geometry", `(() => {
+		const r = (e) => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.width, b.height]; };
+		const boxes = [...document.querySelectorAll('[data-testid=box]')];
+		return { img: r(document.querySelector('[data-testid=job-picture]')), boxes: boxes.map(r), labels: boxes.map((e) => e.dataset.label) };
+	})()`)
+	res := results[pick]
+	if len(geo.Boxes) != len(res.Detections) {
+		t.Fatalf("job %s: %d boxes in the page, %d detections in the result", pick, len(geo.Boxes), len(res.Detections))
+	}
+	sx, sy := geo.Img[2]/float64(res.Width), geo.Img[3]/float64(res.Height)
+	for i, d := range res.Detections {
+		want := [4]float64{geo.Img[0] + d.Box[0]*sx, geo.Img[1] + d.Box[1]*sy, (d.Box[2] - d.Box[0]) * sx, (d.Box[3] - d.Box[1]) * sy}
+		for k := range want {
+			if math.Abs(geo.Boxes[i][k]-want[k]) > 1.5 {
+				t.Errorf("job %s box %d (%s): at %v in the page, want %v (bbox %v scaled by %.3f)", pick, i, geo.Label[i], geo.Boxes[i], want, d.Box, sx)
+				break
+			}
+		}
+		if geo.Label[i] != d.Label {
+			t.Errorf("job %s box %d labeled %q, want %q", pick, i, geo.Label[i], d.Label)
+		}
+	}
+	if sx < 1 {
+		t.Errorf("the picture is shown at %.2f of its size: want it enlarged for a close look", sx)
+	}
+	b.screenshot("job")
 
 	// Failures: the three broken images under their codes; fix one, replay it from the page.
 	b.open(w.base, "failures", "failures")
