@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -378,6 +379,7 @@ func (b *browser) confirm() {
 			chromedp.Click(chromedp.CSS(`[data-testid=signin-submit]`)))
 		b.until("the confirmation after signing in", `document.getElementById('confirm').open`)
 	}
+	eval[bool](b, "clear an older answer", `document.getElementById('toast').hidden = true`)
 	b.click("confirm", `[data-testid=confirm-yes]`)
 	b.until("the action's answer", `!document.getElementById('toast').hidden`)
 }
@@ -624,6 +626,27 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.ready("batches", `document.querySelector('`+later+`[data-testid=batch-cancel]') !== null`)
 	if got := b.texts(later + "[data-testid=batch-pending]"); !slices.Equal(got, []string{"1"}) {
 		t.Errorf("batch later shows %v pending, want 1", got)
+	}
+	// The confirmation comes first, its focus on the safe answer; Escape leaves the job be.
+	b.click("ask to cancel the batch's pending jobs", later+"[data-testid=batch-cancel]")
+	b.until("the confirmation", `document.getElementById('confirm').open`)
+	if focus := eval[string](b, "focus", `document.activeElement.dataset.testid || document.activeElement.tagName`); focus != "confirm-no" {
+		t.Errorf("the confirmation opens with the focus on %s, want confirm-no (the safe answer)", focus)
+	}
+	b.do("press Escape", chromedp.KeyEvent(kb.Escape))
+	b.until("the confirmation to close", `!document.getElementById('confirm').open`)
+	var queued struct {
+		Batches []struct {
+			Batch    string `json:"batch"`
+			Pending  int    `json:"pending"`
+			Canceled int    `json:"canceled"`
+		} `json:"batches"`
+	}
+	w.getJSON(t, "batches", &queued)
+	for _, bt := range queued.Batches {
+		if bt.Batch == "later" && (bt.Pending != 1 || bt.Canceled != 0) {
+			t.Fatalf("after Escape, batch later has %d pending and %d canceled; want it untouched", bt.Pending, bt.Canceled)
+		}
 	}
 	b.click("cancel the batch's pending jobs", later+"[data-testid=batch-cancel]")
 	b.confirm()
