@@ -244,6 +244,13 @@
       }, h('svg:title', {}, `${d.label} ${fmtNum(d.score, 2)}`));
       svg.append(rect);
     });
+    // points (the answer of a pointing task) as small rings, sized to the picture
+    (o.points || []).forEach((p, i) => {
+      const [x, y] = p.point || [0, 0];
+      svg.append(h('svg:circle', { cx: x, cy: y, r: Math.max(w, hgt) / 60, class: o.ghost ? 'ghost' : null,
+        'data-testid': 'point', 'data-index': i, 'data-label': p.label, 'data-score': p.score },
+      h('svg:title', {}, `${p.label} ${fmtNum(p.score, 2)}`)));
+    });
     return svg;
   }
 
@@ -275,8 +282,9 @@
     img.addEventListener('error', () => { img.replaceWith(h('div', { class: 'noimg' }, 'picture unavailable')); });
     frame.append(img);
     const dets = item.detections || (item.result && item.result.detections) || [];
-    if (w && hgt && dets.length && (opts.always || !item.overlay)) {
-      frame.append(boxesSVG(dets, w, hgt, opts.boxes));
+    const points = item.points || [];
+    if (w && hgt && (dets.length || points.length) && (opts.always || !item.overlay)) {
+      frame.append(boxesSVG(dets, w, hgt, { ...opts.boxes, points }));
       if (opts.boxes && opts.boxes.labels && !opts.boxes.ghost) frame.append(boxLabels(dets, w, hgt));
     }
     return outer;
@@ -372,7 +380,7 @@
         picture(thumb, item, { lazy: true, box: true, alt: `${item.id}: ${(item.detections || []).length} boxes`, boxes: {} }),
         h('div', { class: 'cap' }, h('span', { class: 'id mono', title: item.id }, item.id), h('span', { class: `badge ${item.status}` }, item.status)),
         h('div', { class: 'det' }, item.code ? h('code', {}, item.code)
-          : best ? `${(item.detections || []).length} × · best ${best.label} ${fmtNum(best.score, 2)}` : 'no detection'));
+          : best ? `${(item.detections || []).length} × · best ${best.label} ${fmtNum(best.score, 2)}` : 'no box'));
     }
 
     render(gen, heading, h('p', {}, h('a', { href: '#/batches' }, '← all batches'), ' · ', h('a', { href: '#/failures' + qs({ batch }) }, 'failures of this batch')),
@@ -411,7 +419,8 @@
     const status = (res && res.status) || (d.job ? 'pending' : 'unknown');
     const batch = d.batch || (res && res.batch) || (d.job && d.job.batch) || '';
     const dets = (res && res.detections) || [];
-    const pic = { width: res && res.width, height: res && res.height, detections: dets, overlay: !!d.overlay };
+    const points = (res && res.points) || [];
+    const pic = { width: res && res.width, height: res && res.height, detections: dets, points, overlay: !!d.overlay };
     const code = (res && res.error && res.error.code) || (d.dead_letter && d.dead_letter.error && d.dead_letter.error.code) || '';
 
     const actions = h('div', { class: 'toolbar' });
@@ -436,7 +445,11 @@
             h('thead', {}, h('tr', {}, h('th', {}, 'Label'), h('th', { class: 'num' }, 'Score'), h('th', {}, 'Box (x0, y0, x1, y1)'))),
             h('tbody', {}, dets.map((x) => h('tr', { 'data-testid': 'detection-row' }, h('td', {}, x.label),
               h('td', { class: 'num' }, fmtNum(x.score, 3)), h('td', { class: 'mono' }, boxOf(x).map((v) => fmtNum(v, 1)).join(', '))))))
-            : h('p', { class: 'muted' }, 'No detection.')),
+            : h('p', { class: 'muted' }, points.length ? 'No box.' : 'No detection.'),
+          points.length ? [h('h2', {}, 'Points'), h('table', { 'data-testid': 'points-table' },
+            h('thead', {}, h('tr', {}, h('th', {}, 'Label'), h('th', { class: 'num' }, 'Score'), h('th', {}, 'Point (x, y)'))),
+            h('tbody', {}, points.map((p) => h('tr', { 'data-testid': 'point-row' }, h('td', {}, p.label),
+              h('td', { class: 'num' }, fmtNum(p.score, 3)), h('td', { class: 'mono' }, (p.point || []).map((v) => fmtNum(v, 1)).join(', '))))))] : null),
         h('div', {},
           h('h2', {}, 'Facts'),
           h('dl', { class: 'kv' },

@@ -427,10 +427,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	for id := range broken {
 		w.publish(t, jobs.Job{ID: id, Image: "file://" + filepath.Join(scenes, id+".png"), Query: "red circle", Batch: testBatch})
 	}
+	// A dozen of the scenes again as pointing tasks, in a batch of their own: points, not boxes.
+	var pointIDs []string
+	for _, sc := range picked[:12] {
+		id := "point-" + strings.TrimSuffix(filepath.Base(sc.Image), ".png")
+		pointIDs = append(pointIDs, id)
+		w.publish(t, jobs.Job{ID: id, Image: "file://" + filepath.Join(scenes, sc.Image), Query: sc.Query, Task: engine.TaskPoint, Batch: "points"})
+	}
 	all := append(slices.Clone(ids), "broken-empty", "broken-garbage", "broken-missing")
 	results := map[string]jobs.Result{}
 	testwait.Until(t, 3*time.Minute, "every job's result", func() bool {
-		for _, id := range all {
+		for _, id := range append(slices.Clone(all), pointIDs...) {
 			if _, ok := results[id]; !ok {
 				r, ok := w.result(t, id)
 				if !ok {
@@ -585,6 +592,37 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the picture is shown at %.2f of its size: want it enlarged for a close look", sx)
 	}
 	b.screenshot("job")
+
+	// A pointing task's answer: each point is a ring centred where the result puts it.
+	pointed := ""
+	for _, id := range pointIDs {
+		if len(results[id].Points) > 0 {
+			pointed = id
+			break
+		}
+	}
+	if pointed == "" {
+		t.Fatal("no pointing task answered a point: the point check would prove nothing")
+	}
+	b.open(w.base, "job/"+pointed, "job")
+	b.until("the picture", `document.querySelector('[data-testid=job-picture]') && document.querySelector('[data-testid=job-picture]').complete`)
+	pgeo := eval[geometry](b, "point geometry", `(() => {
+		const r = (e) => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.width, b.height]; };
+		const pts = [...document.querySelectorAll('[data-testid=point]')];
+		return { img: r(document.querySelector('[data-testid=job-picture]')), boxes: pts.map(r), labels: pts.map((e) => e.dataset.label) };
+	})()`)
+	pres := results[pointed]
+	if len(pgeo.Boxes) != len(pres.Points) {
+		t.Fatalf("job %s: %d points in the page, %d in the result", pointed, len(pgeo.Boxes), len(pres.Points))
+	}
+	psx, psy := pgeo.Img[2]/float64(pres.Width), pgeo.Img[3]/float64(pres.Height)
+	for i, p := range pres.Points {
+		cx, cy := pgeo.Boxes[i][0]+pgeo.Boxes[i][2]/2, pgeo.Boxes[i][1]+pgeo.Boxes[i][3]/2
+		wx, wy := pgeo.Img[0]+p.Point[0]*psx, pgeo.Img[1]+p.Point[1]*psy
+		if math.Abs(cx-wx) > 1.5 || math.Abs(cy-wy) > 1.5 {
+			t.Errorf("job %s point %d: centred at (%.1f, %.1f) in the page, want (%.1f, %.1f)", pointed, i, cx, cy, wx, wy)
+		}
+	}
 
 	// Failures: the three broken images under their codes; fix one, replay it from the page.
 	b.open(w.base, "failures", "failures")
