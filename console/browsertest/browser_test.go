@@ -242,6 +242,8 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.WindowSize(1280, 860),
 		chromedp.Flag("disable-gpu", true),
 		chromedp.Flag("lang", "en-US"),
+		// chromium leaves its singleton socket's directory in TMPDIR: keep it in the test's
+		chromedp.Env("TMPDIR="+t.TempDir()),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
