@@ -23,10 +23,12 @@ import (
 	"github.com/locateanything/detect/console"
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/sim"
+	"github.com/locateanything/detect/engine/ttnn"
 	"github.com/locateanything/detect/httpcompat"
 	"github.com/locateanything/detect/internal/settings"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsconn"
+	"github.com/locateanything/detect/provision/extract"
 	"github.com/locateanything/detect/provision/weights"
 	"github.com/locateanything/detect/storage"
 )
@@ -37,6 +39,7 @@ import (
 type Worker struct {
 	Engine
 	Weights
+	Extract
 	TTNN
 	Sim
 	HTTP
@@ -93,27 +96,6 @@ func (w Weights) Directory() string {
 	return w.ModelPath
 }
 
-// TTNN is the Blackhole backend's settings: the first-boot extraction and the adapter's
-// knobs, which reach the adapter as option lines of the C ABI.
-type TTNN struct {
-	CacheDir     string `envconfig:"TT_DIT_CACHE_DIR" desc:"parent of the extracted LLM (ttnn)"`
-	LLMDir       string `envconfig:"LA_LLM_DIR" desc:"the extracted LLM itself (ttnn); empty = below TT_DIT_CACHE_DIR"`
-	ForceExtract bool   `envconfig:"LA_FORCE_EXTRACT" default:"false" desc:"extract the LLM again at start-up (ttnn)"`
-
-	Precision       string `envconfig:"LA_PREC" default:"accuracy" desc:"ttnn precision: accuracy or bfp8attn"`
-	Trace           bool   `envconfig:"LA_TRACE" default:"true" desc:"traced decode on the chip (ttnn)"`
-	TraceRegionSize int    `envconfig:"LA_TRACE_REGION_SIZE" default:"50000000" desc:"bytes of device memory for the decode trace (ttnn)"`
-	WarmupRuns      int    `envconfig:"LA_WARMUP_RUNS" default:"2" desc:"warm-up runs before the worker is ready (ttnn)"`
-	WarmupDecode    int    `envconfig:"LA_WARMUP_DECODE_STEPS" default:"4" desc:"decode steps of each warm-up run (ttnn)"`
-	MeshShape       string `envconfig:"TT_MESH_SHAPE" default:"1x1" desc:"device mesh RxC (ttnn)"`
-	DeviceID        string `envconfig:"TT_DEVICE_ID" desc:"physical device number (ttnn); empty = the default"`
-
-	PythonLib  string `envconfig:"LA_PYTHON_LIB" desc:"libpython the ttnn backend loads; empty = the default"`
-	PythonSite string `envconfig:"LA_PYTHON_SITE" desc:"':'-separated site directories of the ttnn adapter's Python"`
-	Adapter    string `envconfig:"LA_TTNN_ADAPTER" default:"la_ttnn_adapter" desc:"Python module of the ttnn adapter"`
-	Path       string `envconfig:"LA_TTNN_PATH" desc:"directory holding the ttnn adapter"`
-}
-
 // Embedded is the NATS server the worker starts when LA_NATS_URL is empty. It takes its
 // authentication from the NATS section: LA_NATS_USER and LA_NATS_PASSWORD, or
 // LA_NATS_TOKEN, are what producers must present (the producer role: publish jobs, read
@@ -144,6 +126,11 @@ type (
 	Storage = storage.Config
 	// Console is the web console under /console/ on the /predict server.
 	Console = console.Config
+	// Extract is where the ttnn backend's first boot extracts the LLM to.
+	Extract = extract.Options
+	// TTNN is the Blackhole backend's adapter: its knobs reach it as option lines of the
+	// C ABI.
+	TTNN = ttnn.Config
 )
 
 // Runner tunes each chip's job runner: the timing jobs declares, and what the worker
@@ -364,19 +351,6 @@ func (e Engine) Validate() error {
 	}
 	if !e.GenerationMode.Valid() {
 		add("LA_GENERATION_MODE is %q, want one of %s", e.GenerationMode, engine.GenerationModes.List())
-	}
-	return v.Err()
-}
-
-// Validate reports every ttnn setting that makes no sense, each naming its variable.
-func (t TTNN) Validate() error {
-	var v settings.Check
-	v.OneOf("LA_PREC", t.Precision, "accuracy", "bfp8attn")
-	v.Positive("LA_TRACE_REGION_SIZE", int64(t.TraceRegionSize))
-	v.Positive("LA_WARMUP_RUNS", int64(t.WarmupRuns))
-	v.Positive("LA_WARMUP_DECODE_STEPS", int64(t.WarmupDecode))
-	if t.DeviceID != "" && strings.Trim(t.DeviceID, "0123456789") != "" {
-		v.Add("TT_DEVICE_ID is %q, want a device number", t.DeviceID)
 	}
 	return v.Err()
 }

@@ -3,12 +3,10 @@ package config
 import (
 	"fmt"
 	"path/filepath"
-	"strconv"
 
 	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsembed"
-	"github.com/locateanything/detect/provision/extract"
 	"github.com/locateanything/detect/provision/weights"
 	"github.com/locateanything/detect/storage"
 )
@@ -73,37 +71,4 @@ func (w Weights) Hub() weights.Options {
 	o := w.Options
 	o.Dir = w.Directory()
 	return o
-}
-
-// Extract is where the first-boot LLM extraction writes.
-func (t TTNN) Extract() extract.Options {
-	return extract.Options{CacheDir: t.CacheDir, Dir: t.LLMDir, Force: t.ForceExtract}
-}
-
-// AdapterOptions are the option lines the ttnn backend hands its Python adapter: every
-// knob of the adapter, so that it reads no environment and states no default of its own.
-// llmDir is the extracted LLM. The pipeline adds canon_grid, the grid the host side
-// resizes for.
-func (t TTNN) AdapterOptions(llmDir string) map[string]string {
-	return map[string]string{
-		"python_lib":          t.PythonLib,
-		"adapter":             t.Adapter,
-		"path":                t.Path,
-		"python_site":         t.PythonSite,
-		"llm_dir":             llmDir,
-		"precision":           t.Precision,
-		"trace":               boolOption(t.Trace),
-		"trace_region_size":   strconv.Itoa(t.TraceRegionSize),
-		"warmup_runs":         strconv.Itoa(t.WarmupRuns),
-		"warmup_decode_steps": strconv.Itoa(t.WarmupDecode),
-		"mesh_shape":          t.MeshShape,
-		"device_id":           t.DeviceID,
-	}
-}
-
-func boolOption(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }

@@ -102,7 +102,7 @@ func engineOptions(e config.Engine, choice provision.Choice) pipeline.OpenOption
 // adapter every knob it runs with, the canonical grid the host side resizes for included,
 // so the two can never disagree.
 func ttnnOptions(ctx context.Context, opts *pipeline.OpenOptions, cfg config.Worker, log *slog.Logger) error {
-	eo := cfg.TTNN.Extract()
+	eo := cfg.Extract
 	eo.Logger = log
 	res, err := extract.LLM(ctx, opts.WeightsDir, eo)
 	if err != nil {

@@ -28,7 +28,7 @@ func TestOpenEngineTTNNMatchesCPU(t *testing.T) {
 	}
 	cache := t.TempDir()
 	cfg := testEngineConfig(t)
-	cfg.TTNN.Adapter, cfg.TTNN.Path, cfg.TTNN.CacheDir = "la_ttnn_standin", adapters, cache
+	cfg.TTNN.Adapter, cfg.TTNN.Path, cfg.Extract.CacheDir = "la_ttnn_standin", adapters, cache
 	cfg.TTNN.Precision, cfg.TTNN.Trace = "bfp8attn", false
 	cfg.Weights.Dir = randomCheckpoint
 	cfg.Threads, cfg.InTokenLimit, cfg.CanonGrid, cfg.MaxNewTokens = 2, 64, "8x10", 16

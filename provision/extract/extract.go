@@ -60,16 +60,18 @@ var (
 		"tokenizer.json", "chat_template.json", "generation_config.json"}
 )
 
-// Options say where the extracted directory goes.
+// Options say where the extracted directory goes: the extraction's settings, each field's
+// `envconfig` tag its variable, `default` its default and `desc` its meaning (package
+// config embeds the type in the worker's configuration), and the logger.
 type Options struct {
-	// CacheDir is the parent of DirName ($TT_DIT_CACHE_DIR). Ignored when Dir is set.
-	CacheDir string
-	// Dir is the extracted directory itself ($LA_LLM_DIR); empty means CacheDir/DirName.
-	Dir string
-	// Force re-extracts even when the directory is complete ($LA_FORCE_EXTRACT=1).
-	Force bool
+	// CacheDir is the parent of DirName. Ignored when Dir is set.
+	CacheDir string `envconfig:"TT_DIT_CACHE_DIR" desc:"parent of the extracted LLM (ttnn)"`
+	// Dir is the extracted directory itself; empty means CacheDir/DirName.
+	Dir string `envconfig:"LA_LLM_DIR" desc:"the extracted LLM itself (ttnn); empty = below TT_DIT_CACHE_DIR"`
+	// Force re-extracts even when the directory is complete.
+	Force bool `envconfig:"LA_FORCE_EXTRACT" default:"false" desc:"extract the LLM again at start-up (ttnn)"`
 	// Logger receives the progress lines; nil discards them.
-	Logger *slog.Logger
+	Logger *slog.Logger `ignored:"true"`
 }
 
 // Check reports options that name no directory to extract into.
