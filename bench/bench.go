@@ -264,7 +264,7 @@ func openBackend(m *checkpoint.Model, o options) (*native.Backend, error) {
 	if !o.resident {
 		opts.BackendOptions = map[string]string{"resident_weights": "0"}
 	}
-	b, err := native.Open("cpu", m, opts)
+	b, err := native.Open(engine.BackendCPU, m, opts)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

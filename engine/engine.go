@@ -129,10 +129,10 @@ type Engine interface {
 
 // Info describes a loaded engine.
 type Info struct {
-	Model      string `json:"model"`       // "LocateAnything-3B"
-	Backend    string `json:"backend"`     // "cpu", "ttnn"
-	Device     string `json:"device"`      // human description of the device
-	DecodeMode string `json:"decode_mode"` // ar_greedy_trace | ar_greedy
+	Model      string      `json:"model"`       // "LocateAnything-3B"
+	Backend    BackendKind `json:"backend"`     // LA_ENGINE: cpu, ttnn or sim (a test double names itself)
+	Device     string      `json:"device"`      // human description of the device
+	DecodeMode string      `json:"decode_mode"` // ar_greedy_trace | ar_greedy
 	// GenerationModes are the modes this model can decode in (hybrid needs the block
 	// token ids in its config.json); nil from an engine that does not say.
 	GenerationModes []GenerationMode `json:"generation_modes,omitempty"`

@@ -88,7 +88,7 @@ type limitsInfo struct {
 }
 
 type workerInfo struct {
-	Backend string `json:"backend"` // engine backend: "cpu", "ttnn"
+	Backend engine.BackendKind `json:"backend"` // LA_ENGINE: cpu, ttnn or sim
 	// Simulated is true when the backend is the simulated chip (LA_ENGINE=sim): its answers
 	// are made up at the chip's speed. An addition, absent for a real engine.
 	Simulated bool    `json:"simulated,omitempty"`

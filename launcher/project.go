@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/locateanything/detect/engine"
 )
 
 // This project's own rules for its tt-model.yaml, on top of the schema's (Validate).
@@ -52,7 +54,7 @@ func CheckLocateAnything(m *Manifest, repoRoot string) error {
 	if m.Serve.Hardware != Hardware || m.Serve.MeshDevice != MeshDevice {
 		bad("serve: hardware %q, mesh_device %q: must be %q and %q", m.Serve.Hardware, m.Serve.MeshDevice, Hardware, MeshDevice)
 	}
-	if m.Serve.Env["LA_ENGINE"] != "ttnn" {
+	if m.Serve.Env["LA_ENGINE"] != string(engine.BackendTTNN) {
 		bad("serve.env.LA_ENGINE %q: must be ttnn on a Blackhole card", m.Serve.Env["LA_ENGINE"])
 	}
 	if m.Runtime.MeshShapeEnv != MeshShapeEnv {

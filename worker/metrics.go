@@ -44,7 +44,7 @@ func registerChip(reg prometheus.Registerer, i int, c *chip.Chip) {
 	in := c.Engine().Info()
 	engineInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "la_engine_info", Help: "Always 1; the labels say which model and engine the chip runs, and whether its answers are simulated (LA_ENGINE=sim).",
-		ConstLabels: prometheus.Labels{"chip": strconv.Itoa(i), "model": in.Model, "backend": in.Backend, "simulated": strconv.FormatBool(in.Simulated)},
+		ConstLabels: prometheus.Labels{"chip": strconv.Itoa(i), "model": in.Model, "backend": string(in.Backend), "simulated": strconv.FormatBool(in.Simulated)},
 	})
 	engineInfo.Set(1)
 	reg.MustRegister(

@@ -33,10 +33,10 @@ type detectOutput struct {
 // answeredBy names the model and the engine that gave an answer, so that a wrong
 // checkpoint or engine shows in the answer itself.
 type answeredBy struct {
-	Model      string `json:"model"`  // "LocateAnything-3B", "tiny-shapes"
-	Engine     string `json:"engine"` // LA_ENGINE: cpu, ttnn or sim
-	Device     string `json:"device"`
-	WeightsDir string `json:"weights_dir"`
+	Model      string             `json:"model"`  // "LocateAnything-3B", "tiny-shapes"
+	Engine     engine.BackendKind `json:"engine"` // LA_ENGINE: cpu, ttnn or sim
+	Device     string             `json:"device"`
+	WeightsDir string             `json:"weights_dir"`
 }
 
 // MarshalJSON writes the answer as /predict does (its own MarshalJSON places the hybrid

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/locateanything/detect/internal/cli"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/internal/cli"
 )
 
 func TestDetectPrintsThePredictShapeWithTokens(t *testing.T) {
@@ -124,9 +126,9 @@ func TestDetectInHybridMode(t *testing.T) {
 func TestDetectRunsOnTheWorkersConfiguration(t *testing.T) {
 	args := []string{"--weights", "../../testdata/checkpoints/tiny-bf16", "--image", "../../testdata/images/dog.jpg",
 		"--query", "dog", "--max-new-tokens", "4", "--in-token-limit", "64", "--threads", "1"}
-	for _, engine := range []string{"cpu", "sim"} {
-		t.Run(engine, func(t *testing.T) {
-			t.Setenv("LA_ENGINE", engine)
+	for _, kind := range []engine.BackendKind{engine.BackendCPU, engine.BackendSim} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Setenv("LA_ENGINE", string(kind))
 			t.Setenv("LA_SIM_SPEED", "1000")
 			var out bytes.Buffer
 			if err := runDetect(args, &out); err != nil {
@@ -139,8 +141,8 @@ func TestDetectRunsOnTheWorkersConfiguration(t *testing.T) {
 				t.Fatalf("output is not JSON: %v\n%s", err, out.String())
 			}
 			abs, _ := filepath.Abs("../../testdata/checkpoints/tiny-bf16")
-			if by := got.AnsweredBy; by.Engine != engine || by.Model != "tiny-bf16" || (by.WeightsDir != abs && by.WeightsDir != args[1]) {
-				t.Errorf("answered by %+v, want model tiny-bf16 on engine %s from %s", by, engine, args[1])
+			if by := got.AnsweredBy; by.Engine != kind || by.Model != "tiny-bf16" || (by.WeightsDir != abs && by.WeightsDir != args[1]) {
+				t.Errorf("answered by %+v, want model tiny-bf16 on engine %s from %s", by, kind, args[1])
 			}
 		})
 	}

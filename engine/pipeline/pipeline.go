@@ -76,7 +76,7 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 		return nil, fmt.Errorf("max sequence length %d leaves no room for a prompt and %d new tokens",
 			cfg.MaxSeqLen, cfg.MaxNewTokens)
 	}
-	cfg.Info.Backend = b.Name()
+	cfg.Info.Backend = engine.BackendKind(b.Name()) // the kind it was opened as (a test double's own name)
 	cfg.Info.CanonicalGrid = cfg.Preprocess.CanonGrid
 	cfg.Info.InTokenLimit = cfg.Preprocess.InTokenLimit
 	cfg.Info.MaxSeqLen = cfg.MaxSeqLen
