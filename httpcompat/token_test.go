@@ -1,12 +1,12 @@
 package httpcompat
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/locateanything/detect/internal/bearer/bearertest"
 )
 
 // TestTokenGuardsPredictAndInfo: with LA_HTTP_TOKEN set, /predict and /info answer 401
@@ -21,27 +21,11 @@ func TestTokenGuardsPredictAndInfo(t *testing.T) {
 	}
 	send := func(method, path, auth string) (*http.Response, []byte) {
 		t.Helper()
-		var rd io.Reader
+		var b []byte
 		if method == http.MethodPost {
-			rd = bytes.NewReader(body)
+			b = body
 		}
-		req, err := http.NewRequest(method, h.url+path, rd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, out
+		return bearertest.Do(t, method, h.url+path, b, auth)
 	}
 	for _, route := range []struct{ method, path string }{{http.MethodPost, "/predict"}, {http.MethodGet, "/info"}} {
 		for _, c := range []struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/internal/bearer"
+	"github.com/locateanything/detect/internal/bearer/bearertest"
 	"github.com/locateanything/detect/jobs"
 )
 
@@ -79,19 +80,7 @@ func TestMetricsTokenGuardsMetricsNotProbes(t *testing.T) {
 
 	get := func(path, auth string) (int, string, string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, "http://"+ms.Addr()+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
+		resp, body := bearertest.Do(t, http.MethodGet, "http://"+ms.Addr()+path, nil, auth)
 		return resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(body)
 	}
 	if code, challenge, _ := get("/metrics", ""); code != http.StatusUnauthorized || !strings.HasPrefix(challenge, "Bearer ") {

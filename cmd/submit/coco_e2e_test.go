@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/locateanything/detect/engine"
-	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/submit"
 	"github.com/locateanything/detect/tools/cocoeval"
 	"github.com/locateanything/detect/tools/tinymodel/shapes"
@@ -39,12 +37,8 @@ func TestCOCOExportEvaluatesAgainstTheTruth(t *testing.T) {
 		t.Skip("end-to-end: starts NATS, versitygw and a worker on the bundled model")
 	}
 	root := t.TempDir()
-	sys := startSystem(t, nil, systemOptions{fileRoot: root, engine: func() (engine.Engine, error) {
-		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../../models/tiny-shapes", Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
-			CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48, // what the model was trained to answer in
-		})
-	}})
+	// 48 tokens: what the model was trained to answer in.
+	sys := startSystem(t, nil, systemOptions{fileRoot: root, engine: modelEngine("../../models/tiny-shapes", 1, 48)})
 
 	// Scenes with a detect query of one or two categories each, as the model was trained.
 	scenesDir := filepath.Join(root, "scenes")

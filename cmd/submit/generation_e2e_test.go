@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/locateanything/detect/engine"
-	"github.com/locateanything/detect/engine/pipeline"
 )
 
 // --generation-mode reaches the worker: a real worker (the jobs.Runner on the C engine and
@@ -19,12 +18,7 @@ func TestEndToEndGenerationMode(t *testing.T) {
 		t.Skip("end-to-end: starts NATS, versitygw and a worker on a test model")
 	}
 	root := t.TempDir()
-	sys := startSystem(t, nil, systemOptions{fileRoot: root, engine: func() (engine.Engine, error) {
-		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", Backend: "cpu", Threads: 1,
-			MaxSeqLen: 512, MaxBatch: 2, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
-		})
-	}})
+	sys := startSystem(t, nil, systemOptions{fileRoot: root, engine: modelEngine("../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", 2, 48)})
 	frames := filepath.Join(root, "frames")
 	must(t, os.MkdirAll(frames, 0o755))
 	for _, name := range []string{"03.png", "05.png"} {

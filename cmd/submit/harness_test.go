@@ -26,6 +26,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/chip"
 	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsembed"
 	"github.com/locateanything/detect/jobs/natsembed/natstest"
@@ -84,6 +85,18 @@ type system struct {
 	output   string // the worker's default output prefix
 	eng      *enginetest.Engine
 	open     func() (engine.Engine, error) // the worker's engine; nil = eng
+}
+
+// modelEngine is systemOptions.engine for the model in weights on the C engine: one
+// thread, the native grid, maxBatch sequences decoded together and a budget of maxNew
+// tokens.
+func modelEngine(weights string, maxBatch, maxNew int) func() (engine.Engine, error) {
+	return func() (engine.Engine, error) {
+		return pipeline.Open(pipeline.OpenOptions{
+			WeightsDir: weights, Backend: engine.BackendCPU, Threads: 1, MaxSeqLen: 512, MaxBatch: maxBatch,
+			CanonGrid: "native", MaxNewTokens: maxNew, MaxNewTokensCap: maxNew,
+		})
+	}
 }
 
 // systemOptions vary a system; the zero value is the default topology and S3 output.

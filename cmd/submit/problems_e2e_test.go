@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/locateanything/detect/engine"
-	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/submit"
 	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
@@ -30,12 +29,7 @@ func TestRunSaysItsProblems(t *testing.T) {
 		t.Skip("end-to-end: starts NATS, versitygw and a worker on the bundled model")
 	}
 	root := t.TempDir()
-	sys := startSystem(t, nil, systemOptions{fileRoot: root, engine: func() (engine.Engine, error) {
-		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../../models/tiny-shapes", Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
-			CanonGrid: "native", MaxNewTokens: 24, MaxNewTokensCap: 24,
-		})
-	}})
+	sys := startSystem(t, nil, systemOptions{fileRoot: root, engine: modelEngine("../../models/tiny-shapes", 1, 24)})
 	frames := filepath.Join(root, "frames")
 	must(t, os.MkdirAll(frames, 0o755))
 	for i := range 3 {
