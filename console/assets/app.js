@@ -25,6 +25,8 @@
       if (v === undefined || v === null || v === false) continue;
       if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
       else if (k === 'class') el.setAttribute('class', v);
+      // through the CSSOM, which a Content-Security-Policy without 'unsafe-inline' allows
+      else if (k === 'style') el.style.cssText = v;
       else if (k in el && !(el instanceof SVGElement) && typeof v !== 'string') el[k] = v;
       else el.setAttribute(k, v === true ? '' : String(v));
     }
