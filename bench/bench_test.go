@@ -88,10 +88,7 @@ func TestBenchQ8(t *testing.T) {
 	if !strings.Contains(bf16.String(), "decoder weights bf16, prefill/vision products f32") || strings.Contains(bf16.String(), "kernel/q8") {
 		t.Error("the bf16 report does not say bf16 with f32 products, or measures the int8 kernel")
 	}
-	wantMatmul := "f32"
-	if native.AMXAvailable() {
-		wantMatmul = "amx"
-	}
+	wantMatmul := string(native.FastMatmul()) // auto's pick for the fast path on this CPU
 	if !strings.Contains(report, "decoder weights q8, prefill/vision products "+wantMatmul) {
 		t.Errorf("the q8 report does not say its products are %s", wantMatmul)
 	}

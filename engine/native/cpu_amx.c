@@ -28,6 +28,10 @@
  *    accumulator tiles (2 strips x 32 weight rows) at a time, two A and two B tiles
  *    loaded per chunk of 32 columns.
  *
+ * The same tiles feed the AVX512_BF16 kernel (cpu_avx512bf16.c, matmul=avx512bf16) on CPUs
+ * without AMX: only the multiply of a strip pair by a panel differs (gemm_slice), so the two
+ * kernels round the same inputs and sum in float32 alike.
+ *
  * The kernel needs the process's permission to use the AMX tile data state, which Linux
  * grants per process on request (arch_prctl ARCH_REQ_XCOMP_PERM); cpu_amx_available asks
  * for it once per engine open and says no when the CPU or kernel lacks it, and the engine
@@ -245,6 +249,7 @@ typedef struct {
     void **scratch; /* one cpu_amx_thread_bytes buffer per thread */
     float *y;
     size_t ldy;
+    cpu_matmul kind; /* CPU_MATMUL_AMX or CPU_MATMUL_AVX512BF16: what multiplies the tiles */
 } gemm_task;
 
 /* multiply_panel adds, for activation rows m0..m0+31 and the panel's tile pair h, the
@@ -309,14 +314,17 @@ AMX_TARGET static void gemm_slice(void *arg, int thread, int nthreads) {
     const size_t panel_bytes = ((size_t)AMX_PANEL * g->kpad * sizeof(uint16_t) + 63) / 64 * 64;
     float *acc = (float *)((char *)panel + panel_bytes);
 
-    amx_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = AMX_ROWS;
-        cfg.colsb[t] = 64;
+    const int amx = g->kind == CPU_MATMUL_AMX;
+    if (amx) {
+        amx_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.palette = 1;
+        for (int t = 0; t < 8; t++) {
+            cfg.rows[t] = AMX_ROWS;
+            cfg.colsb[t] = 64;
+        }
+        _tile_loadconfig(&cfg);
     }
-    _tile_loadconfig(&cfg);
     int packed = -1;
     for (int64_t it = i0; it < i1; it++) {
         const int p = (int)(it / blocks), blk = (int)(it % blocks);
@@ -335,6 +343,11 @@ AMX_TARGET static void gemm_slice(void *arg, int thread, int nthreads) {
             const int kc1 = kc0 + AMX_KBLOCK < nkc ? kc0 + AMX_KBLOCK : nkc;
             for (size_t m0 = (size_t)m_lo; (int)m0 < m_hi; m0 += AMX_STRIPS * AMX_ROWS) {
                 const uint16_t *a0 = g->a + (m0 / AMX_ROWS) * strip_elems;
+                if (!amx) {
+                    cpu_avx512bf16_multiply(a0, strip_elems, panel, kc0, kc1, acc + m0 * AMX_PANEL,
+                                            m_hi - (int)m0, kc0 == 0);
+                    continue;
+                }
                 for (int h = 0; h < AMX_HALVES; h++)
                     multiply_pair(a0, a0 + strip_elems, panel, h, kc0, kc1,
                                   acc + m0 * AMX_PANEL, kc0 == 0);
@@ -345,28 +358,40 @@ AMX_TARGET static void gemm_slice(void *arg, int thread, int nthreads) {
             memcpy(g->y + (size_t)m * g->ldy + (size_t)c0, acc + (size_t)m * AMX_PANEL,
                    (size_t)cols * sizeof(float));
     }
-    _tile_release(); /* the tile state is large; a released one is not saved on switches */
+    if (amx)
+        _tile_release(); /* the tile state is large; a released one is not saved on switches */
 }
 
-void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float *x, int n,
-                     const cpu_matrix *w, float *y) {
+int cpu_bf16_matmul_available(cpu_matmul kind) {
+    switch (kind) {
+    case CPU_MATMUL_AMX:
+        return cpu_amx_available();
+    case CPU_MATMUL_AVX512BF16:
+        return cpu_avx512bf16_available();
+    default:
+        return 0;
+    }
+}
+
+void cpu_amx_gemm_wt(cpu_matmul kind, cpu_pool *pool, uint16_t *act, void **scratch,
+                     const float *x, int n, const cpu_matrix *w, float *y) {
     const size_t kpad = cpu_amx_kpad(w->cols);
     const size_t rows_pad = rows_padded(n);
     round_task r = {x, n, w->cols, kpad, rows_pad, act};
     cpu_pool_for(pool, rows_pad, round_rows, &r);
-    gemm_task g = {w, act, n, kpad, rows_pad, scratch, y, (size_t)w->rows};
+    gemm_task g = {w, act, n, kpad, rows_pad, scratch, y, (size_t)w->rows, kind};
     cpu_pool_run(pool, gemm_slice, &g);
 }
 
 /* gemm_here is cpu_amx_gemm_wt on the calling thread alone, into rows ldy floats apart. */
-static void gemm_here(uint16_t *act, void *scratch, const float *x, int n, const cpu_matrix *w,
-                      float *y, size_t ldy) {
+static void gemm_here(cpu_matmul kind, uint16_t *act, void *scratch, const float *x, int n,
+                      const cpu_matrix *w, float *y, size_t ldy) {
     const size_t kpad = cpu_amx_kpad(w->cols);
     const size_t rows_pad = rows_padded(n);
     round_task r = {x, n, w->cols, kpad, rows_pad, act};
     round_rows(&r, 0, rows_pad);
     void *one[1] = {scratch};
-    gemm_task g = {w, act, n, kpad, rows_pad, one, y, ldy};
+    gemm_task g = {w, act, n, kpad, rows_pad, one, y, ldy, kind};
     gemm_slice(&g, 0, 1);
 }
 
@@ -416,7 +441,7 @@ static void attend_heads(void *arg, int thread, int nthreads) {
             for (int d = 0; d < hd; d++)
                 b->q[(size_t)i * hd + d] = qr[d] * scale;
         }
-        gemm_here(b->act, b->scratch, b->q, rows, &km, b->scores, (size_t)n_k);
+        gemm_here(t->e->matmul, b->act, b->scratch, b->q, rows, &km, b->scores, (size_t)n_k);
         for (int i = 0; i < rows; i++) {
             float *row = b->scores + (size_t)i * n_k;
             int valid = n_k;
@@ -425,7 +450,7 @@ static void attend_heads(void *arg, int thread, int nthreads) {
             t->e->kern.softmax(row, valid);
             memset(row + valid, 0, (size_t)(n_k - valid) * sizeof *row);
         }
-        gemm_here(b->act, b->scratch, b->scores, rows, &vm, b->out, (size_t)hd);
+        gemm_here(t->e->matmul, b->act, b->scratch, b->scores, rows, &vm, b->out, (size_t)hd);
         for (int i = 0; i < rows; i++)
             memcpy(a->out + (size_t)(r0 + i) * a->ldo + (size_t)h * hd, b->out + (size_t)i * hd,
                    (size_t)hd * sizeof(float));
@@ -441,9 +466,14 @@ void cpu_amx_attention(la_engine *e, const cpu_attn *a) {
 
 int cpu_amx_available(void) { return 0; }
 
-void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float *x, int n,
-                     const cpu_matrix *w, float *y) {
-    (void)pool, (void)act, (void)scratch, (void)x, (void)n, (void)w, (void)y;
+int cpu_bf16_matmul_available(cpu_matmul kind) {
+    (void)kind;
+    return 0; /* the tile packing is x86-64 Linux code */
+}
+
+void cpu_amx_gemm_wt(cpu_matmul kind, cpu_pool *pool, uint16_t *act, void **scratch,
+                     const float *x, int n, const cpu_matrix *w, float *y) {
+    (void)kind, (void)pool, (void)act, (void)scratch, (void)x, (void)n, (void)w, (void)y;
     abort(); /* never called: cpu_amx_available said no */
 }
 
@@ -456,9 +486,9 @@ void cpu_amx_attention(la_engine *e, const cpu_attn *a) {
 
 /* ---- probe for tests --------------------------------------------------------------- */
 
-int cpu_amx_gemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
-                       float *y, int threads, int reps, double *best) {
-    if (!cpu_amx_available())
+int cpu_amx_gemm_probe(cpu_matmul kind, la_dtype dtype, const void *w, int rows, int cols,
+                       const float *x, int n, float *y, int threads, int reps, double *best) {
+    if (!cpu_bf16_matmul_available(kind))
         return -1;
     char err[LA_ERR_LEN];
     cpu_pool pool;
@@ -475,7 +505,7 @@ int cpu_amx_gemm_probe(la_dtype dtype, const void *w, int rows, int cols, const 
         const cpu_matrix m = {w, dtype, rows, cols};
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        cpu_amx_gemm_wt(&pool, act, scratch, x, n, &m, y);
+        cpu_amx_gemm_wt(kind, &pool, act, scratch, x, n, &m, y);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (r == 0 || dt < *best)

@@ -63,7 +63,7 @@ static void scores_v(la_engine *e, int rows, int hd, int n_k, const float *score
 }
 
 void cpu_attention(la_engine *e, const cpu_attn *a) {
-    if (e->matmul_amx) {
+    if (e->matmul != CPU_MATMUL_F32) { /* bf16 products, AMX or AVX512_BF16 */
         cpu_amx_attention(e, a);
         return;
     }

@@ -316,7 +316,7 @@ static int alloc_state(la_engine *e, char *err, size_t errlen) {
     /* A step writes up to LA_STEP_MAX_ROWS output rows per slot; calloc maps the rows no
      * call has written yet as untouched zero pages, so decode alone never commits them. */
     s->logits = alloc_floats(B * LA_STEP_MAX_ROWS * (size_t)c->vocab);
-    s->wscratch_len = e->matmul_amx ? 0 : gemm_scratch_elems(e);
+    s->wscratch_len = e->matmul != CPU_MATMUL_F32 ? 0 : gemm_scratch_elems(e);
     s->wscratch = s->wscratch_len ? alloc_floats(s->wscratch_len) : NULL;
 
     if (!s->vx || !s->vxb || !s->vqkv || !s->vhb || !s->merged || !s->proj_hb || !s->scores ||
@@ -475,8 +475,8 @@ static int widen_block_rows(const la_engine *e, const cpu_matrix *w) {
 
 void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
                  float *y) {
-    if (e->matmul_amx) {
-        cpu_amx_gemm_wt(&e->pool, e->s.amx_act, e->s.amx_scratch, x, n, w, y);
+    if (e->matmul != CPU_MATMUL_F32) { /* bf16 products: AMX or AVX512_BF16 */
+        cpu_amx_gemm_wt(e->matmul, &e->pool, e->s.amx_act, e->s.amx_scratch, x, n, w, y);
     } else if (e->f32.level != CPU_F32_OPENBLAS && w->dtype != CPU_DTYPE_Q8) {
         cpu_f32_product p = {n, w->rows, w->cols, 1.0f, x, (size_t)w->cols, w->data, w->dtype,
                              (size_t)w->cols, 0, y, (size_t)w->rows};
@@ -501,6 +501,33 @@ void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const
             for (int j = 0; j < w->rows; j++)
                 row[j] += bias[j];
         }
+}
+
+/* ---- choosing the products ------------------------------------------------------------ */
+
+static const char *const matmul_names[] = {
+    [CPU_MATMUL_F32] = "f32", [CPU_MATMUL_AMX] = "amx", [CPU_MATMUL_AVX512BF16] = "avx512bf16"};
+
+const char *cpu_matmul_name(cpu_matmul m) { return matmul_names[m]; }
+
+cpu_matmul cpu_matmul_fast(void) {
+    if (cpu_bf16_matmul_available(CPU_MATMUL_AMX))
+        return CPU_MATMUL_AMX;
+    if (cpu_bf16_matmul_available(CPU_MATMUL_AVX512BF16))
+        return CPU_MATMUL_AVX512BF16;
+    return CPU_MATMUL_F32;
+}
+
+int cpu_matmul_named(const char *name, cpu_matmul *m, int *is_auto) {
+    *is_auto = strcmp(name, "auto") == 0;
+    if (*is_auto)
+        return 0;
+    for (int i = 0; i < (int)(sizeof matmul_names / sizeof matmul_names[0]); i++)
+        if (strcmp(name, matmul_names[i]) == 0) {
+            *m = (cpu_matmul)i;
+            return i == CPU_MATMUL_F32 || cpu_bf16_matmul_available(*m) ? 0 : -2;
+        }
+    return -1;
 }
 
 /* ---- ops ---------------------------------------------------------------------------- */
@@ -557,8 +584,11 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
  *   weights_quant      bf16 (default: the checkpoint's own weights, the exact path) or q8:
  *                      the resident copy of the decoder matrices and the LM head is made
  *                      in the int8 format of cpu_quant.c (implies resident_weights)
- *   matmul             f32 (default: prefill and vision GEMMs in float32) or amx: in bf16 on AMX tiles with float32 sums (cpu_amx.c), an
- *                      error where the CPU or kernel lacks AMX
+ *   matmul             f32 (default: prefill and vision GEMMs in float32), amx: in bf16 on
+ *                      AMX tiles with float32 sums (cpu_amx.c), avx512bf16: the same
+ *                      products with VDPBF16PS (cpu_avx512bf16.c), each an error where the
+ *                      CPU lacks it; or auto: f32 on the exact path, the best of amx,
+ *                      avx512bf16 and f32 this CPU runs with weights_quant=q8
  *   f32_kernel         auto (default: the best this CPU runs), avx512, avx2, plain or
  *                      openblas: the kernels of matmul=f32's products (cpu_gemm_f32.c), or
  *                      cblas_sgemm on widened weights; q8 weights always take the latter
@@ -569,6 +599,7 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
     e->resident_weights = 1;
     e->f32.level = cpu_f32_kernel_level();
     e->f32.small_rows = -1;
+    int matmul_auto = 0;
     while (opts && *opts) {
         const char *end = strchr(opts, '\n');
         size_t len = end ? (size_t)(end - opts) : strlen(opts);
@@ -601,12 +632,14 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
                 return la_errorf(err, errlen, "options: weights_quant=%s: want bf16 or q8", eq + 1);
             e->weights_q8 = strcmp(eq + 1, "q8") == 0;
         } else if (strcmp(line, "matmul") == 0) {
-            if (strcmp(eq + 1, "f32") != 0 && strcmp(eq + 1, "amx") != 0)
-                return la_errorf(err, errlen, "options: matmul=%s: want f32 or amx", eq + 1);
-            e->matmul_amx = strcmp(eq + 1, "amx") == 0;
-            if (e->matmul_amx && !cpu_amx_available())
-                return la_errorf(err, errlen, "options: matmul=amx: this CPU or kernel lacks AMX "
-                                              "(bf16 tiles and AVX512-BF16)");
+            const int rc = cpu_matmul_named(eq + 1, &e->matmul, &matmul_auto);
+            if (rc == -1)
+                return la_errorf(err, errlen, "options: matmul=%s: want auto, f32, amx or avx512bf16", eq + 1);
+            if (rc != 0)
+                return la_errorf(err, errlen, "options: matmul=%s: %s", eq + 1,
+                                  e->matmul == CPU_MATMUL_AMX
+                                      ? "this CPU or kernel lacks AMX (bf16 tiles and AVX512-BF16)"
+                                      : "this CPU lacks AVX512-BF16");
         } else if (strcmp(line, "f32_kernel") == 0) {
             int level = cpu_f32_level_named(eq + 1);
             if (level < CPU_F32_OPENBLAS)
@@ -626,6 +659,8 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
             return la_errorf(err, errlen, "options: unknown key %s", line);
         }
     }
+    if (matmul_auto) /* known only now: weights_quant may come after matmul */
+        e->matmul = e->weights_q8 ? cpu_matmul_fast() : CPU_MATMUL_F32;
     return 0;
 }
 
@@ -767,7 +802,7 @@ static la_engine *cpu_open(const la_config *cfg, char *err, size_t errlen) {
         load_text(e, cfg, err, errlen) != 0 ||
         alloc_state(e, err, errlen) != 0 || cpu_pool_init(&e->pool, threads, err, errlen) != 0 ||
         init_f32(e, threads, err, errlen) != 0 ||
-        (e->matmul_amx && alloc_amx(e, err, errlen) != 0) ||
+        (e->matmul != CPU_MATMUL_F32 && alloc_amx(e, err, errlen) != 0) ||
         ((e->resident_weights || e->weights_q8) && make_resident(e, err, errlen) != 0) ||
         cpu_plan_step(e, err, errlen) != 0) {
         cpu_close(e);

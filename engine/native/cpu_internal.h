@@ -94,6 +94,14 @@ typedef struct {
     int rows, cols;
 } cpu_matrix;
 
+/* How prefill and the vision tower multiply (option matmul): float32 (exact), or bf16
+ * inputs with float32 sums on AMX tiles or with AVX512_BF16 (the fast path). */
+typedef enum {
+    CPU_MATMUL_F32 = 0,
+    CPU_MATMUL_AMX = 1,
+    CPU_MATMUL_AVX512BF16 = 2,
+} cpu_matmul;
+
 /* cpu_q8_fits says whether m can be stored as q8 (its rows are whole blocks). */
 int cpu_q8_fits(const cpu_matrix *m);
 /* cpu_q8_quantize converts m (bf16/f16/f32) to q8 rows at dst (rows *
@@ -397,7 +405,7 @@ struct la_engine {
     size_t widen_block_bytes; /* float32 bytes per widening block (cpu_gemm_wt) */
     int resident_weights;     /* option: copy decoder matrices into anonymous memory */
     int weights_q8;           /* option weights_quant=q8: that copy is int8 (cpu_quant.c) */
-    int matmul_amx;           /* option matmul=amx: prefill and vision GEMMs in bf16 on AMX */
+        cpu_matmul matmul;        /* option matmul: prefill and vision GEMMs (cpu_gemm_wt) */
     cpu_f32 f32;              /* option f32_kernel: the exact path's GEMMs (cpu_gemm_f32.c) */
     void *resident;           /* that copy (huge-page backed where the kernel allows) */
     cpu_weights w;
@@ -431,24 +439,40 @@ void cpu_free_step_plan(cpu_step_plan *p);
  * bf16/f16 W into the engine's scratch first (cblas_sgemm wants float32). */
 void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
                  float *y);
-/* Matrix products on AMX tiles in bf16 (cpu_amx.c), the fast path's prefill and vision
- * GEMMs. cpu_amx_available asks the kernel for the tile state and says whether this CPU
- * and kernel run them. cpu_amx_gemm_wt computes y[n, w.rows] = bf16(x) bf16(W)^T in float32
- * sums, with act holding cpu_amx_act_elems(n, w.cols) bf16 and scratch one 64-byte-aligned
- * buffer of cpu_amx_thread_bytes(n, w.cols) per pool thread. */
+/* Matrix products in bf16 with float32 sums (cpu_amx.c), the fast path's prefill and
+ * vision GEMMs, on AMX tiles or, on the same packed tiles, with AVX512_BF16's VDPBF16PS
+ * (cpu_avx512bf16.c). cpu_amx_available asks the kernel for the tile state and says whether
+ * this CPU and kernel run AMX; cpu_avx512bf16_available whether the CPU has AVX512_BF16;
+ * cpu_bf16_matmul_available(kind) whether this build and CPU run that kind's products.
+ * cpu_amx_gemm_wt computes y[n, w.rows] = bf16(x) bf16(W)^T in float32 sums with the given
+ * kind, with act holding cpu_amx_act_elems(n, w.cols) bf16 and scratch one 64-byte-aligned
+ * buffer of cpu_amx_thread_bytes(n, w.cols) per pool thread. cpu_avx512bf16_multiply is
+ * the AVX512_BF16 kernel's inner step: rows (at most 32, the rest padding) of a strip pair
+ * at a0 (the second strip strip_elems later) times chunks kc0..kc1-1 of a packed panel,
+ * into acc (128 floats a row), from zero when first. */
 int cpu_amx_available(void);
+int cpu_avx512bf16_available(void);
+/* cpu_matmul_fast is the fast path's best products on this CPU: amx, avx512bf16, else f32.
+ * cpu_matmul_named reads an option value: 0 (is_auto set for "auto"), -1 for an unknown
+ * name, -2 for products this CPU lacks. cpu_matmul_name is the option value of m. */
+cpu_matmul cpu_matmul_fast(void);
+int cpu_matmul_named(const char *name, cpu_matmul *m, int *is_auto);
+const char *cpu_matmul_name(cpu_matmul m);
+int cpu_bf16_matmul_available(cpu_matmul kind);
 size_t cpu_amx_kpad(int cols);
 size_t cpu_amx_act_elems(int rows, int cols);
 size_t cpu_amx_thread_bytes(int rows, int cols);
-void cpu_amx_gemm_wt(cpu_pool *pool, uint16_t *act, void **scratch, const float *x, int n,
-                     const cpu_matrix *w, float *y);
+void cpu_amx_gemm_wt(cpu_matmul kind, cpu_pool *pool, uint16_t *act, void **scratch,
+                     const float *x, int n, const cpu_matrix *w, float *y);
+void cpu_avx512bf16_multiply(const uint16_t *a0, size_t strip_elems, const uint16_t *panel,
+                             int kc0, int kc1, float *acc, int rows, int first);
 /* cpu_amx_gemm_probe runs cpu_amx_gemm_wt reps times on its own pool and buffers, for
  * tests and benchmarks, and sets best to the shortest run in seconds: 0, -1 where AMX is
  * unavailable, -2 when out of memory. cpu_sgemm_probe times what matmul=f32 runs for the
  * same product, cblas_sgemm on the weights widened to float32 beforehand (the widening
  * itself not timed): 0, or -2 when out of memory. */
-int cpu_amx_gemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
-                       float *y, int threads, int reps, double *best);
+int cpu_amx_gemm_probe(cpu_matmul kind, la_dtype dtype, const void *w, int rows, int cols,
+                       const float *x, int n, float *y, int threads, int reps, double *best);
 int cpu_sgemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
                     float *y, int reps, double *best);
 
@@ -468,8 +492,8 @@ typedef struct {
 } cpu_attn;
 
 void cpu_attention(la_engine *e, const cpu_attn *a);
-/* cpu_amx_attention is cpu_attention with both products on AMX tiles in bf16, heads split
- * across the pool (matmul=amx). */
+/* cpu_amx_attention is cpu_attention with both products in bf16 with the engine's matmul
+ * kind (AMX tiles or AVX512_BF16), heads split across the pool. */
 void cpu_amx_attention(la_engine *e, const cpu_attn *a);
 
 /* cpu_bicubic_resize resizes a [ih, iw, c] table to [oh, ow, c] like torch's

@@ -23,7 +23,7 @@ func KernelISA() string { return C.GoString(C.cpu_kernel_isa()) }
 
 // AMXAvailable says whether this CPU and kernel run the CPU backend's AMX products
 // (matmul=amx: bf16 tiles and AVX512-BF16, and Linux's permission for the tile state, which
-// this asks for on the process's behalf).
+// this asks for on the process's behalf). MatmulAMX.Available says the same.
 func AMXAvailable() bool { return C.cpu_amx_available() != 0 }
 
 // MeasureMatvec times the engine's decode kernels alone, on the engine's own thread pool

@@ -176,11 +176,17 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 			o.BackendOptions = map[string]string{}
 		}
 		o.BackendOptions["weights_quant"] = string(engine.WeightsQ8)
-		// The fast path is fast throughout: where the CPU has AMX, prefill and vision
-		// multiply in bf16 on its tiles too (docs/cpu-backend.md), unless the caller chose.
-		if _, chosen := o.BackendOptions["matmul"]; !chosen && AMXAvailable() {
-			o.BackendOptions["matmul"] = string(MatmulAMX)
+		// The fast path is fast throughout: unless the caller chose, prefill and vision
+		// multiply in bf16 too, on AMX tiles or with AVX512_BF16, where the CPU has either
+		// (docs/cpu-backend.md).
+		if _, chosen := o.BackendOptions["matmul"]; !chosen {
+			o.BackendOptions["matmul"] = string(MatmulAuto)
 		}
+	}
+	if m := Matmul(o.BackendOptions["matmul"]); backend == engine.BackendCPU && m == MatmulAuto {
+		fast := o.BackendOptions["weights_quant"] == string(engine.WeightsQ8)
+		o.BackendOptions = maps.Clone(o.BackendOptions)
+		o.BackendOptions["matmul"] = string(m.resolve(fast))
 	}
 	for k, v := range o.BackendOptions {
 		if k == "" || strings.ContainsAny(k, "=\n") || strings.Contains(v, "\n") {
@@ -315,8 +321,9 @@ func makeConfig(m *checkpoint.Model, o Options) (*C.la_config, func(), error) {
 // Name is the backend's short name ("cpu" or "ttnn").
 func (b *Backend) Name() string { return b.name }
 
-// Matmul names how the cpu backend multiplies in prefill and the vision tower: "f32"
-// (OpenBLAS, float32) or "amx" (bf16 tiles with float32 sums); "f32" for other backends.
+// Matmul names how the cpu backend multiplies in prefill and the vision tower, auto
+// resolved: "f32" (float32), "amx" (bf16 on AMX tiles with float32 sums) or "avx512bf16"
+// (the same with VDPBF16PS); "f32" for other backends.
 func (b *Backend) Matmul() Matmul { return b.matmul }
 
 // MaxSeqLen is the KV-cache length of each slot.

@@ -228,19 +228,33 @@ func device(backend engine.BackendKind, threads int) string {
 	return fmt.Sprintf("CPU, %d threads", threads)
 }
 
+// bf16Products says where the CPU backend's bf16 products run ("on AMX", "on AVX512-BF16"),
+// or "" for float32 products.
+func bf16Products(m native.Matmul) string {
+	switch m {
+	case native.MatmulAMX:
+		return "on AMX"
+	case native.MatmulAVX512BF16:
+		return "on AVX512-BF16"
+	}
+	return ""
+}
+
 // precision names the checkpoint's weight type; the CPU backend computes in f32. The
 // simulated chip computes nothing.
 func precision(backend engine.BackendKind, quant engine.WeightsQuant, matmul native.Matmul, m *checkpoint.Model) string {
 	if backend == engine.BackendSim {
 		return "none (simulated)"
 	}
-	switch {
-	case quant == engine.WeightsQ8 && matmul == native.MatmulAMX:
-		return "int8 decoder weights (q8, blocks of 32); prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
-	case quant == engine.WeightsQ8:
+	if on := bf16Products(matmul); on != "" {
+		weights := "checkpoint weights"
+		if quant == engine.WeightsQ8 {
+			weights = "int8 decoder weights (q8, blocks of 32)"
+		}
+		return weights + "; prefill and vision in bf16 " + on + " with f32 sums, decode f32 compute"
+	}
+	if quant == engine.WeightsQ8 {
 		return "int8 decoder weights (q8, blocks of 32), f32 compute"
-	case matmul == native.MatmulAMX:
-		return "checkpoint weights; prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
 	}
 	if t, ok := m.Tensor("language_model.model.embed_tokens.weight"); ok {
 		switch t.DType {

@@ -27,11 +27,14 @@ func TestHeldoutScenesQ8(t *testing.T) {
 	}
 	set := loadHeldout(t)
 	exact, q8 := openBundled(t, set.MaxNewTokens, "bf16"), openBundled(t, set.MaxNewTokens, "q8")
-	// Where the CPU has AMX, the fast path multiplies prefill and vision in bf16 too, and
-	// this is what it is measured on.
+	// Where the CPU has AMX or AVX512_BF16, the fast path multiplies prefill and vision in
+	// bf16 too, and this is what it is measured on.
 	wantPrecision := "int8 decoder weights (q8, blocks of 32), f32 compute"
-	if native.AMXAvailable() {
+	switch native.FastMatmul() {
+	case native.MatmulAMX:
 		wantPrecision = "int8 decoder weights (q8, blocks of 32); prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
+	case native.MatmulAVX512BF16:
+		wantPrecision = "int8 decoder weights (q8, blocks of 32); prefill and vision in bf16 on AVX512-BF16 with f32 sums, decode f32 compute"
 	}
 	if got := q8.Info().Precision; got != wantPrecision {
 		t.Errorf("q8 engine reports precision %q, want %q", got, wantPrecision)
