@@ -18,7 +18,8 @@
 #            entry once, one after the other, each as its own process under
 #            flock --lock and /usr/bin/time (peak RSS); appends to OUT/results.tsv
 #   summary  medians per configuration and same-round ratios against --reference,
-#            written to OUT/summary.md
+#            written to OUT/summary.md, with the CPU model and each row's kernel set
+#            (OUT/machine.tsv, written by run)
 #
 # Options (defaults in brackets):
 #   --work DIR        sources, builds, models, binaries [${TMPDIR:-/tmp}/la-ggml-bench]
@@ -235,6 +236,34 @@ run_port() {
 	field grid "$log" >"$out/grid"
 	field prompt_tokens "$log" >"$out/prompt_tokens"
 	row "$r" "$c" "$v" "$p" "$d" "$(field peak_rss_kb "$log")" "$(field wall_s "$log")"
+	machine_row "$r" "$c" "ggml $variant build (GGML_NATIVE$([[ $variant == llamafile ]] && echo ', LLAMAFILE'))"
+}
+
+# cpu_model: the CPU's model name and the instruction sets the engines choose among.
+cpu_model() {
+	local name flags f have=()
+	name=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+	flags=" $(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1) "
+	for f in avx2 avx512f avx512_bf16 avx512_vnni amx_tile amx_bf16; do
+		[[ $flags == *" $f "* ]] && have+=("$f")
+	done
+	[[ $flags == *" amx_tile "* ]] || have+=("no AMX")
+	echo "${name:-unknown CPU} (${have[*]})"
+}
+
+# kernels_of LOG: the kernel sets a `worker bench` log names: its decode kernels and its
+# prefill/vision products.
+kernels_of() {
+	local d p
+	d=$(sed -n 's/^backend .*decode kernels \([^,]*\),.*/\1/p' "$1" | head -n 1)
+	p=$(sed -n 's/^backend .*prefill\/vision products \(.*\)$/\1/p' "$1" | head -n 1)
+	echo "decode ${d:-?}, prefill/vision ${p:-?}"
+}
+
+# machine_row ROUND CONFIG KERNELS: one line of machine.tsv, which summary reads.
+machine_row() {
+	[[ -s $out/machine.tsv ]] || printf 'round\tconfig\tcpu\tkernels\n' >"$out/machine.tsv"
+	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(cpu_model)" "$3" >>"$out/machine.tsv"
 }
 
 # run_ours ROUND NAME: one `worker bench` run of our engine (a warm-up, then one timed
@@ -256,6 +285,7 @@ run_ours() {
 	((dry)) && return
 	row "$r" "$n" "$(ms_of vision "$log")" "$(ms_of prefill "$log")" "$(ms_of decode "$log")" \
 		"$(field peak_rss_kb "$log")" "$(field wall_s "$log")"
+	machine_row "$r" "$n" "$(kernels_of "$log")"
 }
 
 # row ROUND CONFIG VISION PREFILL DECODE RSS_KB WALL: one line of results.tsv.

@@ -524,3 +524,52 @@ func (r *reader) next(n int) []byte { r.pos += n; return r.b[r.pos-n : r.pos] }
 func (r *reader) u32() uint32       { return binary.LittleEndian.Uint32(r.next(4)) }
 func (r *reader) u64() uint64       { return binary.LittleEndian.Uint64(r.next(8)) }
 func (r *reader) str() string       { return string(r.next(int(r.u64()))) }
+
+// TestMachineColumns: compare.sh names the CPU (model and the instruction sets the engines
+// choose among) and each of our rows' kernel sets from its `worker bench` log, and the
+// summary prints the CPU above the table and the kernel set of every configuration.
+func TestMachineColumns(t *testing.T) {
+	cpuLine := sourced(t, "cpu_model")
+	if cpuLine == "" || !strings.Contains(cpuLine, "(") {
+		t.Errorf("cpu_model = %q, want the model name and its instruction sets", cpuLine)
+	}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil && !strings.Contains(string(data), "amx_tile") &&
+		!strings.Contains(cpuLine, "no AMX") {
+		t.Errorf("cpu_model = %q on a CPU without AMX, want it said", cpuLine)
+	}
+	log := filepath.Join(t.TempDir(), "bench.log")
+	text := "checkpoint  x\nbackend     cpu, decode kernels avx512, 2 threads, 1 runs (median), resident weights true, decoder weights q8, prefill/vision products avx512bf16\n"
+	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sourced(t, "kernels_of "+log), "decode avx512, prefill/vision avx512bf16"; got != want {
+		t.Errorf("kernels_of = %q, want %q", got, want)
+	}
+
+	dir := t.TempDir()
+	tsv, machine := filepath.Join(dir, "results.tsv"), filepath.Join(dir, "machine.tsv")
+	rows := "round\tconfig\tvision_ms\tprefill_ms\tdecode_ms\ttokens\tthreads\tpeak_rss_kb\twall_s\n" +
+		"1\tours\t20000\t20000\t20000\t64\t2\t12000000\t70\n" +
+		"1\tport\t40000\t40000\t40000\t64\t2\t6000000\t130\n"
+	mach := "round\tconfig\tcpu\tkernels\n" +
+		"1\tours\tAMD EPYC 9B45 (avx512_bf16 no AMX)\tdecode avx512, prefill/vision avx512bf16\n" +
+		"1\tport\tAMD EPYC 9B45 (avx512_bf16 no AMX)\tggml default build (GGML_NATIVE)\n"
+	for f, s := range map[string]string{tsv: rows, machine: mach} {
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command("python3", "summarize.py", "--reference", "ours", tsv).CombinedOutput()
+	if err != nil {
+		t.Fatalf("summarize.py: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"CPU: AMD EPYC 9B45 (avx512_bf16 no AMX)\n",
+		"| 1.00 | 1.00 | 1.00 | 1.00 | decode avx512, prefill/vision avx512bf16 |",
+		"| 2.00 | 2.00 | 2.00 | 2.00 | ggml default build (GGML_NATIVE) |",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -9,11 +9,17 @@ time in the same round (above 1: slower than the reference), and the table gives
 median of those ratios over the rounds both ran in: on a shared machine the load moves
 between rounds, and a ratio taken within one round cancels most of it.
 
+When machine.tsv lies next to results.tsv (compare.sh's run writes it: round, config,
+cpu, kernels), the summary first names the CPU model(s) and the table ends with each
+configuration's kernel set (the decode kernels and prefill/vision products `worker bench`
+reported, or the ggml build), so a table always says what ran where.
+
 Only the standard library: it runs wherever compare.sh runs.
 """
 
 import argparse
 import csv
+import os
 import statistics
 import sys
 
@@ -62,16 +68,39 @@ def summarise(rows, reference):
     return out
 
 
-def markdown(summary, reference):
+def read_machine(results):
+    """Returns ({config: kernel sets in order}, [CPU models in order]) from machine.tsv
+    next to results, or None when there is none."""
+    path = os.path.join(os.path.dirname(os.path.abspath(results)), "machine.tsv")
+    if not os.path.exists(path):
+        return None
+    kernels, cpus = {}, []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f, delimiter="\t"):
+            ks = kernels.setdefault(r["config"], [])
+            if r["kernels"] not in ks:
+                ks.append(r["kernels"])
+            if r["cpu"] not in cpus:
+                cpus.append(r["cpu"])
+    return kernels, cpus
+
+
+def markdown(summary, reference, machine=None):
     head = ["configuration", "runs"] + [t for _, t, _ in STAGES] + ["peak RSS GB"]
     head += [f"{t.split()[0]} / {reference}" for _, t, _ in STAGES]
+    if machine:
+        head.append("kernels")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    if machine:
+        lines = [f"CPU: {c}" for c in machine[1]] + [""] + lines
     for c, n, med, ratios in summary:
         cells = [c, str(n)]
         for k, _, scale in STAGES:
             cells.append(f"{med[k] * scale:.1f}" if scale != 1.0 else f"{med[k]:.0f}")
         cells.append(f"{med['rss_gb']:.1f}")
         cells += [f"{ratios[k]:.2f}" if ratios[k] is not None else "-" for k, _, _ in STAGES]
+        if machine:
+            cells.append(" / ".join(machine[0].get(c, ["-"])))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -82,7 +111,8 @@ def main(argv):
     ap.add_argument("--reference", required=True, help="configuration the ratios are taken against")
     ap.add_argument("--markdown", help="also write the table to this file")
     args = ap.parse_args(argv)
-    table = markdown(summarise(read_rows(args.results), args.reference), args.reference)
+    table = markdown(summarise(read_rows(args.results), args.reference), args.reference,
+                     read_machine(args.results))
     sys.stdout.write(table)
     if args.markdown:
         with open(args.markdown, "w") as f:
