@@ -476,6 +476,15 @@ int cpu_amx_gemm_probe(cpu_matmul kind, la_dtype dtype, const void *w, int rows,
 int cpu_sgemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
                     float *y, int reps, double *best);
 
+/* The VNNI prototype (cpu_vnni_probe.c), measured by BenchmarkVNNI, not an engine path:
+ * cpu_vnni_matvec_gbps is a batch-1 product of int8-rounded activations and q8 weights
+ * with VPDPBUSD (GB/s of weights, best of reps), cpu_vnni_inner_gmacs the int8 and the
+ * AVX512_BF16 GEMM inner loops in L1 (G multiply-adds/s on one core); -1 without VNNI. */
+int cpu_vnni_available(void);
+int cpu_vnni_matvec_gbps(const void *w, int rows, int cols, int mats, const float *x, float *y,
+                         int threads, int reps, double *gbps);
+int cpu_vnni_inner_gmacs(int reps, double *vnni, double *bf16);
+
 /* Multi-head attention over float32 rows: out[i, h] = softmax(scale * q[i, h] . k[j, g]) v[j, g]
  * for query rows i < n_q and key rows j < n_k, where key/value head g = h / (heads /
  * kv_heads). Causal masks keys past q_offset + i (the query's own position). Runs through
