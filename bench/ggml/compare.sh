@@ -256,7 +256,7 @@ cpu_model() {
 kernels_of() {
 	local d p
 	d=$(sed -n 's/^backend .*decode kernels \([^,]*\),.*/\1/p' "$1" | head -n 1)
-	p=$(sed -n 's/^backend .*prefill\/vision products \(.*\)$/\1/p' "$1" | head -n 1)
+	p=$(sed -n 's/^backend .*prefill\/vision products \([^,]*\).*/\1/p' "$1" | head -n 1)
 	echo "decode ${d:-?}, prefill/vision ${p:-?}"
 }
 

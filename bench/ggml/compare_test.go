@@ -538,7 +538,7 @@ func TestMachineColumns(t *testing.T) {
 		t.Errorf("cpu_model = %q on a CPU without AMX, want it said", cpuLine)
 	}
 	log := filepath.Join(t.TempDir(), "bench.log")
-	text := "checkpoint  x\nbackend     cpu, decode kernels avx512, 2 threads, 1 runs (median), resident weights true, decoder weights q8, prefill/vision products avx512bf16\n"
+	text := "checkpoint  x\nbackend     cpu, decode kernels avx512, 2 threads, 1 runs (median), resident weights true, decoder weights q8, prefill/vision products avx512bf16, KV cache 512 positions per sequence\n"
 	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
