@@ -37,7 +37,8 @@ type queueView struct {
 	trend   map[string][]int
 	flight  int
 	batches map[string]int
-	partial bool // the batch counts stopped at maxScan
+	partial bool      // the batch counts stopped short: at maxScan, or out of time
+	scanAt  time.Time // the next scan of the job messages; the counts per batch wait till then
 	err     error
 }
 
@@ -109,11 +110,19 @@ func (q *queueView) refresh(ctx context.Context) error {
 		return fmt.Errorf("consumer %s: %w", jobs.ConsumerName, err)
 	}
 	q.flight = ci.NumAckPending
+	if time.Now().Before(q.scanAt) {
+		return nil
+	}
+	// The scan reads every job message: a long queue makes it slow, so it is repeated
+	// less often then (ten times its own length apart at least), keeping its share of
+	// the server's time small.
+	began := time.Now()
 	batches, partial, err := pendingByBatch(ctx, st, info.State.FirstSeq, info.State.Msgs)
 	if err != nil {
 		return err
 	}
 	q.batches, q.partial = batches, partial
+	q.scanAt = time.Now().Add(max(q.every, 10*time.Since(began)))
 	return nil
 }
 
@@ -134,6 +143,9 @@ func pendingByBatch(ctx context.Context, st jetstream.Stream, first, msgs uint64
 		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(jobs.JobSubjectPrefix+">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return out, false, nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return out, true, nil // out of time: what was counted, said to be partial
 		}
 		if err != nil {
 			return out, false, fmt.Errorf("read %s at sequence %d: %w", jobs.JobsStream, seq, err)

@@ -31,7 +31,7 @@ import (
 )
 
 // Usage is the command line of `worker loadtest`.
-const Usage = "usage: worker loadtest [--chips 1,4] [--batch 1,8] [--jobs 64] [--images DIR] [--overlay] [--overlay-format png|jpeg] [--query Q]"
+const Usage = "usage: worker loadtest [--chips 1,4] [--batch 1,8] [--jobs 64] [--images DIR] [--overlay] [--overlay-format png|jpeg] [--query Q] [--console [--console-every 1s]]"
 
 // Env is what the command runs with.
 type Env struct {
@@ -50,6 +50,9 @@ type options struct {
 	format  overlay.Format
 	query   string
 	stall   time.Duration
+	// console: a browser polls the web console every consoleEvery during each scenario.
+	console      bool
+	consoleEvery time.Duration
 }
 
 // run is one invocation: the flags, the loaded configuration every scenario starts from,
@@ -75,6 +78,7 @@ type Report struct {
 	Overlay                       bool      `json:"overlay"`
 	OverlayFormat                 string    `json:"overlay_format,omitempty"`
 	Query                         string    `json:"query"`
+	Console                       bool      `json:"console,omitempty"` // a browser polled the web console (--console)
 	Scenarios                     []Outcome `json:"scenarios"`
 }
 
@@ -126,6 +130,9 @@ func Run(ctx context.Context, args []string, base config.Worker, env Env) error 
 		overlayNote = "overlay " + string(o.format)
 	}
 	fmt.Fprintf(out, "jobs: %d per scenario, %s, query %q, %s\n", o.jobs, imagesNote, o.query, overlayNote)
+	if o.console {
+		fmt.Fprintf(out, "console: served, and polled every %s as an open browser would\n", o.consoleEvery)
+	}
 
 	var outcomes []Outcome
 	for _, s := range scenarios(o) {
@@ -135,12 +142,17 @@ func Run(ctx context.Context, args []string, base config.Worker, env Env) error 
 			fmt.Fprintln(out, " failed")
 			return fmt.Errorf("loadtest: %w", err)
 		}
-		fmt.Fprintf(out, " %.2f jobs/s\n", res.JobsPerS)
+		if o.console {
+			fmt.Fprintf(out, " %.2f jobs/s (%d console requests, %d failed, %.1f ms mean)\n", res.JobsPerS,
+				res.ConsoleRequests, res.ConsoleFailed, res.ConsoleMeanMS)
+		} else {
+			fmt.Fprintf(out, " %.2f jobs/s\n", res.JobsPerS)
+		}
 		outcomes = append(outcomes, res)
 	}
 	writeTable(out, outcomes)
 	rep := report(outcomes, c)
-	rep.Images, rep.Overlay, rep.Query = imagesNote, o.overlay, o.query
+	rep.Images, rep.Overlay, rep.Query, rep.Console = imagesNote, o.overlay, o.query, o.console
 	if o.overlay {
 		rep.OverlayFormat = string(o.format)
 	}
@@ -216,6 +228,8 @@ func newFlagSet(base config.Worker) (*flag.FlagSet, *options, *flagValues) {
 	fs.StringVar(&v.format, "overlay-format", string(overlay.PNG), "the overlays' encoding, png or jpeg")
 	fs.StringVar(&o.query, "query", "person</c>car</c>bicycle", "the query of every job")
 	fs.DurationVar(&o.stall, "stall", 2*time.Minute, "give up when no result arrives for this long")
+	fs.BoolVar(&o.console, "console", false, "serve the web console and poll it as an open browser would (overview, batches and a gallery page every --console-every; each thumbnail once)")
+	fs.DurationVar(&o.consoleEvery, "console-every", time.Second, "how often the browser of --console asks")
 	return fs, o, v
 }
 
@@ -237,7 +251,7 @@ func parseFlags(args []string, base config.Worker) (options, error) {
 	if o.batches, err = intList("--batch", v.batches, 1, config.MaxBatchLimit); err != nil {
 		return *o, err
 	}
-	if o.jobs < 1 || o.stall <= 0 || strings.TrimSpace(o.query) == "" {
+	if o.jobs < 1 || o.stall <= 0 || o.consoleEvery <= 0 || strings.TrimSpace(o.query) == "" {
 		return *o, cli.UsageError{Err: fmt.Errorf("--jobs %d and --stall %s must be positive and --query not empty\n%s", o.jobs, o.stall, Usage)}
 	}
 	return *o, nil

@@ -86,6 +86,33 @@ func TestLoadtestReportsEveryScenario(t *testing.T) {
 	}
 }
 
+// TestLoadtestPollsTheConsole: with --console every scenario runs with the web console
+// served and a browser polling it (the gallery's thumbnails included); the
+// requests are counted in the report and none fails.
+func TestLoadtestPollsTheConsole(t *testing.T) {
+	var out bytes.Buffer
+	err := Run(context.Background(), []string{"--jobs", "6", "--chips", "1", "--batch", "2", "--console", "--console-every", "200ms"},
+		baseConfig(t), Env{Stdout: &out, WorkDir: "../.."})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var rep Report
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Console || len(rep.Scenarios) != 2 {
+		t.Fatalf("report %+v: want two scenarios with the console", rep)
+	}
+	for _, o := range rep.Scenarios {
+		// at least the first round: overview, batches and the gallery page
+		if o.Failed != 0 || o.ConsoleRequests < 3 || o.ConsoleFailed != 0 {
+			t.Errorf("scenario %s: %d jobs failed, %d console requests, %d failed; want none failed and requests made",
+				o.Scenario, o.Failed, o.ConsoleRequests, o.ConsoleFailed)
+		}
+	}
+}
+
 // TestFramesAre1080pJPEGs: photographs of other sizes become 1920x1080 JPEGs; a 1080p JPEG
 // is used as it is.
 func TestFramesAre1080pJPEGs(t *testing.T) {
@@ -120,7 +147,7 @@ func TestFramesAre1080pJPEGs(t *testing.T) {
 
 func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"--chips", "0"}, {"--batch", "1,99"}, {"--overlay-format", "gif"}, {"--jobs", "0"}, {"extra"}, {"--images", "/nonexistent"}, {"--nope"},
+		{"--chips", "0"}, {"--batch", "1,99"}, {"--console-every", "0s"}, {"--overlay-format", "gif"}, {"--jobs", "0"}, {"extra"}, {"--images", "/nonexistent"}, {"--nope"},
 	} {
 		err := Run(context.Background(), args, baseConfig(t), Env{Stdout: &bytes.Buffer{}, WorkDir: "../.."})
 		if !cli.IsUsage(err) {

@@ -75,6 +75,13 @@ type Outcome struct {
 	// DeviceBoundJobsPerS is what the chips would do if the host were free: the cost model
 	// at the answers' mean length, with every decode step full (batch B).
 	DeviceBoundJobsPerS float64 `json:"device_bound_jobs_per_s"`
+
+	// With --console: the requests a browser open on the console made during the run
+	// (overview, batches, the gallery's first page every second; each thumbnail once),
+	// those that failed, and their mean time.
+	ConsoleRequests int     `json:"console_requests,omitempty"`
+	ConsoleFailed   int     `json:"console_failed,omitempty"`
+	ConsoleMeanMS   float64 `json:"console_mean_ms,omitempty"`
 }
 
 // arrival is one result message and when it came.
@@ -145,7 +152,19 @@ func (r *run) runScenario(ctx context.Context, s scenario) (Outcome, error) {
 	}
 	defer cc.Stop()
 
-	return r.measure(ctx, s, js, batch, meters, arrivals)
+	if !r.o.console {
+		return r.measure(ctx, s, js, batch, meters, arrivals)
+	}
+	page := &browser{base: "http://" + cfg.HTTP.Addr, batch: batch, every: r.o.consoleEvery}
+	pctx, stopPage := context.WithCancel(ctx)
+	pageDone := make(chan struct{})
+	go func() { defer close(pageDone); page.run(pctx) }()
+	o, err := r.measure(ctx, s, js, batch, meters, arrivals)
+	stopPage()
+	<-pageDone
+	o.ConsoleRequests, o.ConsoleFailed, o.ConsoleMeanMS = page.summary()
+	o.ConsoleMeanMS = round(o.ConsoleMeanMS, 1)
+	return o, err
 }
 
 // workerConfig is the loaded configuration with the scenario's settings and a private,
@@ -165,6 +184,13 @@ func (r *run) workerConfig(s scenario, dir string) (config.Worker, error) {
 	cfg.NATS = config.NATS{Timeout: cfg.NATS.Timeout} // its own server: no credentials, no TLS
 	cfg.Embedded.Listen = addr
 	cfg.HTTP.Addr, cfg.Observe.MetricsAddr = "off", "off"
+	cfg.Console.Mode = "off"
+	if r.o.console { // /predict on loopback, to serve the console the browser polls
+		if cfg.HTTP.Addr, err = freeport.Addr(); err != nil {
+			return cfg, err
+		}
+		cfg.Console.Mode = "on"
+	}
 	cfg.Storage.FileRoots, cfg.Storage.OutputRoots = []string{r.frames.dir}, nil
 	if err := cfg.Finish(dir); err != nil {
 		return cfg, fmt.Errorf("%s: worker configuration: %w", s.name, err)
