@@ -63,7 +63,8 @@ enum {
     MR_PLAIN = 4,
     NR_PLAIN = 16,
     NR_MAX = 32,
-    F32_SMALL_ROWS = 16, /* default of f32_small_rows (docs/cpu-backend.md measures it) */
+    F32_SMALL_ROWS = 32, /* default of f32_small_rows (docs/cpu-backend.md measures it) */
+    F32_ALONE_MACS = 1 << 16, /* products this small run on the calling thread alone */
 };
 
 /* ---- levels ------------------------------------------------------------------------- */
@@ -855,9 +856,15 @@ void cpu_f32_gemm(const cpu_f32 *g, cpu_pool *pool, const cpu_f32_product *p) {
             memset(p->y + (size_t)i * p->ldy, 0, (size_t)p->N * sizeof(float));
         return;
     }
+    /* Waking the pool costs more than a product of a few microseconds (attention of short
+     * prompts, small models); those run here, as one thread's share of the whole. */
+    const int alone = (double)p->n * (double)p->N * (double)p->K < (double)F32_ALONE_MACS;
     if (!p->b_kn && p->n <= g->small_rows) {
         small_task t = {g->level, p};
-        cpu_pool_run(pool, small_slice, &t);
+        if (alone)
+            small_slice(&t, 0, 1);
+        else
+            cpu_pool_run(pool, small_slice, &t);
         return;
     }
     const int NR = level_nr(g->level), MR = level_mr(g->level);
@@ -865,7 +872,10 @@ void cpu_f32_gemm(const cpu_f32 *g, cpu_pool *pool, const cpu_f32_product *p) {
     /* Panels go round when every thread gets a few; otherwise rows do (each thread then
      * packs all of B, which is small in exactly that case). */
     gemm_task t = {g, p, panels < 2 * pool->nthreads && blocks > panels};
-    cpu_pool_run(pool, gemm_slice, &t);
+    if (alone)
+        gemm_slice(&t, 0, 1);
+    else
+        cpu_pool_run(pool, gemm_slice, &t);
 }
 
 /* ---- probe -------------------------------------------------------------------------- */
