@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/jobs"
+	"github.com/locateanything/detect/storage"
 )
 
 // CleanFilter picks the results whose stored files Clean removes: those of one batch, or
@@ -30,8 +31,10 @@ type CleanReport struct {
 }
 
 // Clean removes what workers stored for the chosen results, on file:// and s3:// alike:
-// each result's JSON (<output>/<id>.json), its overlay (<id>.png or <id>.jpg) and a
-// dead-lettered job's spilled bytes (<id>.job.json). Without apply it only lists them.
+// each result's JSON (<output>/<id>.json), its overlay (<id>.png or <id>.jpg), a
+// dead-lettered job's spilled bytes (<id>.job.json) and the web console's thumbnail
+// (<id>.thumb.jpg). Only the files that exist are listed, counted and removed: most
+// results have no spilled job and no thumbnail. Without apply it only lists them.
 // It removes nothing else: a URL a result names that is not one of these files of its
 // own job is left alone, and so are the result messages in LA_RESULTS (they age out
 // after LA_RESULTS_MAX_AGE) and the copies a run wrote into its output directory.
@@ -60,10 +63,18 @@ func (a *Admin) Clean(ctx context.Context, f CleanFilter, apply bool) (CleanRepo
 		}
 		rep.Results++
 		for _, u := range artifacts(r) {
-			if !seen[u] {
-				seen[u] = true
-				rep.Objects = append(rep.Objects, u)
+			if seen[u] {
+				continue
 			}
+			seen[u] = true
+			_, err := a.store.Stat(ctx, u)
+			switch {
+			case errors.Is(err, storage.ErrNotFound):
+				continue // never stored (no spilled job, no thumbnail) or already removed
+			case err != nil:
+				return fmt.Errorf("clean: look for %s: %w", u, err)
+			}
+			rep.Objects = append(rep.Objects, u)
 		}
 		return nil
 	})
