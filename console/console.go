@@ -8,8 +8,8 @@
 // signed in with LA_CONSOLE_TOKEN, a CSRF header and a same-origin request. Pictures are
 // read only through the storage layer (its roots and S3 credentials), from the URLs the
 // results name, never from a path in the request. Thumbnails are made on demand, one at a
-// time, on the request's goroutine (never the chip's thread), and cached in storage next
-// to the overlay.
+// time, on a thread of their own at the lowest priority (never a chip's thread), and
+// cached in storage next to the overlay.
 //
 // Lifecycle: New (the handler answers 503 until Start), Start once NATS is connected, and
 // the context given to Start ends the goroutines it started (its done channel closes).
@@ -52,13 +52,14 @@ type Options struct {
 
 // Console serves the page and its API. Create it with New.
 type Console struct {
-	cfg     Config
-	opts    Options
-	log     *slog.Logger
-	idx     *index
-	handler http.Handler
-	thumbs  chan struct{} // a slot per thumbnail being made: bounds their CPU
-	session *sessions
+	cfg       Config
+	opts      Options
+	log       *slog.Logger
+	idx       *index
+	handler   http.Handler
+	thumbs    chan struct{}     // a slot per thumbnail being made: one at a time
+	thumbReqs chan thumbRequest // to the thumbnail goroutine (thumbMaker)
+	session   *sessions
 
 	nats atomic.Pointer[backend] // nil until Start
 }
@@ -87,9 +88,10 @@ func New(cfg Config, opts Options) (*Console, error) {
 	}
 	c := &Console{
 		cfg: cfg, opts: opts, log: opts.Logger,
-		idx:     newIndex(opts.MaxResults),
-		thumbs:  make(chan struct{}, 1),
-		session: newSessions(),
+		idx:       newIndex(opts.MaxResults),
+		thumbs:    make(chan struct{}, 1),
+		thumbReqs: make(chan thumbRequest),
+		session:   newSessions(),
 	}
 	c.handler = c.routes()
 	return c, nil
@@ -98,8 +100,8 @@ func New(cfg Config, opts Options) (*Console, error) {
 // Handler serves everything under Prefix; mount it there.
 func (c *Console) Handler() http.Handler { return c.handler }
 
-// Start connects the console to NATS: it starts following LA_RESULTS into the index, on
-// a goroutine that ends with ctx (done is closed then).
+// Start connects the console to NATS: it starts following LA_RESULTS into the index, and
+// the thumbnail maker, on goroutines that end with ctx (done is closed once both have).
 func (c *Console) Start(ctx context.Context, js jetstream.JetStream, state *jobs.StateStore) (done <-chan struct{}, err error) {
 	if js == nil || state == nil {
 		return nil, errors.New("console: Start needs JetStream and the state store")
@@ -112,9 +114,18 @@ func (c *Console) Start(ctx context.Context, js jetstream.JetStream, state *jobs
 	if !c.nats.CompareAndSwap(nil, b) {
 		return nil, errors.New("console: Start called twice")
 	}
-	d := make(chan struct{})
+	d, thumbsDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(thumbsDone)
+		thumbMaker(ctx, c.thumbReqs, func(err error) {
+			if err != nil {
+				c.log.Warn("console: thumbnails are made at normal priority", "err", err)
+			}
+		})
+	}()
 	go func() {
 		defer close(d)
+		defer func() { <-thumbsDone }()
 		for ctx.Err() == nil {
 			err := follow(ctx, js, c.opts.Store, c.idx, c.opts.OpTimeout, func(err error) {
 				c.log.Debug("console: reading results", "err", err)

@@ -131,8 +131,8 @@ func (c *Console) pictureError(w http.ResponseWriter, r *http.Request, id string
 	c.writeErr(w, r, err)
 }
 
-// thumbnail is p's thumbnail: the stored one, or one made now, one at a time (c.thumbs),
-// and stored for next time (best effort: a storage that refuses the write costs a remake).
+// thumbnail is p's thumbnail: the stored one, or one made now, one at a time (c.thumbs)
+// on the thumbnail goroutine's low-priority thread, and stored for next time (best effort: a storage that refuses the write costs a remake).
 func (c *Console) thumbnail(ctx context.Context, p picture) ([]byte, error) {
 	if p.thumb != "" {
 		if b, err := c.opts.Store.Get(ctx, p.thumb, maxThumbBytes); err == nil {
@@ -154,7 +154,7 @@ func (c *Console) thumbnail(ctx context.Context, p picture) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	thumb, err := makeThumb(src)
+	thumb, err := c.makeThumbLow(ctx, src)
 	if err != nil {
 		return nil, err
 	}

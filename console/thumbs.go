@@ -1,0 +1,52 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+)
+
+// thumbRequest is one picture to make a thumbnail of, and where the answer goes.
+type thumbRequest struct {
+	src []byte
+	out chan<- thumbResult
+}
+
+type thumbResult struct {
+	data []byte
+	err  error
+}
+
+// thumbMaker makes thumbnails on one goroutine locked to its own OS thread, which runs at
+// the lowest scheduling priority (lowerThreadPriority): when the CPUs are busy with the
+// chips' host work, decoding and scaling pictures for the console waits, not the jobs. It
+// ends with ctx; the thread ends with it.
+func thumbMaker(ctx context.Context, requests <-chan thumbRequest, lowered func(error)) {
+	runtime.LockOSThread() // never unlocked: the lowered thread goes when the goroutine does
+	lowered(lowerThreadPriority())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-requests:
+			data, err := makeThumb(r.src)
+			r.out <- thumbResult{data: data, err: err}
+		}
+	}
+}
+
+// makeThumbLow hands src to the thumbnail goroutine and waits for its answer.
+func (c *Console) makeThumbLow(ctx context.Context, src []byte) ([]byte, error) {
+	out := make(chan thumbResult, 1)
+	select {
+	case c.thumbReqs <- thumbRequest{src: src, out: out}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting to make a thumbnail: %w", ctx.Err())
+	}
+	select {
+	case r := <-out:
+		return r.data, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("making a thumbnail: %w", ctx.Err())
+	}
+}
