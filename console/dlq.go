@@ -58,7 +58,7 @@ func (d *dlqView) forget() {
 // readDLQ reads every record of LA_DLQ and keeps the latest per job.
 func readDLQ(ctx context.Context, js jetstream.JetStream) ([]dlqEntry, error) {
 	latest := map[string]dlqEntry{}
-	err := readAll(ctx, js, jobs.DLQStream, jobs.DLQSubjectPrefix+">", func(m jetstream.Msg) error {
+	err := jobs.ReadStream(ctx, js, jobs.DLQStream, jobs.DLQSubjectPrefix+">", func(m jetstream.Msg) error {
 		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("read %s: %w", jobs.DLQStream, err)
@@ -83,41 +83,4 @@ func readDLQ(ctx context.Context, js jetstream.JetStream) ([]dlqEntry, error) {
 	}
 	slices.SortFunc(out, func(a, b dlqEntry) int { return cmp.Compare(a.seq, b.seq) })
 	return out, nil
-}
-
-// readAll calls fn for every message of stream on subject, oldest first, through an
-// ordered consumer, and returns when it has read what the stream held when it started.
-func readAll(ctx context.Context, js jetstream.JetStream, stream, subject string, fn func(jetstream.Msg) error) error {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	if info.NumPending == 0 {
-		return nil // nothing to read: Next would wait for a message that never comes
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	defer it.Stop()
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", stream, err)
-		}
-		if err := fn(msg); err != nil {
-			return err
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("read %s: %w", stream, err)
-		}
-		if md.NumPending == 0 {
-			return nil
-		}
-	}
 }

@@ -164,31 +164,14 @@ func pendingByBatch(ctx context.Context, st jetstream.Stream, first, msgs uint64
 
 // queuedOf calls fn with every decodable job of batch still in LA_JOBS.
 func queuedOf(ctx context.Context, js jetstream.JetStream, batch string, fn func(*jobs.Job) error) error {
-	st, err := js.Stream(ctx, jobs.JobsStream)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", jobs.JobsStream, err)
-	}
-	for seq := uint64(1); ; {
-		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(jobs.JobSubjectPrefix+">"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s at sequence %d: %w", jobs.JobsStream, seq, err)
-		}
-		seq = msg.Sequence + 1
-		j, err := jobs.DecodeJob(msg.Data)
-		if err != nil || j == nil {
-			continue
-		}
+	return jobs.QueuedJobs(ctx, js, func(j *jobs.Job, _ time.Time) error {
 		b := j.Batch
 		if b == "" {
 			b = jobs.DefaultBatch
 		}
-		if b == batch {
-			if err := fn(j); err != nil {
-				return err
-			}
+		if b != batch {
+			return nil
 		}
-	}
+		return fn(j)
+	})
 }

@@ -142,7 +142,7 @@ func (a *Admin) BatchStatus(ctx context.Context, batch string) (BatchStatus, err
 		return BatchStatus{}, &ArgumentError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	b := BatchStatus{Batch: batch, Results: map[jobs.Status]int{}}
-	err := a.queuedJobs(ctx, func(j *jobs.Job, _ time.Time) error {
+	err := jobs.QueuedJobs(ctx, a.js, func(j *jobs.Job, _ time.Time) error {
 		if j.Batch == batch || (j.Batch == "" && batch == jobs.DefaultBatch) {
 			b.InQueue++
 		}
@@ -152,7 +152,7 @@ func (a *Admin) BatchStatus(ctx context.Context, batch string) (BatchStatus, err
 		return b, err
 	}
 	latest := map[string]jobs.Status{}
-	err = readAll(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+batch+".>", func(m jetstream.Msg) error {
+	err = jobs.ReadStream(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+batch+".>", func(m jetstream.Msg) error {
 		var r jobs.Result
 		if err := json.Unmarshal(m.Data(), &r); err != nil {
 			return nil // not a result: nothing to count
@@ -198,7 +198,7 @@ func (a *Admin) CancelBatch(ctx context.Context, batch, reason string) (int, err
 		return 0, &ArgumentError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
 	}
 	n := 0
-	err := a.queuedJobs(ctx, func(j *jobs.Job, _ time.Time) error {
+	err := jobs.QueuedJobs(ctx, a.js, func(j *jobs.Job, _ time.Time) error {
 		if j.Batch != batch {
 			return nil
 		}
@@ -211,71 +211,6 @@ func (a *Admin) CancelBatch(ctx context.Context, batch, reason string) (int, err
 	return n, err
 }
 
-// queuedJobs calls fn for every decodable job message in LA_JOBS, oldest first, with the
-// time it was published. LA_JOBS
-// is a work queue, which allows no second consumer over all its subjects, so the messages
-// are read one by one with direct gets ("the next message at or after this sequence").
-func (a *Admin) queuedJobs(ctx context.Context, fn func(*jobs.Job, time.Time) error) error {
-	st, err := a.js.Stream(ctx, jobs.JobsStream)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", jobs.JobsStream, err)
-	}
-	for seq := uint64(1); ; {
-		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(jobs.JobSubjectPrefix+">"))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s at sequence %d: %w", jobs.JobsStream, seq, err)
-		}
-		seq = msg.Sequence + 1
-		j, err := jobs.DecodeJob(msg.Data)
-		if err != nil || j == nil {
-			continue // an invalid job: a worker will dead-letter it
-		}
-		if err := fn(j, msg.Time); err != nil {
-			return err
-		}
-	}
-}
-
-// readAll calls fn for every message of stream on subject, oldest first, through an
-// ordered consumer, and returns when it has read what the stream held when it started.
-func readAll(ctx context.Context, js jetstream.JetStream, stream, subject string, fn func(jetstream.Msg) error) error {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	if info.NumPending == 0 {
-		return nil // nothing to read: Next would wait for a message that never comes
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	defer it.Stop()
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", stream, err)
-		}
-		if err := fn(msg); err != nil {
-			return err
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("read %s: %w", stream, err)
-		}
-		if md.NumPending == 0 {
-			return nil
-		}
-	}
-}
-
 // DLQEntry is one record in LA_DLQ with its stream sequence and its job's batch.
 type DLQEntry struct {
 	Seq    uint64         `json:"seq"`
@@ -286,7 +221,7 @@ type DLQEntry struct {
 // DLQList returns every dead-letter record, oldest first.
 func (a *Admin) DLQList(ctx context.Context) ([]DLQEntry, error) {
 	var out []DLQEntry
-	err := readAll(ctx, a.js, jobs.DLQStream, jobs.DLQSubjectPrefix+">", func(m jetstream.Msg) error {
+	err := jobs.ReadStream(ctx, a.js, jobs.DLQStream, jobs.DLQSubjectPrefix+">", func(m jetstream.Msg) error {
 		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("read %s: %w", jobs.DLQStream, err)

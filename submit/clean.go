@@ -53,7 +53,7 @@ func (a *Admin) Clean(ctx context.Context, f CleanFilter, apply bool) (CleanRepo
 		return rep, errors.New("clean: storage is not configured (LA_S3_* or LA_FILE_ROOTS): the results' files cannot be reached")
 	}
 	seen := map[string]bool{}
-	err := readAll(ctx, a.js, jobs.ResultsStream, subject, func(m jetstream.Msg) error {
+	err := jobs.ReadStream(ctx, a.js, jobs.ResultsStream, subject, func(m jetstream.Msg) error {
 		var r jobs.Result
 		if err := json.Unmarshal(m.Data(), &r); err != nil || r.ID == "" {
 			return nil // not a result

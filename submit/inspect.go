@@ -49,7 +49,7 @@ func (a *Admin) Batches(ctx context.Context) ([]BatchStatus, error) {
 			b.Last = at
 		}
 	}
-	err := a.queuedJobs(ctx, func(j *jobs.Job, at time.Time) error {
+	err := jobs.QueuedJobs(ctx, a.js, func(j *jobs.Job, at time.Time) error {
 		b := get(j.Batch)
 		b.InQueue++
 		seen(b, at)
@@ -59,7 +59,7 @@ func (a *Admin) Batches(ctx context.Context) ([]BatchStatus, error) {
 		return nil, err
 	}
 	latest := map[string]map[string]jobs.Status{} // batch -> job -> its latest result
-	err = readAll(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+">", func(m jetstream.Msg) error {
+	err = jobs.ReadStream(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+">", func(m jetstream.Msg) error {
 		batch, _, _ := strings.Cut(strings.TrimPrefix(m.Subject(), jobs.ResultSubjectPrefix), ".")
 		var r struct {
 			ID     string      `json:"id"`
@@ -224,7 +224,7 @@ func (a *Admin) SourceJobs(ctx context.Context, src, dir, batch string) ([]strin
 	if batch != "" {
 		subject = jobs.ResultSubjectPrefix + batch + ".>"
 	}
-	err = readAll(ctx, a.js, jobs.ResultsStream, subject, func(m jetstream.Msg) error {
+	err = jobs.ReadStream(ctx, a.js, jobs.ResultsStream, subject, func(m jetstream.Msg) error {
 		var r struct {
 			ID    string `json:"id"`
 			Image string `json:"image"`
@@ -237,7 +237,7 @@ func (a *Admin) SourceJobs(ctx context.Context, src, dir, batch string) ([]strin
 	if err != nil {
 		return nil, err
 	}
-	err = a.queuedJobs(ctx, func(j *jobs.Job, _ time.Time) error {
+	err = jobs.QueuedJobs(ctx, a.js, func(j *jobs.Job, _ time.Time) error {
 		if (batch == "" || j.Batch == batch) && match(j.Image) {
 			add(j.ID)
 		}

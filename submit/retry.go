@@ -40,7 +40,7 @@ func (a *Admin) Retry(ctx context.Context, batch string) (RetryReport, error) {
 	}
 	latest := map[string]jobs.Status{}
 	var order []string
-	err := readAll(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+batch+".>", func(m jetstream.Msg) error {
+	err := jobs.ReadStream(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+batch+".>", func(m jetstream.Msg) error {
 		var r jobs.Result
 		if err := json.Unmarshal(m.Data(), &r); err != nil || r.ID == "" {
 			return nil // not a result: nothing to retry
