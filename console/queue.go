@@ -165,11 +165,7 @@ func pendingByBatch(ctx context.Context, st jetstream.Stream, first, msgs uint64
 // queuedOf calls fn with every decodable job of batch still in LA_JOBS.
 func queuedOf(ctx context.Context, js jetstream.JetStream, batch string, fn func(*jobs.Job) error) error {
 	return jobs.QueuedJobs(ctx, js, func(j *jobs.Job, _ time.Time) error {
-		b := j.Batch
-		if b == "" {
-			b = jobs.DefaultBatch
-		}
-		if b != batch {
+		if j.Batch != batch {
 			return nil
 		}
 		return fn(j)

@@ -48,7 +48,8 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream, subject str
 }
 
 // QueuedJobs calls fn for every decodable job message in LA_JOBS, oldest first, with the
-// time it was published. LA_JOBS is a work queue, which allows no second consumer over
+// time it was published and its batch named as the worker names it (DefaultBatch when the
+// message has none), so that a reader looking for batch "default" finds those jobs too. LA_JOBS is a work queue, which allows no second consumer over
 // all its subjects, so the messages are read one by one with direct gets ("the next
 // message at or after this sequence"); a message that is not a valid job is passed over
 // (a worker will dead-letter it).
@@ -69,6 +70,9 @@ func QueuedJobs(ctx context.Context, js jetstream.JetStream, fn func(*Job, time.
 		j, err := DecodeJob(msg.Data)
 		if err != nil || j == nil {
 			continue
+		}
+		if j.Batch == "" {
+			j.Batch = DefaultBatch
 		}
 		if err := fn(j, msg.Time); err != nil {
 			return err

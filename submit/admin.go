@@ -143,7 +143,7 @@ func (a *Admin) BatchStatus(ctx context.Context, batch string) (BatchStatus, err
 	}
 	b := BatchStatus{Batch: batch, Results: map[jobs.Status]int{}}
 	err := jobs.QueuedJobs(ctx, a.js, func(j *jobs.Job, _ time.Time) error {
-		if j.Batch == batch || (j.Batch == "" && batch == jobs.DefaultBatch) {
+		if j.Batch == batch {
 			b.InQueue++
 		}
 		return nil
