@@ -5,15 +5,14 @@ import (
 	"context"
 	"fmt"
 	"image"
-	_ "image/gif" // the input formats a job may name
 	"image/jpeg"
-	_ "image/png"
 	"net/http"
 	"strings"
 
 	"golang.org/x/image/draw"
-	_ "golang.org/x/image/webp"
 
+	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/imageproc"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/storage"
 )
@@ -172,18 +171,16 @@ var errNotPicture = fmt.Errorf("not a decodable PNG, JPEG, GIF or WebP: %w", sto
 // makeThumb scales the picture in src down to at most ThumbSize on its long side (never
 // up) and encodes it as JPEG.
 func makeThumb(src []byte) ([]byte, error) {
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(src))
+	// The worker's own decoder: libjpeg-turbo for JPEG, the size refused from the header
+	// before any pixel is decoded, a decoder's panic turned into an error.
+	img, _, err := imageproc.Decode(src, maxThumbPixels)
+	if ie, ok := engine.AsInputError(err); ok && ie.Code == engine.CodeImageTooLarge {
+		return nil, fmt.Errorf("too large for a thumbnail: %v: %w", err, storage.ErrTooLarge)
+	}
 	if err != nil {
 		return nil, errNotPicture
 	}
-	if cfg.Width <= 0 || cfg.Height <= 0 || int64(cfg.Width)*int64(cfg.Height) > maxThumbPixels {
-		return nil, fmt.Errorf("a picture of %dx%d pixels is too large for a thumbnail: %w", cfg.Width, cfg.Height, storage.ErrTooLarge)
-	}
-	img, _, err := image.Decode(bytes.NewReader(src))
-	if err != nil {
-		return nil, errNotPicture
-	}
-	w, h := cfg.Width, cfg.Height
+	w, h := img.Bounds().Dx(), img.Bounds().Dy()
 	if long := max(w, h); long > ThumbSize {
 		w, h = max(1, w*ThumbSize/long), max(1, h*ThumbSize/long)
 	}
