@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locateanything/detect/engine"
 )
 
 // WorkersBucket is the key-value bucket where every worker says, per chip, that it is
@@ -27,15 +29,15 @@ const (
 
 // Beat is one chip's heartbeat: the value of its entry in WorkersBucket.
 type Beat struct {
-	ID             string    `json:"id"` // the worker's name
-	Chip           int       `json:"chip"`
-	Engine         string    `json:"engine"` // cpu, ttnn or sim
-	Model          string    `json:"model"`
-	MaxBatch       int       `json:"max_batch"`
-	Running        int       `json:"running"`         // sequences decoding now
-	Waiting        int       `json:"waiting"`         // requests queued for the chip
-	BatchOccupancy float64   `json:"batch_occupancy"` // Running / MaxBatch
-	LastSeen       time.Time `json:"last_seen"`
+	ID             string             `json:"id"` // the worker's name
+	Chip           int                `json:"chip"`
+	Engine         engine.BackendKind `json:"engine"` // cpu, ttnn or sim
+	Model          string             `json:"model"`
+	MaxBatch       int                `json:"max_batch"`
+	Running        int                `json:"running"`         // sequences decoding now
+	Waiting        int                `json:"waiting"`         // requests queued for the chip
+	BatchOccupancy float64            `json:"batch_occupancy"` // Running / MaxBatch
+	LastSeen       time.Time          `json:"last_seen"`
 }
 
 // workersKV opens (creating or updating) the workers bucket.

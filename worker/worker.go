@@ -369,7 +369,7 @@ func (s *service) startConsole(context.Context) error {
 		out := make([]console.Beat, len(s.chips))
 		for i, c := range s.chips {
 			in := c.Engine().Info()
-			out[i] = console.Beat{ID: s.cfg.Runner.WorkerName, Chip: i, Engine: string(in.Backend), Model: in.Model,
+			out[i] = console.Beat{ID: s.cfg.Runner.WorkerName, Chip: i, Engine: in.Backend, Model: in.Model,
 				MaxBatch: maxBatch, Running: c.Running(), Waiting: c.Waiting()}
 		}
 		return out
