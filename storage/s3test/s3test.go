@@ -32,6 +32,7 @@ import (
 
 	"github.com/locateanything/detect/internal/freeport"
 	"github.com/locateanything/detect/internal/syncbuf"
+	"github.com/locateanything/detect/internal/tiedproc"
 )
 
 // InstallCommand is the command that builds the server binary these tests run.
@@ -229,13 +230,15 @@ func (s *Server) start() error {
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 	cmd.Stdout = out
 	cmd.Stderr = out
-	setDeathSignal(cmd) // a test binary killed by -timeout must not leave servers behind
-	if err := cmd.Start(); err != nil {
+	// Tied to this process: a test binary killed by -timeout leaves no server behind,
+	// and no other code's thread ending kills it early.
+	waited, err := tiedproc.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("run %s: %w", s.bin, err)
 	}
 	p := &process{cmd: cmd, exited: make(chan struct{}), output: out}
 	go func() {
-		p.err = cmd.Wait()
+		p.err = <-waited
 		close(p.exited)
 	}()
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/internal/syncbuf"
+	"github.com/locateanything/detect/internal/tiedproc"
 )
 
 // proc is one run of a subprocess: the worker, a nats-server or versitygw. Its stdout
@@ -54,14 +55,14 @@ func startProc(t testing.TB, name, dir, logPath string, env []string, bin string
 	cmd.Stderr = logFile
 	// The kernel kills the child when the test binary dies (a -timeout, a crash): no
 	// server outlives the suite.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	waited, err := tiedproc.Start(cmd)
+	if err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p.cmd, p.started = cmd, time.Now()
 	go func() {
-		p.waitErr = cmd.Wait()
+		p.waitErr = <-waited
 		p.state = cmd.ProcessState
 		fmt.Fprintf(logFile, "==== %s: %s exited: %v\n", time.Now().Format(time.RFC3339Nano), name, p.waitErr)
 		logFile.Close()
