@@ -17,17 +17,20 @@ func TestChildOutlivesTheCallersThread(t *testing.T) {
 	type child struct {
 		cmd    *exec.Cmd
 		exited <-chan error
+		reaped bool // its exit was already received
 	}
-	var children []child
+	var children []*child
 	defer func() {
 		for _, c := range children {
 			_ = c.cmd.Process.Kill()
-			<-c.exited
+			if !c.reaped {
+				<-c.exited
+			}
 		}
 	}()
 	for range 4 {
 		started := make(chan error, 1)
-		var c child
+		c := &child{}
 		go func() {
 			runtime.LockOSThread() // never unlocked: this thread ends with the goroutine
 			c.cmd = exec.Command("sleep", "60")
@@ -44,6 +47,7 @@ func TestChildOutlivesTheCallersThread(t *testing.T) {
 	for i, c := range children {
 		select {
 		case err := <-c.exited:
+			c.reaped = true
 			t.Fatalf("child %d died with the thread of the goroutine that started it: %v", i, err)
 		default:
 		}
