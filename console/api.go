@@ -217,13 +217,15 @@ type jobAnswer struct {
 	Job        json.RawMessage `json:"job"`
 	DeadLetter *jobs.DLQRecord `json:"dead_letter"`
 	State      *jobs.State     `json:"state"`
+	Queued     *queuedJob      `json:"queued"` // its message while still in LA_JOBS
 	Attempts   int             `json:"attempts"`
 	TimingMS   *jobs.JobTiming `json:"timing_ms"`
 	Picture    string          `json:"picture"`
 }
 
 // job is one job's result (whole: read from storage when the message was a reference),
-// dead-letter record and state.
+// dead-letter record, state, and its message while it is in LA_JOBS (then its state is
+// queued when the workers have written none yet).
 func (c *Console) job(ctx context.Context, b *backend, r *http.Request) (any, error) {
 	id := r.PathValue("id")
 	if !jobs.ValidResultID(id) {
@@ -263,8 +265,27 @@ func (c *Console) job(ctx context.Context, b *backend, r *http.Request) (any, er
 			a.Attempts = max(a.Attempts, st.Attempt)
 		}
 	}
+	q, unread, err := b.queued.lookup(ctx, b.js, id)
+	if err != nil {
+		return nil, err
+	}
+	if q != nil {
+		a.Queued = q
+		if a.Batch == "" {
+			a.Batch = q.batch
+		}
+		if q.data != nil {
+			a.Job = q.data
+		}
+		if a.State == nil { // published, not yet picked up: the workers write no state till then
+			a.State = &jobs.State{Status: jobs.StatusQueued, UpdatedAt: q.PublishedAt}
+		}
+	}
 	if res == nil && rec == nil && a.State == nil {
-		return nil, notFound("job %s is unknown: no result, no dead-letter record and no state (never published, or expired)", id)
+		if unread > 0 {
+			return nil, notFound("job %s is unknown: no result, no dead-letter record, no state, and not among the queued jobs read so far (%d messages of %s not read yet: ask again)", id, unread, jobs.JobsStream)
+		}
+		return nil, notFound("job %s is unknown: no result, no dead-letter record, no state, not queued (never published, or expired)", id)
 	}
 	return a, nil
 }

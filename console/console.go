@@ -66,10 +66,11 @@ type Console struct {
 
 // backend is what Start hands over.
 type backend struct {
-	js    jetstream.JetStream
-	state *jobs.StateStore
-	queue *queueView
-	dlq   *dlqView
+	js     jetstream.JetStream
+	state  *jobs.StateStore
+	queue  *queueView
+	dlq    *dlqView
+	queued *queuedIndex // the job messages' ids in LA_JOBS, for a job's page
 }
 
 // New builds a console that answers 503 to its API until Start.
@@ -106,9 +107,10 @@ func (c *Console) Start(ctx context.Context, js jetstream.JetStream, state *jobs
 	if js == nil || state == nil {
 		return nil, errors.New("console: Start needs JetStream and the state store")
 	}
+	queued := newQueuedIndex()
 	b := &backend{
-		js: js, state: state,
-		queue: &queueView{js: js, every: c.opts.Refresh},
+		js: js, state: state, queued: queued,
+		queue: &queueView{js: js, every: c.opts.Refresh, queued: queued},
 		dlq:   &dlqView{js: js, every: c.opts.Refresh / 2},
 	}
 	if !c.nats.CompareAndSwap(nil, b) {

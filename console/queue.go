@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,8 +27,9 @@ const maxScan = 200_000
 // when a page asks and the last answer is older than every: an idle console costs
 // nothing, an open one a few requests a second at most.
 type queueView struct {
-	js    jetstream.JetStream
-	every time.Duration
+	js     jetstream.JetStream
+	every  time.Duration
+	queued *queuedIndex // the scan of the job messages fills it too
 
 	mu      sync.Mutex // one refresh at a time; guards the fields below
 	at      time.Time
@@ -117,48 +117,45 @@ func (q *queueView) refresh(ctx context.Context) error {
 	// less often then (ten times its own length apart at least), keeping its share of
 	// the server's time small.
 	began := time.Now()
-	batches, partial, err := pendingByBatch(ctx, st, info.State.FirstSeq, info.State.Msgs)
+	batches, ids, through, partial, err := pendingByBatch(ctx, st, info.State.FirstSeq, info.State.Msgs, q.queued.key)
 	if err != nil {
 		return err
 	}
 	q.batches, q.partial = batches, partial
+	q.queued.scanned(ids, through)
 	q.scanAt = time.Now().Add(max(q.every, 10*time.Since(began)))
 	return nil
 }
 
 // pendingByBatch counts the job messages in LA_JOBS by batch, reading them by sequence
-// from first; a message that is no job counts for no batch.
-func pendingByBatch(ctx context.Context, st jetstream.Stream, first, msgs uint64) (map[string]int, bool, error) {
-	out := map[string]int{}
+// from first; a message that is no job counts for no batch. It also maps the id of each
+// message read (queuedIndex.key) to its sequence, through the last sequence it read.
+func pendingByBatch(ctx context.Context, st jetstream.Stream, first, msgs uint64, key func(string) uint64) (
+	batches map[string]int, ids map[uint64]uint64, through uint64, partial bool, err error) {
+	out, ids := map[string]int{}, map[uint64]uint64{}
 	if msgs == 0 {
-		return out, false, nil
-	}
-	var job struct {
-		Batch string `json:"batch"`
+		return out, ids, max(first, 1) - 1, false, nil // an empty stream's first is its last + 1
 	}
 	for seq, n := first, 0; ; n++ {
 		if n >= maxScan {
-			return out, true, nil
+			return out, ids, through, true, nil
 		}
 		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(jobs.JobSubjectPrefix+">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, false, nil
+			return out, ids, through, false, nil
 		}
 		if err != nil && ctx.Err() != nil {
-			return out, true, nil // out of time: what was counted, said to be partial
+			return out, ids, through, true, nil // out of time: what was counted, said to be partial
 		}
 		if err != nil {
-			return out, false, fmt.Errorf("read %s at sequence %d: %w", jobs.JobsStream, seq, err)
+			return out, ids, through, false, fmt.Errorf("read %s at sequence %d: %w", jobs.JobsStream, seq, err)
 		}
-		seq = msg.Sequence + 1
-		job.Batch = ""
-		if json.Unmarshal(msg.Data, &job) != nil {
-			continue
+		seq, through = msg.Sequence+1, msg.Sequence
+		id, batch, isJSON := jobKey(msg.Data, msg.Header, msg.Sequence)
+		ids[key(id)] = msg.Sequence
+		if isJSON {
+			out[batch]++
 		}
-		if job.Batch == "" {
-			job.Batch = jobs.DefaultBatch
-		}
-		out[job.Batch]++
 	}
 }
 

@@ -418,7 +418,7 @@
         h('p', { class: 'error', 'data-testid': 'view-error' }, e.status === 404 ? 'No job with this id.' : e.message));
     }
     const res = d.result || null;
-    const status = (res && res.status) || (d.job ? 'pending' : 'unknown');
+    const status = (res && res.status) || (d.state && d.state.status) || (d.job ? 'pending' : 'unknown');
     const batch = d.batch || (res && res.batch) || (d.job && d.job.batch) || '';
     const dets = (res && res.detections) || [];
     const points = (res && res.points) || [];
@@ -459,6 +459,8 @@
             h('dt', {}, 'Query'), h('dd', {}, (res && res.query) || (d.job && d.job.query) || '–'),
             h('dt', {}, 'Worker'), h('dd', {}, (res && res.worker) || '–'),
             h('dt', {}, 'Model'), h('dd', {}, (res && res.model) || '–'),
+            d.queued ? [h('dt', {}, 'In the queue'), h('dd', { 'data-testid': 'job-queued' },
+              `since ${fmtTime(d.queued.published_at)} (${d.queued.subject}, sequence ${d.queued.sequence})`)] : null,
             h('dt', {}, 'Finished'), h('dd', {}, res ? fmtTime(res.finished_at) : '–'),
             res && res.error ? [h('dt', {}, 'Error'), h('dd', { class: 'error', 'data-testid': 'job-error' }, res.error.message)] : null),
           h('h2', {}, 'Timing'),
