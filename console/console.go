@@ -60,6 +60,7 @@ type Console struct {
 	thumbs    chan struct{}     // a slot per thumbnail being made: one at a time
 	thumbReqs chan thumbRequest // to the thumbnail goroutine (thumbMaker)
 	session   *sessions
+	signIns   *signInLimiter // attempts to sign in with a token, per address and in all
 
 	nats atomic.Pointer[backend] // nil until Start
 }
@@ -93,6 +94,7 @@ func New(cfg Config, opts Options) (*Console, error) {
 		thumbs:    make(chan struct{}, 1),
 		thumbReqs: make(chan thumbRequest),
 		session:   newSessions(),
+		signIns:   newSignInLimiter(time.Now),
 	}
 	c.handler = c.routes()
 	return c, nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -121,10 +122,23 @@ func (c *Console) postSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "want a JSON body {\"token\": \"...\"}")
 		return
 	}
-	if c.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(body.Token), []byte(c.cfg.Token)) != 1 {
-		c.log.Info("console sign-in refused: wrong token", "remote", r.RemoteAddr) // never the token
-		writeError(w, http.StatusUnauthorized, "wrong token (LA_CONSOLE_TOKEN)")
-		return
+	if c.cfg.Token != "" {
+		// Every attempt is counted before the token is compared, and one past the limit
+		// is refused without comparing it, the right token too: a guesser learns nothing
+		// faster than the limit lets it ask.
+		if wait := c.signIns.take(r.RemoteAddr); wait > 0 {
+			secs := int((wait.Round(time.Millisecond) + time.Second - 1) / time.Second) // whole seconds, up
+			c.log.Info("console sign-in refused: too many attempts", "remote", r.RemoteAddr, "retry_after_s", secs)
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			writeError(w, http.StatusTooManyRequests, "too many sign-in attempts: try again in %d s", secs)
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(body.Token), []byte(c.cfg.Token)) != 1 {
+			c.log.Info("console sign-in refused: wrong token", "remote", r.RemoteAddr) // never the token
+			writeError(w, http.StatusUnauthorized, "wrong token (LA_CONSOLE_TOKEN)")
+			return
+		}
+		c.signIns.succeeded(r.RemoteAddr)
 	}
 	cookie, csrf := c.session.open()
 	http.SetCookie(w, &http.Cookie{
