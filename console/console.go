@@ -57,7 +57,7 @@ type Console struct {
 	log       *slog.Logger
 	idx       *index
 	handler   http.Handler
-	thumbs    chan struct{}     // a slot per thumbnail being made: one at a time
+	thumbs    chan struct{}     // held for a thumbnail's whole making (see thumbnail): one at a time
 	thumbReqs chan thumbRequest // to the thumbnail goroutine (thumbMaker)
 	session   *sessions
 	signIns   *signInLimiter // attempts to sign in with a token, per address and in all

@@ -132,6 +132,10 @@ func (c *Console) pictureError(w http.ResponseWriter, r *http.Request, id string
 
 // thumbnail is p's thumbnail: the stored one, or one made now, one at a time (c.thumbs)
 // on the thumbnail goroutine's low-priority thread, and stored for next time (best effort: a storage that refuses the write costs a remake).
+// c.thumbs spans the whole making (the second look for a stored one, the source read,
+// the decode, the store), so one source picture is in memory at a time and a picture
+// asked for twice at once is made once; the goroutine (makeThumbLow) serialises only the
+// decode, and is there for its thread's priority. Neither replaces the other.
 func (c *Console) thumbnail(ctx context.Context, p picture) ([]byte, error) {
 	if p.thumb != "" {
 		if b, err := c.opts.Store.Get(ctx, p.thumb, maxThumbBytes); err == nil {
