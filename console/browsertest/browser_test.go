@@ -661,6 +661,12 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.publish(t, jobs.Job{ID: "to-cancel", Image: "file://" + filepath.Join(scenes, picked[0].Image), Query: "red circle", Batch: "later"})
+	// Its page, before any worker has picked it up: queued, in its batch, with its place in LA_JOBS.
+	b.open(w.base, "job/to-cancel", "job")
+	if st, batch, q := b.texts(`[data-testid=job-status]`), b.texts(`[data-testid=job-batch]`), b.texts(`[data-testid=job-queued]`); !slices.Equal(st, []string{"queued"}) ||
+		!slices.Equal(batch, []string{"later"}) || len(q) != 1 || !strings.Contains(q[0], "la.jobs.default") {
+		t.Errorf("the page of a queued job: status %v, batch %v, queue %v; want queued in batch later, on la.jobs.default", st, batch, q)
+	}
 	later := `[data-testid=batch-row][data-batch="later"] `
 	b.open(w.base, "batches", "batches")
 	b.ready("batches", `document.querySelector('`+later+`[data-testid=batch-cancel]') !== null`)
