@@ -121,7 +121,7 @@ func (c *Console) Start(ctx context.Context, js jetstream.JetStream, state *jobs
 	d, thumbsDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(thumbsDone)
-		thumbMaker(ctx, c.thumbReqs, func(err error) {
+		thumbMaker(ctx, c.thumbReqs, newThumbPacer(), func(err error) {
 			if err != nil {
 				c.log.Warn("console: thumbnails are made at normal priority", "err", err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
 )
 
 // thumbRequest is one picture to make a thumbnail of, and where the answer goes.
@@ -19,9 +20,11 @@ type thumbResult struct {
 
 // thumbMaker makes thumbnails on one goroutine locked to its own OS thread, which runs at
 // the lowest scheduling priority (lowerThreadPriority): when the CPUs are busy with the
-// chips' host work, decoding and scaling pictures for the console waits, not the jobs. It
-// ends with ctx; the thread ends with it.
-func thumbMaker(ctx context.Context, requests <-chan thumbRequest, lowered func(error)) {
+// chips' host work, decoding and scaling pictures for the console waits, not the jobs.
+// The OS priority does not reach Go code holding a scheduler processor, so the goroutine
+// also paces itself while the worker is busy (thumbPacer). It ends with ctx; the thread
+// ends with it.
+func thumbMaker(ctx context.Context, requests <-chan thumbRequest, pace *thumbPacer, lowered func(error)) {
 	runtime.LockOSThread() // never unlocked: the lowered thread goes when the goroutine does
 	lowered(lowerThreadPriority())
 	for {
@@ -29,8 +32,18 @@ func thumbMaker(ctx context.Context, requests <-chan thumbRequest, lowered func(
 		case <-ctx.Done():
 			return
 		case r := <-requests:
+			start := threadCPUTime() // this goroutine's own: it has the thread to itself
 			data, err := makeThumb(r.src)
 			r.out <- thumbResult{data: data, err: err}
+			if wait := pace.spent(threadCPUTime() - start); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
 		}
 	}
 }
