@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image"
 	"image/jpeg"
@@ -119,10 +120,26 @@ func (c *Console) pictures(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(data)
 }
 
-// pictureError answers a picture that could not be read: 404 for one that is not there
-// (or that the storage's roots refuse: the same answer, so the console tells nothing of
-// what lies outside them), 502 when storage failed.
+// thumbRetryAfter is the Retry-After of a thumbnail that was not made in time.
+const thumbRetryAfter = "5"
+
+// pictureError answers a picture that could not be read: nothing when the browser has gone
+// (it asked for a page it left); 503 with Retry-After for a thumbnail still waiting its
+// turn when the request's time ran out (thumbnails are paced while the worker is busy: a
+// browser on a running batch meets this often, so it is logged at debug level only); 404
+// for one that is not there (or that the storage's roots refuse: the same answer, so the
+// console tells nothing of what lies outside them); 502 when storage failed.
 func (c *Console) pictureError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if r.Context().Err() != nil {
+		c.log.Debug("console: picture not sent: the browser went away", "job", id, "err", err)
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) && r.URL.Query().Get("size") == "thumb" {
+		c.log.Debug("console: thumbnail not made in time", "job", id, "err", err)
+		w.Header().Set("Retry-After", thumbRetryAfter)
+		writeError(w, http.StatusServiceUnavailable, "the thumbnail of job %s is not made yet (thumbnails wait while the worker is busy): try again shortly", id)
+		return
+	}
 	if storage.Permanent(err) {
 		writeError(w, http.StatusNotFound, "the picture of job %s cannot be read: %v", id, err)
 		return
