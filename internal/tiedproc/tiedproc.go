@@ -15,8 +15,9 @@ import (
 )
 
 // Start starts cmd tied to the life of this process and returns a channel that receives
-// cmd.Wait's result once the child has exited. It returns cmd.Start's error if the child
-// did not start. Set everything on cmd (Stdout, Env, ...) before calling; do not call
+// cmd.Wait's result once the child has exited: one value (buffered, so a caller that never
+// reads it leaks nothing), then the channel is closed. It returns cmd.Start's error if the
+// child did not start. Set everything on cmd (Stdout, Env, ...) before calling; do not call
 // cmd.Wait yourself.
 func Start(cmd *exec.Cmd) (<-chan error, error) {
 	started := make(chan error, 1)
@@ -33,6 +34,7 @@ func Start(cmd *exec.Cmd) (<-chan error, error) {
 		}
 		started <- nil
 		exited <- cmd.Wait()
+		close(exited)
 	}()
 	if err := <-started; err != nil {
 		return nil, err
