@@ -31,7 +31,9 @@ func TestPictureErrorAnswers(t *testing.T) {
 		warns      bool
 	}{
 		{"thumbnail not made in time", "/console/api/pictures/a?size=thumb", context.Background(),
-			fmt.Errorf("waiting to make a thumbnail: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, thumbRetryAfter, false},
+			fmt.Errorf("waiting to make a thumbnail: %w: %w", errThumbNotReady, context.DeadlineExceeded), http.StatusServiceUnavailable, thumbRetryAfter, false},
+		{"storage timed out", "/console/api/pictures/a?size=thumb", context.Background(),
+			fmt.Errorf("read: %w", context.DeadlineExceeded), http.StatusBadGateway, "", true},
 		{"browser went away", "/console/api/pictures/a?size=thumb", gone,
 			fmt.Errorf("making a thumbnail: %w", context.Canceled), http.StatusOK, "", false},
 		{"not there", "/console/api/pictures/a", context.Background(),

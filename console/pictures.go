@@ -134,7 +134,7 @@ func (c *Console) pictureError(w http.ResponseWriter, r *http.Request, id string
 		c.log.Debug("console: picture not sent: the browser went away", "job", id, "err", err)
 		return
 	}
-	if errors.Is(err, context.DeadlineExceeded) && r.URL.Query().Get("size") == "thumb" {
+	if errors.Is(err, errThumbNotReady) {
 		c.log.Debug("console: thumbnail not made in time", "job", id, "err", err)
 		w.Header().Set("Retry-After", thumbRetryAfter)
 		writeError(w, http.StatusServiceUnavailable, "the thumbnail of job %s is not made yet (thumbnails wait while the worker is busy): try again shortly", id)
@@ -162,7 +162,7 @@ func (c *Console) thumbnail(ctx context.Context, p picture) ([]byte, error) {
 	select {
 	case c.thumbs <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting to make a thumbnail: %w", ctx.Err())
+		return nil, fmt.Errorf("waiting to make a thumbnail: %w: %w", errThumbNotReady, ctx.Err())
 	}
 	defer func() { <-c.thumbs }()
 	if p.thumb != "" { // made by the request ahead of this one?

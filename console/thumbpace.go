@@ -16,6 +16,10 @@ import (
 const (
 	thumbBusyShare = 0.05                   // of one CPU, while the worker is busy
 	thumbBurst     = 250 * time.Millisecond // of thumbnail CPU time, spent before pacing starts
+	// thumbMaxWait caps one wait, so that a huge picture's thumbnail does not hold back the
+	// next for a minute, and a worker that went idle meanwhile is noticed at the next one;
+	// the debt left over is paid by the waits after it.
+	thumbMaxWait = 2 * time.Second
 	// busyFraction: the worker is busy when the rest of the process (the thumbnails' own
 	// CPU time left out) used at least this share of its GOMAXPROCS CPUs since the last
 	// thumbnail: jobs are being processed beside it.
@@ -25,11 +29,12 @@ const (
 // thumbPacer decides how long the thumbnail goroutine waits after a thumbnail. It is used
 // by that goroutine alone.
 type thumbPacer struct {
-	share  float64
-	burst  time.Duration
-	credit time.Duration // thumbnail time that may still be spent without waiting
-	last   time.Time     // when credit was last brought up to date
-	now    func() time.Time
+	share   float64
+	burst   time.Duration
+	maxWait time.Duration
+	credit  time.Duration // thumbnail time that may still be spent without waiting (negative: a debt)
+	last    time.Time     // when credit was last brought up to date
+	now     func() time.Time
 
 	// busy says whether the rest of the process kept the CPUs busy since its last call,
 	// leaving out spent, the thumbnail goroutine's own time.
@@ -37,9 +42,9 @@ type thumbPacer struct {
 }
 
 func newThumbPacer() *thumbPacer {
-	p := &thumbPacer{share: thumbBusyShare, burst: thumbBurst, credit: thumbBurst, now: time.Now}
+	p := &thumbPacer{share: thumbBusyShare, burst: thumbBurst, maxWait: thumbMaxWait, credit: thumbBurst, now: time.Now}
 	p.last = p.now()
-	p.busy = newBusyMeter(p.now, processCPUTime, runtime.GOMAXPROCS(0)).busy
+	p.busy = newBusyMeter(p.now, processCPUTime, func() int { return runtime.GOMAXPROCS(0) }).busy
 	return p
 }
 
@@ -57,20 +62,22 @@ func (p *thumbPacer) spent(d time.Duration) time.Duration {
 	if p.credit >= 0 {
 		return 0
 	}
-	// Waiting w earns w*share of credit: wait until the debt is paid.
-	return time.Duration(float64(-p.credit) / p.share)
+	// Waiting w earns w*share of credit: wait until the debt is paid, or thumbMaxWait.
+	return min(p.maxWait, time.Duration(float64(-p.credit)/p.share))
 }
 
-// busyMeter compares the process's CPU time (cpu) with the wall time between calls.
+// busyMeter compares the process's CPU time (cpu) with the wall time between calls and
+// the CPUs the process may use (procs: GOMAXPROCS, which the runtime changes when the
+// container's CPU limit does).
 type busyMeter struct {
 	now      func() time.Time
 	cpu      func() time.Duration
-	procs    int
+	procs    func() int
 	lastWall time.Time
 	lastCPU  time.Duration
 }
 
-func newBusyMeter(now func() time.Time, cpu func() time.Duration, procs int) *busyMeter {
+func newBusyMeter(now func() time.Time, cpu func() time.Duration, procs func() int) *busyMeter {
 	return &busyMeter{now: now, cpu: cpu, procs: procs, lastWall: now(), lastCPU: cpu()}
 }
 
@@ -78,5 +85,5 @@ func (m *busyMeter) busy(spent time.Duration) bool {
 	wall, cpu := m.now(), m.cpu()
 	elapsed, used := wall.Sub(m.lastWall), cpu-m.lastCPU-spent
 	m.lastWall, m.lastCPU = wall, cpu
-	return elapsed > 0 && cpu > 0 && float64(used) >= busyFraction*float64(m.procs)*float64(elapsed)
+	return elapsed > 0 && cpu > 0 && float64(used) >= busyFraction*float64(m.procs())*float64(elapsed)
 }

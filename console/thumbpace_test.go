@@ -11,7 +11,7 @@ import (
 func TestThumbPacer(t *testing.T) {
 	clock := time.Unix(1_000_000, 0)
 	busy := false
-	p := &thumbPacer{share: 0.05, burst: 250 * time.Millisecond, credit: 250 * time.Millisecond,
+	p := &thumbPacer{share: 0.05, burst: 250 * time.Millisecond, maxWait: time.Hour, credit: 250 * time.Millisecond,
 		last: clock, now: func() time.Time { return clock }, busy: func(time.Duration) bool { return busy }}
 	step := func(d time.Duration) time.Duration {
 		clock = clock.Add(d)
@@ -59,7 +59,7 @@ func TestThumbPacer(t *testing.T) {
 func TestBusyMeter(t *testing.T) {
 	clock := time.Unix(1_000_000, 0)
 	var cpu time.Duration
-	m := newBusyMeter(func() time.Time { return clock }, func() time.Duration { return cpu }, 2)
+	m := newBusyMeter(func() time.Time { return clock }, func() time.Duration { return cpu }, func() int { return 2 })
 	for _, c := range []struct {
 		wall, cpu, thumb time.Duration
 		want             bool
@@ -74,5 +74,21 @@ func TestBusyMeter(t *testing.T) {
 		if got := m.busy(c.thumb); got != c.want {
 			t.Errorf("wall %v, cpu %v, thumbnail %v: busy %v, want %v", c.wall, c.cpu, c.thumb, got, c.want)
 		}
+	}
+}
+
+// TestThumbPacerCapsOneWait: a huge picture's debt is paid over several capped waits, not
+// in one wait that would hold back every thumbnail after it.
+func TestThumbPacerCapsOneWait(t *testing.T) {
+	clock := time.Unix(1_000_000, 0)
+	p := &thumbPacer{share: 0.05, burst: 0, maxWait: 2 * time.Second, now: func() time.Time { return clock },
+		busy: func(time.Duration) bool { return true }}
+	clock = clock.Add(3 * time.Second)
+	if w := p.spent(3 * time.Second); w != 2*time.Second { // a 60 s debt
+		t.Fatalf("after 3 s of thumbnail: waits %v, want the cap of 2 s", w)
+	}
+	clock = clock.Add(2 * time.Second)
+	if w := p.spent(0); w != 2*time.Second {
+		t.Fatalf("with the debt not yet paid: waits %v, want 2 s again", w)
 	}
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -48,18 +49,22 @@ func thumbMaker(ctx context.Context, requests <-chan thumbRequest, pace *thumbPa
 	}
 }
 
+// errThumbNotReady marks a thumbnail whose turn had not come when the request's time
+// ran out (pictureError answers it 503 with Retry-After).
+var errThumbNotReady = errors.New("the thumbnail is not made yet")
+
 // makeThumbLow hands src to the thumbnail goroutine and waits for its answer.
 func (c *Console) makeThumbLow(ctx context.Context, src []byte) ([]byte, error) {
 	out := make(chan thumbResult, 1)
 	select {
 	case c.thumbReqs <- thumbRequest{src: src, out: out}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting to make a thumbnail: %w", ctx.Err())
+		return nil, fmt.Errorf("waiting to make a thumbnail: %w: %w", errThumbNotReady, ctx.Err())
 	}
 	select {
 	case r := <-out:
 		return r.data, r.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("making a thumbnail: %w", ctx.Err())
+		return nil, fmt.Errorf("making a thumbnail: %w: %w", errThumbNotReady, ctx.Err())
 	}
 }

@@ -281,7 +281,17 @@
     }
     if (!src) { frame.append(h('div', { class: 'noimg' }, 'no picture')); return outer; }
     const img = h('img', { src, alt: opts.alt || '', loading: opts.lazy ? 'lazy' : null, decoding: 'async', width: w || null, height: hgt || null, 'data-testid': opts.testid });
-    img.addEventListener('error', () => { img.replaceWith(h('div', { class: 'noimg' }, 'picture unavailable')); });
+    let tries = 0;
+    img.addEventListener('error', () => {
+      // a gallery thumbnail not made yet (503: thumbnails wait while the worker is busy)
+      // comes later: ask again a few times, Retry-After apart, before giving up on it
+      if (opts.lazy && tries < 6) {
+        tries++;
+        setTimeout(() => { if (img.isConnected) img.src = src + (src.includes('?') ? '&' : '?') + 'try=' + tries; }, 5000);
+        return;
+      }
+      img.replaceWith(h('div', { class: 'noimg' }, 'picture unavailable'));
+    });
     frame.append(img);
     const dets = item.detections || (item.result && item.result.detections) || [];
     const points = item.points || [];
