@@ -23,7 +23,8 @@ import (
 // so the console keeps an index of the ids it has read there: the pending-per-batch scan
 // (queue.go) fills it as it reads every job message anyway, and a lookup that misses reads
 // on from where the index ends, at most catchUpMax messages per request, and keeps what it
-// read. The index holds at most maxScan ids (the scan's own bound), 16 bytes each.
+// read. The index holds at most maxScan ids (the scan's own bound): a map of two 64-bit
+// words each, some tens of bytes with the map's own overhead.
 const (
 	catchUpMax = 10_000
 	// recentMax is how many of the newest sequences a lookup still reads when its catch-up
@@ -36,14 +37,55 @@ const (
 // the message again by its sequence, so the answer is what the stream holds now.
 type queuedIndex struct {
 	seed maphash.Seed
+	// turn is held by the one lookup reading the stream (waited for with the request's
+	// context); mu only around the index's fields, never across a read, so the queue
+	// view's scan (scanned) does not wait on a lookup's reads.
+	turn chan struct{}
 
-	mu      sync.Mutex // guards the fields below; held by a lookup while it reads
+	mu      sync.Mutex // guards the fields below
 	seqs    map[uint64]uint64
 	through uint64 // every job message up to this sequence has been read into seqs
 }
 
 func newQueuedIndex() *queuedIndex {
-	return &queuedIndex{seed: maphash.MakeSeed(), seqs: map[uint64]uint64{}}
+	return &queuedIndex{seed: maphash.MakeSeed(), turn: make(chan struct{}, 1), seqs: map[uint64]uint64{}}
+}
+
+func (x *queuedIndex) seqOf(k uint64) (uint64, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	seq, ok := x.seqs[k]
+	return seq, ok
+}
+
+func (x *queuedIndex) forget(k uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.seqs, k)
+}
+
+func (x *queuedIndex) put(k, seq uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.seqs[k] = seq
+}
+
+// readThrough is the sequence every message up to which the index has read, reset first
+// when the stream now ends before it (LA_JOBS purged or made again: its sequences
+// start over, and what the index holds names other messages).
+func (x *queuedIndex) readThrough(last uint64) uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if last < x.through {
+		x.seqs, x.through = map[uint64]uint64{}, 0
+	}
+	return x.through
+}
+
+func (x *queuedIndex) readUpTo(seq uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.through = max(x.through, seq)
 }
 
 func (x *queuedIndex) key(id string) uint64 { return maphash.String(x.seed, id) }
@@ -97,7 +139,9 @@ func (x *queuedIndex) scanned(seqs map[uint64]uint64, through uint64) {
 			seqs[k] = s
 		}
 	}
-	x.seqs, x.through = seqs, max(x.through, through)
+	// The scan read the stream as it is now: its through replaces a larger one left by a
+	// stream that was purged or made again since (a lookup then reads on again).
+	x.seqs, x.through = seqs, through
 }
 
 // lookup is job id's message in LA_JOBS, nil when it is not there. unread is how many
@@ -119,17 +163,22 @@ func (x *queuedIndex) lookup(ctx context.Context, js jetstream.JetStream, id str
 	state := st.CachedInfo().State // as of js.Stream's request just now
 	first, last := state.FirstSeq, state.LastSeq
 	k := x.key(id)
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if seq, ok := x.seqs[k]; ok {
+	select {
+	case x.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, fmt.Errorf("waiting for another job lookup to read %s: %w", jobs.JobsStream, ctx.Err())
+	}
+	defer func() { <-x.turn }()
+	through := x.readThrough(last)
+	if seq, ok := x.seqOf(k); ok {
 		if q, err := x.at(ctx, st, seq, id); q != nil || err != nil {
 			return q, 0, err
 		}
-		delete(x.seqs, k) // acknowledged since: a replay's message may lie further on
+		x.forget(k) // acknowledged since: a replay's message may lie further on
 	}
 	// Catch up: read the job messages the index has not seen, oldest first.
 	var found *queuedJob
-	seq := max(x.through+1, first)
+	seq := max(through+1, first)
 	for n, room := 0, x.room(first); seq <= last && n < room; n++ {
 		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(jobs.JobSubjectPrefix+">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -143,33 +192,36 @@ func (x *queuedIndex) lookup(ctx context.Context, js jetstream.JetStream, id str
 			return nil, 0, fmt.Errorf("read %s at sequence %d: %w", jobs.JobsStream, seq, err)
 		}
 		mid, batch, _ := jobKey(msg.Data, msg.Header, msg.Sequence)
-		x.seqs[x.key(mid)] = msg.Sequence
+		x.put(x.key(mid), msg.Sequence)
 		if mid == id {
 			found = queuedOfMsg(msg, batch) // read on: a later message may hold the same id
 		}
 		seq = msg.Sequence + 1
 	}
-	x.through = max(x.through, min(seq, last+1)-1)
+	x.readUpTo(min(seq, last+1) - 1)
 	if found != nil {
 		return found, 0, nil
 	}
-	if x.through >= last {
+	through = x.readThrough(last)
+	if through >= last {
 		return nil, 0, nil
 	}
 	// Stopped short: the newest messages still, most recent first, without indexing them
 	// (the catch-up will, in order).
-	for s := last; s > x.through && s+recentMax > last && ctx.Err() == nil; s-- {
+	for s := last; s > through && s+recentMax > last && ctx.Err() == nil; s-- {
 		if q, err := x.at(ctx, st, s, id); q != nil || err != nil {
 			return q, 0, err
 		}
 	}
-	return nil, last - x.through, nil
+	return nil, last - through, nil
 }
 
 // room is how many ids the index may take now, at most catchUpMax: when that many would
 // take it past maxScan, it first drops the ids below the stream's first sequence (their
 // jobs were acknowledged and are gone).
 func (x *queuedIndex) room(first uint64) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	if len(x.seqs)+catchUpMax > maxScan {
 		for k, s := range x.seqs {
 			if s < first {
