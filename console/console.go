@@ -58,6 +58,7 @@ type Console struct {
 	idx       *index
 	handler   http.Handler
 	thumbs    chan struct{}     // held for a thumbnail's whole making (see thumbnail): one at a time
+	thumbTurn time.Duration     // how long a thumbnail request waits for its turn (thumbTurnWait)
 	thumbReqs chan thumbRequest // to the thumbnail goroutine (thumbMaker)
 	session   *sessions
 	signIns   *signInLimiter // attempts to sign in with a token, per address and in all
@@ -92,6 +93,7 @@ func New(cfg Config, opts Options) (*Console, error) {
 		cfg: cfg, opts: opts, log: opts.Logger,
 		idx:       newIndex(opts.MaxResults),
 		thumbs:    make(chan struct{}, 1),
+		thumbTurn: thumbTurnWait,
 		thumbReqs: make(chan thumbRequest),
 		session:   newSessions(),
 		signIns:   newSignInLimiter(time.Now),

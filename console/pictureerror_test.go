@@ -3,12 +3,14 @@ package console
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/locateanything/detect/storage"
 )
@@ -57,5 +59,21 @@ func TestPictureErrorAnswers(t *testing.T) {
 		if tc.status == http.StatusOK && w.Body.Len() != 0 {
 			t.Errorf("%s: answered %q to a browser that went away", tc.name, w.Body)
 		}
+	}
+}
+
+// TestThumbnailTurnIsShort: a thumbnail request that cannot get its turn (another is being
+// made) gives up after thumbTurn with errThumbNotReady, long before its request's time.
+func TestThumbnailTurnIsShort(t *testing.T) {
+	c := &Console{thumbs: make(chan struct{}, 1), thumbTurn: 50 * time.Millisecond}
+	c.thumbs <- struct{}{} // another thumbnail holds the turn
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := c.thumbnail(ctx, picture{src: "file:///elsewhere.png"})
+	if !errors.Is(err, errThumbNotReady) {
+		t.Fatalf("got %v, want errThumbNotReady", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("gave up only when the request's time ran out")
 	}
 }

@@ -159,10 +159,15 @@ func (c *Console) thumbnail(ctx context.Context, p picture) ([]byte, error) {
 			return b, nil
 		}
 	}
+	// Waiting for a turn is short: a page's thumbnails on a busy worker would otherwise
+	// each hold a browser connection for the request's whole time (six per host on
+	// HTTP/1.1, which the page's own API calls need too); a 503 is asked again by the page.
+	turn, cancelTurn := context.WithTimeout(ctx, c.thumbTurn)
+	defer cancelTurn()
 	select {
 	case c.thumbs <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting to make a thumbnail: %w: %w", errThumbNotReady, ctx.Err())
+	case <-turn.Done():
+		return nil, fmt.Errorf("waiting to make a thumbnail: %w: %w", errThumbNotReady, turn.Err())
 	}
 	defer func() { <-c.thumbs }()
 	if p.thumb != "" { // made by the request ahead of this one?
@@ -174,7 +179,7 @@ func (c *Console) thumbnail(ctx context.Context, p picture) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	thumb, err := c.makeThumbLow(ctx, src)
+	thumb, err := c.makeThumbLow(ctx, turn, src)
 	if err != nil {
 		return nil, err
 	}

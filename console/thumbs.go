@@ -49,17 +49,27 @@ func thumbMaker(ctx context.Context, requests <-chan thumbRequest, pace *thumbPa
 	}
 }
 
-// errThumbNotReady marks a thumbnail whose turn had not come when the request's time
-// ran out (pictureError answers it 503 with Retry-After).
+// thumbTurnWait is how long a thumbnail request waits for its turn before it is answered
+// 503 (errThumbNotReady).
+const thumbTurnWait = 2 * time.Second
+
+// errThumbNotReady marks a thumbnail whose turn had not come in time (pictureError
+// answers it 503 with Retry-After).
 var errThumbNotReady = errors.New("the thumbnail is not made yet")
 
-// makeThumbLow hands src to the thumbnail goroutine and waits for its answer.
-func (c *Console) makeThumbLow(ctx context.Context, src []byte) ([]byte, error) {
+// makeThumbLow hands src to the thumbnail goroutine, waiting for it (it may be pacing
+// itself) as long as turn allows, and then waits for its answer as long as ctx allows.
+func (c *Console) makeThumbLow(ctx, turn context.Context, src []byte) ([]byte, error) {
 	out := make(chan thumbResult, 1)
+	req := thumbRequest{src: src, out: out}
 	select {
-	case c.thumbReqs <- thumbRequest{src: src, out: out}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting to make a thumbnail: %w: %w", errThumbNotReady, ctx.Err())
+	case c.thumbReqs <- req: // the goroutine is free: whatever time the turn has left
+	default:
+		select {
+		case c.thumbReqs <- req:
+		case <-turn.Done():
+			return nil, fmt.Errorf("waiting to make a thumbnail: %w: %w", errThumbNotReady, turn.Err())
+		}
 	}
 	select {
 	case r := <-out:
