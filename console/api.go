@@ -267,7 +267,12 @@ func (c *Console) job(ctx context.Context, b *backend, r *http.Request) (any, er
 	}
 	q, unread, err := b.queued.lookup(ctx, b.js, id)
 	if err != nil {
-		return nil, err
+		if res == nil && rec == nil && a.State == nil {
+			return nil, err // nothing else to show
+		}
+		// The job is known without its queue message: show what is known.
+		c.log.Debug("console: job lookup in the queue failed", "job", id, "err", err)
+		q, unread = nil, 0
 	}
 	if q != nil {
 		a.Queued = q

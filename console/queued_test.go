@@ -98,4 +98,14 @@ func TestConsoleShowsAQueuedJob(t *testing.T) {
 		code := e.get(t, "/console/api/jobs/waiting", &done)
 		return code == http.StatusOK && done.Queued == nil && done.State != nil && done.State.Status == jobs.StatusSucceeded
 	})
+
+	// Without its queue (LA_JOBS gone, so the queue lookup fails) a finished job's page
+	// still shows what is known of it.
+	if err := e.js.DeleteStream(t.Context(), jobs.JobsStream); err != nil {
+		t.Fatal(err)
+	}
+	var orphan jobPageJSON
+	if code := e.get(t, "/console/api/jobs/waiting", &orphan); code != http.StatusOK || orphan.State == nil || orphan.State.Status != jobs.StatusSucceeded {
+		t.Errorf("jobs/waiting without LA_JOBS: %d, state %+v; want 200, succeeded", code, orphan.State)
+	}
 }
