@@ -55,26 +55,19 @@ type Worker struct {
 	DataDir string `envconfig:"LA_DATA_DIR" default:"la-data" desc:"embedded JetStream store (jetstream/) and default results (results/); one worker at a time"`
 }
 
-// Engine is the model's run-time knobs; the upstream server's knobs keep their names and
-// meaning (docs/background.md).
+// Engine is the model's run-time knobs, which the engine declares and validates
+// (engine.Settings), and how many chips the worker drives, one engine each.
 type Engine struct {
-	Backend         engine.BackendKind `envconfig:"LA_ENGINE" default:"cpu" desc:"backend: cpu, ttnn (Blackhole) or sim (a simulated p150a: the chip's time, no model)"`
-	Threads         int                `envconfig:"LA_THREADS" default:"0" desc:"host threads of the cpu backend; 0 = one per core"`
-	InTokenLimit    int                `envconfig:"LA_IN_TOKEN_LIMIT" default:"0" desc:"image patches before the first resize shrinks the image; 0 = the checkpoint's, at most 1024 (1024 on sim)"`
-	CanonGrid       string             `envconfig:"LA_CANON_GRID" desc:"fixed vision grid HxW in patches, or native; empty = native on cpu, else derived from LA_CANON_ASPECT"`
-	CanonAspect     string             `envconfig:"LA_CANON_ASPECT" default:"1920x1080" desc:"WxH the canonical grid is derived from when LA_CANON_GRID is empty"`
-	MaxSeqLen       int                `envconfig:"LA_MAX_SEQ_LEN" default:"4096" desc:"model context in tokens per sequence: prompt + budget must fit"`
-	MaxBatch        int                `envconfig:"LA_MAX_BATCH" default:"8" desc:"sequences a chip decodes together, 1-32"`
-	MaxNewTokens    int                `envconfig:"LA_MAX_NEW_TOKENS" default:"128" desc:"generation budget of a request that names none"`
-	MaxNewTokensCap int                `envconfig:"LA_MAX_NEW_TOKENS_CAP" default:"1024" desc:"largest max_new_tokens a request may ask for"`
-	Chips           int                `envconfig:"LA_CHIPS" default:"1" desc:"chips driven by this worker, one Runner and engine each"`
-	// GenerationMode is how requests that name none are decoded: ar (one token per step,
-	// the validated deployment's) or hybrid (parallel box decoding, docs/hybrid-decoding.md).
-	GenerationMode engine.GenerationMode `envconfig:"LA_GENERATION_MODE" default:"ar" desc:"decoding of a request that names none: ar (one token per step) or hybrid (parallel box decoding)"`
-	// WeightsQuant is the cpu backend's decoder and LM head weights: bf16 (the
-	// checkpoint's, the exact path) or q8, the fast path (int8 blocks made at open, and
-	// prefill and vision in bf16 on AMX where the CPU has it; docs/cpu-backend.md).
-	WeightsQuant engine.WeightsQuant `envconfig:"LA_WEIGHTS_QUANT" default:"bf16" desc:"cpu decoder weights: bf16 (the checkpoint's, exact) or q8 (int8 blocks made at open, faster)"`
+	engine.Settings
+	Chips int `envconfig:"LA_CHIPS" default:"1" desc:"chips driven by this worker, one Runner and engine each"`
+}
+
+// Validate reports every engine setting that makes no sense, each naming its variable.
+func (e Engine) Validate() error {
+	var v settings.Check
+	v.Join(e.Settings.Validate())
+	v.Positive("LA_CHIPS", int64(e.Chips))
+	return v.Err()
 }
 
 // Weights says where the checkpoint comes from (provision.Choose applies the rules):
@@ -310,50 +303,8 @@ func (c Worker) Validate() error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-// MaxBatchLimit is the most sequences one chip may decode together (tt_transformers'
-// Generator serves at most 32 users per device).
-const MaxBatchLimit = 32
-
-// TTNNKVPositions is the ttnn backend's paged KV pool: 1024 blocks of 32 positions shared
-// by every slot, the pool the port validated (engine/ttnn/la_ttnn_adapter.py,
-// docs/ttnn-backend.md). LA_MAX_BATCH x LA_MAX_SEQ_LEN must fit it; the adapter would
-// refuse at open, after the chip is up, so the configuration refuses first.
-const TTNNKVPositions = 1024 * 32
-
 // adder collects one complaint.
 type adder func(format string, args ...any)
-
-// Validate reports every engine setting that makes no sense, each naming its variable.
-func (e Engine) Validate() error {
-	var v settings.Check
-	add := v.Add
-	if !engine.BackendKinds.Has(e.Backend) {
-		add("LA_ENGINE is %q, want one of %s", e.Backend, engine.BackendKinds.List())
-	}
-	if e.WeightsQuant != "" && !engine.WeightsQuants.Has(e.WeightsQuant) { // "" is bf16, as in native.Options
-		add("LA_WEIGHTS_QUANT is %q, want one of %s", e.WeightsQuant, engine.WeightsQuants.List())
-	} else if e.WeightsQuant == engine.WeightsQ8 && e.Backend != engine.BackendCPU {
-		add("LA_WEIGHTS_QUANT=q8 is a cpu backend setting (LA_ENGINE is %q)", e.Backend)
-	}
-	if e.MaxBatch < 1 || e.MaxBatch > MaxBatchLimit {
-		add("LA_MAX_BATCH is %d, want 1..%d", e.MaxBatch, MaxBatchLimit)
-	}
-	if e.Backend == engine.BackendTTNN && e.MaxBatch*e.MaxSeqLen > TTNNKVPositions {
-		add("LA_MAX_BATCH x LA_MAX_SEQ_LEN is %d x %d = %d, more than the ttnn backend's paged KV pool of %d positions; lower one of them",
-			e.MaxBatch, e.MaxSeqLen, e.MaxBatch*e.MaxSeqLen, TTNNKVPositions)
-	}
-	v.Positive("LA_CHIPS", int64(e.Chips))
-	v.NotNegative("LA_THREADS", int64(e.Threads), "one per core")
-	v.NotNegative("LA_IN_TOKEN_LIMIT", int64(e.InTokenLimit), "the checkpoint's, at most 1024")
-	v.Positive("LA_MAX_SEQ_LEN", int64(e.MaxSeqLen))
-	if e.MaxNewTokens < 1 || e.MaxNewTokens > e.MaxNewTokensCap {
-		add("LA_MAX_NEW_TOKENS is %d, want 1..LA_MAX_NEW_TOKENS_CAP (%d)", e.MaxNewTokens, e.MaxNewTokensCap)
-	}
-	if !e.GenerationMode.Valid() {
-		add("LA_GENERATION_MODE is %q, want one of %s", e.GenerationMode, engine.GenerationModes.List())
-	}
-	return v.Err()
-}
 
 // validateEmbedded checks the embedded server's settings. Whoever can publish a job can
 // make the worker read and write files (below its roots), so a server reachable from the

@@ -87,17 +87,17 @@ func TestPrefetchFollowsTheBatch(t *testing.T) {
 		t.Errorf("an explicit LA_PREFETCH=3 became %d", got)
 	}
 	var complaints []string
-	c.Engine.MaxBatch = MaxBatchLimit + 1
+	c.Engine.MaxBatch = engine.MaxBatchLimit + 1
 	complaints = messages(c.Engine.Validate())
 	if !slices.ContainsFunc(complaints, func(s string) bool { return strings.Contains(s, "LA_MAX_BATCH") }) {
-		t.Errorf("LA_MAX_BATCH=%d accepted: %v", MaxBatchLimit+1, complaints)
+		t.Errorf("LA_MAX_BATCH=%d accepted: %v", engine.MaxBatchLimit+1, complaints)
 	}
 }
 
 func TestWeightsQuantIsValidated(t *testing.T) {
 	complaints := func(backend, quant string) []string {
 		var out []string
-		e := Engine{Backend: engine.BackendKind(backend), WeightsQuant: engine.WeightsQuant(quant), GenerationMode: "ar", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 1, MaxNewTokensCap: 1}
+		e := Engine{Settings: engine.Settings{Backend: engine.BackendKind(backend), WeightsQuant: engine.WeightsQuant(quant), GenerationMode: "ar", MaxBatch: 1, MaxSeqLen: 64, MaxNewTokens: 1, MaxNewTokensCap: 1}, Chips: 1}
 		out = messages(e.Validate())
 		return out
 	}
@@ -126,7 +126,7 @@ func TestWeightsQuantIsValidated(t *testing.T) {
 func TestTTNNKVPoolBoundsTheBatch(t *testing.T) {
 	complaints := func(backend string, batch, seq int) []string {
 		var out []string
-		e := Engine{Backend: engine.BackendKind(backend), GenerationMode: "ar", MaxBatch: batch, Chips: 1, MaxSeqLen: seq, MaxNewTokens: 1, MaxNewTokensCap: 1}
+		e := Engine{Settings: engine.Settings{Backend: engine.BackendKind(backend), GenerationMode: "ar", MaxBatch: batch, MaxSeqLen: seq, MaxNewTokens: 1, MaxNewTokensCap: 1}, Chips: 1}
 		out = messages(e.Validate())
 		return out
 	}
@@ -148,7 +148,7 @@ func TestTTNNKVPoolBoundsTheBatch(t *testing.T) {
 func TestGenerationModeIsValidated(t *testing.T) {
 	for mode, ok := range map[string]bool{"ar": true, "hybrid": true, "fast": false, "HYBRID": false, "": false} {
 		var complaints []string
-		e := Engine{Backend: "cpu", MaxBatch: 1, Chips: 1, MaxSeqLen: 64, MaxNewTokens: 8, MaxNewTokensCap: 8, GenerationMode: engine.GenerationMode(mode)}
+		e := Engine{Settings: engine.Settings{Backend: "cpu", MaxBatch: 1, MaxSeqLen: 64, MaxNewTokens: 8, MaxNewTokensCap: 8, GenerationMode: engine.GenerationMode(mode)}, Chips: 1}
 		complaints = messages(e.Validate())
 		switch {
 		case ok && len(complaints) > 0:

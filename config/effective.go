@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -25,8 +24,9 @@ func (c Worker) Effective(environ []string) []Setting {
 }
 
 // derived is the value in effect of each variable left at its "derived" value (0 or
-// empty), written as the component that derives it will: the same rules, stated here so
-// that `worker config` can show them without opening the engine.
+// empty), as the component that derives it does: the engine's settings by the engine's
+// own derivations (engine.Settings), so that `worker config` shows them without opening
+// the engine and cannot disagree with it.
 func (c Worker) derived() map[string]string {
 	d := map[string]string{}
 	e := c.Engine
@@ -37,18 +37,18 @@ func (c Worker) derived() map[string]string {
 		d["LA_MAX_DECODED_BYTES"] = fmt.Sprintf("%d (a quarter of the memory the worker may use)", c.Runner.DecodedBytes())
 	}
 	if e.Threads == 0 && e.Backend == engine.BackendCPU {
-		d["LA_THREADS"] = strconv.Itoa(runtime.NumCPU()) + " (one per core)"
+		d["LA_THREADS"] = strconv.Itoa(e.ThreadCount()) + " (one per core)"
 	}
 	if e.InTokenLimit == 0 {
-		if e.Backend == engine.BackendSim {
-			d["LA_IN_TOKEN_LIMIT"] = "1024 (the served limit)"
+		if n := e.InTokens(0); n > 0 { // the same whatever the checkpoint says
+			d["LA_IN_TOKEN_LIMIT"] = strconv.Itoa(n) + " (the served limit)"
 		} else {
-			d["LA_IN_TOKEN_LIMIT"] = "min(1024, the checkpoint's)"
+			d["LA_IN_TOKEN_LIMIT"] = fmt.Sprintf("min(%d, the checkpoint's)", engine.ServedInTokenLimit)
 		}
 	}
 	if e.CanonGrid == "" {
-		if e.Backend == engine.BackendCPU {
-			d["LA_CANON_GRID"] = "native (each image's own grid)"
+		if g := e.CanonGridSetting(); g != "" {
+			d["LA_CANON_GRID"] = g + " (each image's own grid)"
 		} else {
 			d["LA_CANON_GRID"] = "from LA_CANON_ASPECT " + e.CanonAspect + " at open"
 		}

@@ -23,8 +23,8 @@ import (
 func TestPredictAdditionsOnTheBundledModel(t *testing.T) {
 	c, err := chip.Open(func() (engine.Engine, error) {
 		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../models/tiny-shapes", Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
-			CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
+			Settings:   engine.Settings{Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48},
+			WeightsDir: "../models/tiny-shapes",
 		})
 	})
 	if err != nil {
@@ -85,9 +85,10 @@ func TestPredictAdditionsOnTheBundledModel(t *testing.T) {
 func TestPredictWarningsAreBounded(t *testing.T) {
 	c, err := chip.Open(func() (engine.Engine, error) {
 		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../models/tiny-shapes", Backend: sim.Name, MaxSeqLen: 4096, MaxBatch: 1,
-			MaxNewTokens: 128, MaxNewTokensCap: 1024, MaxPixels: 40_000_000,
-			Sim: sim.Costs{Vision: time.Millisecond, Prefill: time.Millisecond, Decode: time.Millisecond, Speed: 10},
+			Settings:   engine.Settings{Backend: sim.Name, MaxSeqLen: 4096, MaxBatch: 1, MaxNewTokens: 128, MaxNewTokensCap: 1024},
+			WeightsDir: "../models/tiny-shapes",
+			MaxPixels:  40_000_000,
+			Sim:        sim.Costs{Vision: time.Millisecond, Prefill: time.Millisecond, Decode: time.Millisecond, Speed: 10},
 		})
 	})
 	if err != nil {

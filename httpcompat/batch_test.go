@@ -22,8 +22,9 @@ func TestConcurrentPredictsBatchAndAnswerAsAlone(t *testing.T) {
 	open := func(maxBatch int) func() (engine.Engine, error) {
 		return func() (engine.Engine, error) {
 			return pipeline.Open(pipeline.OpenOptions{
-				WeightsDir: "../models/tiny-shapes", Backend: sim.Name, MaxSeqLen: 4096, MaxBatch: maxBatch,
-				MaxNewTokens: 128, MaxNewTokensCap: 1024, MaxPixels: 40_000_000,
+				Settings:   engine.Settings{Backend: sim.Name, MaxSeqLen: 4096, MaxBatch: maxBatch, MaxNewTokens: 128, MaxNewTokensCap: 1024},
+				WeightsDir: "../models/tiny-shapes",
+				MaxPixels:  40_000_000,
 				Sim: sim.Costs{Vision: 49 * time.Millisecond, Prefill: 58 * time.Millisecond,
 					Decode: 23 * time.Millisecond, BatchAlpha: 0.1, Speed: 10},
 			})

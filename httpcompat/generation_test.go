@@ -177,8 +177,8 @@ const blocksModel = "../tools/refmodel/testdata/hybrid/tiny-shapes-blocks"
 func TestPredictHybridOnTheRealEngine(t *testing.T) {
 	c, err := chip.Open(func() (engine.Engine, error) {
 		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: blocksModel, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 2,
-			CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
+			Settings:   engine.Settings{Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 2, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48},
+			WeightsDir: blocksModel,
 		})
 	})
 	if err != nil {

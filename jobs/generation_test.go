@@ -20,8 +20,8 @@ import (
 // step; the bundled model answers blocks with noise), two sequences a step.
 func blocksOptions() pipeline.OpenOptions {
 	return pipeline.OpenOptions{
-		WeightsDir: "../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", Backend: "cpu", Threads: 1,
-		MaxSeqLen: 512, MaxBatch: 2, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
+		Settings:   engine.Settings{Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 2, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48},
+		WeightsDir: "../tools/refmodel/testdata/hybrid/tiny-shapes-blocks",
 	}
 }
 

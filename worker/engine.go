@@ -66,7 +66,10 @@ func Open(ctx context.Context, cfg config.Worker, log *slog.Logger, s Setup) (en
 		return nil, err
 	}
 	log.Info("weights chosen", "dir", choice.Dir, "model", choice.Model, "why", choice.Reason)
-	opts := engineOptions(cfg.Engine, choice)
+	opts := pipeline.OpenOptions{
+		Settings:   cfg.Engine.Settings,
+		WeightsDir: choice.Dir, ModelName: choice.Model, WeightsRepo: choice.Repo, WeightsRevision: choice.Revision,
+	}
 	opts.Sim, opts.SimMeter = cfg.Sim, s.Meter
 	if cfg.Engine.Backend == engine.BackendTTNN {
 		if err := ttnnOptions(ctx, &opts, cfg, log); err != nil {
@@ -74,27 +77,6 @@ func Open(ctx context.Context, cfg config.Worker, log *slog.Logger, s Setup) (en
 		}
 	}
 	return pipeline.Open(opts)
-}
-
-// engineOptions are the pipeline's options for the chosen weights and the engine settings.
-func engineOptions(e config.Engine, choice provision.Choice) pipeline.OpenOptions {
-	return pipeline.OpenOptions{
-		WeightsDir:      choice.Dir,
-		ModelName:       choice.Model,
-		WeightsRepo:     choice.Repo,
-		WeightsRevision: choice.Revision,
-		Backend:         e.Backend,
-		WeightsQuant:    e.WeightsQuant,
-		Threads:         e.Threads,
-		MaxSeqLen:       e.MaxSeqLen,
-		MaxBatch:        e.MaxBatch,
-		InTokenLimit:    e.InTokenLimit,
-		CanonGrid:       e.CanonGrid,
-		CanonAspect:     e.CanonAspect,
-		MaxNewTokens:    e.MaxNewTokens,
-		MaxNewTokensCap: e.MaxNewTokensCap,
-		GenerationMode:  e.GenerationMode,
-	}
 }
 
 // ttnnOptions does the upstream server's first-boot step (tt_transformers loads a plain

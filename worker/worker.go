@@ -248,8 +248,8 @@ func (s *service) servePredict(context.Context) error {
 		Logger: s.log.With("component", "http"),
 		Chips:  s.cfg.Engine.Chips,
 		Queue:  queueDescription(s.cfg),
-		// What /info reports as the default; the engine applies it (engineOptions).
-		GenerationMode: engine.GenerationMode(s.cfg.Engine.GenerationMode),
+		// What /info reports as the default; the engine applies it (Open).
+		GenerationMode: s.cfg.Engine.GenerationMode,
 		Ready:          s.readiness,
 		Metrics:        s.predictMetrics,
 		Images:         s.store, // read only when LA_HTTP_IMAGE_URLS is on

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/config"
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/overlay"
 	"github.com/locateanything/detect/engine/sim"
 	"github.com/locateanything/detect/internal/cli"
@@ -248,7 +249,7 @@ func parseFlags(args []string, base config.Worker) (options, error) {
 	if o.chips, err = intList("--chips", v.chips, 1, 64); err != nil {
 		return *o, err
 	}
-	if o.batches, err = intList("--batch", v.batches, 1, config.MaxBatchLimit); err != nil {
+	if o.batches, err = intList("--batch", v.batches, 1, engine.MaxBatchLimit); err != nil {
 		return *o, err
 	}
 	if o.jobs < 1 || o.stall <= 0 || o.consoleEvery <= 0 || strings.TrimSpace(o.query) == "" {

@@ -93,8 +93,8 @@ type system struct {
 func modelEngine(weights string, maxBatch, maxNew int) func() (engine.Engine, error) {
 	return func() (engine.Engine, error) {
 		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: weights, Backend: engine.BackendCPU, Threads: 1, MaxSeqLen: 512, MaxBatch: maxBatch,
-			CanonGrid: "native", MaxNewTokens: maxNew, MaxNewTokensCap: maxNew,
+			Settings:   engine.Settings{Backend: engine.BackendCPU, Threads: 1, MaxSeqLen: 512, MaxBatch: maxBatch, CanonGrid: "native", MaxNewTokens: maxNew, MaxNewTokensCap: maxNew},
+			WeightsDir: weights,
 		})
 	}
 }

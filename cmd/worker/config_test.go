@@ -34,6 +34,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LA_CHIPS", "0", "LA_CHIPS"},
 		{"LA_LOG_FORMAT", "xml", "LA_LOG_FORMAT"},
 		{"LA_LOG_LEVEL", "loud", "LA_LOG_LEVEL"},
+		{"LA_MAX_BATCH", "33", "LA_MAX_BATCH"},
+		{"LA_WEIGHTS_QUANT", "q4", "LA_WEIGHTS_QUANT"},
 		{"LA_MAX_NEW_TOKENS", "2000", "LA_MAX_NEW_TOKENS"},
 		{"LA_WORKER_NAME", "a.b", "LA_WORKER_NAME"},
 		{"LA_ACK_WAIT", "soon", "LA_ACK_WAIT"},

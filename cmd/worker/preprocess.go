@@ -10,7 +10,6 @@ import (
 
 	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/engine/imageproc"
-	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/internal/cli"
 )
 
@@ -80,9 +79,9 @@ func runPreprocess(args []string, stdout io.Writer) error {
 	case set["canon-aspect"]:
 		f.grid = ""
 	case !set["grid"]:
-		f.grid = pipeline.CanonGridSetting(cfg.Engine.Backend, f.grid)
+		f.grid = cfg.Engine.CanonGridSetting()
 	}
-	o := imageproc.DefaultOptions() // its limit is the served one, pipeline.ServedInTokenLimit
+	o := imageproc.DefaultOptions() // its limit is the served one, engine.ServedInTokenLimit
 	if f.limit > 0 {
 		o.InTokenLimit = f.limit
 	}

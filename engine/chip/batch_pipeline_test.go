@@ -115,8 +115,8 @@ func TestBatchedAnswersEqualAnswersAlone(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := pipeline.OpenOptions{
-				WeightsDir: c.dir, Backend: engine.BackendKind(c.backend), Threads: 2, MaxSeqLen: 1024, InTokenLimit: 64,
-				CanonGrid: "native", MaxNewTokens: 8, MaxNewTokensCap: 64,
+				Settings:   engine.Settings{Backend: engine.BackendKind(c.backend), Threads: 2, MaxSeqLen: 1024, InTokenLimit: 64, CanonGrid: "native", MaxNewTokens: 8, MaxNewTokensCap: 64},
+				WeightsDir: c.dir,
 				// The simulated chip at 10x its speed (slow enough that the requests overlap on a
 				// loaded machine): its answers, not its timing, are checked.
 				Sim: sim.Costs{Vision: 49 * time.Millisecond, Prefill: 58 * time.Millisecond,

@@ -83,8 +83,7 @@ func TestChipCountsTokensAndDeviceTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, batch := range []int{1, 3} {
-		o := pipeline.OpenOptions{WeightsDir: "../../testdata/checkpoints/tiny-f32", Backend: "cpu", Threads: 2,
-			MaxSeqLen: 512, InTokenLimit: 64, CanonGrid: "native", MaxNewTokens: 6, MaxNewTokensCap: 64, MaxBatch: batch}
+		o := pipeline.OpenOptions{Settings: engine.Settings{Backend: "cpu", Threads: 2, MaxSeqLen: 512, InTokenLimit: 64, CanonGrid: "native", MaxNewTokens: 6, MaxNewTokensCap: 64, MaxBatch: batch}, WeightsDir: "../../testdata/checkpoints/tiny-f32"}
 		opened := time.Now()
 		c, err := Open(func() (engine.Engine, error) { return pipeline.Open(o) })
 		if err != nil {

@@ -43,8 +43,7 @@ func TestHybridNextToARThroughTheChip(t *testing.T) {
 		reqs = append(reqs, engine.Request{Image: img, Query: s.Query, Task: engine.Task(s.Task),
 			MaxNewTokens: []int{48, 7, 30}[i%3], GenerationMode: mode})
 	}
-	o := pipeline.OpenOptions{WeightsDir: dir, Backend: "cpu", Threads: 2, MaxSeqLen: 1024, InTokenLimit: 64,
-		CanonGrid: "native", MaxNewTokens: 8, MaxNewTokensCap: 64}
+	o := pipeline.OpenOptions{Settings: engine.Settings{Backend: "cpu", Threads: 2, MaxSeqLen: 1024, InTokenLimit: 64, CanonGrid: "native", MaxNewTokens: 8, MaxNewTokensCap: 64}, WeightsDir: dir}
 	want := alone(t, o, reqs)
 	o.MaxBatch = 4
 	checkBatched(t, o, reqs, want)
@@ -54,8 +53,7 @@ func TestHybridNextToARThroughTheChip(t *testing.T) {
 // per sequence and step.
 func TestChipCountsHybridTokens(t *testing.T) {
 	const dir = "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks"
-	o := pipeline.OpenOptions{WeightsDir: dir, Backend: "cpu", Threads: 2, MaxSeqLen: 1024, InTokenLimit: 64,
-		CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 64, MaxBatch: 2}
+	o := pipeline.OpenOptions{Settings: engine.Settings{Backend: "cpu", Threads: 2, MaxSeqLen: 1024, InTokenLimit: 64, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 64, MaxBatch: 2}, WeightsDir: dir}
 	c, err := chip.Open(func() (engine.Engine, error) { return pipeline.Open(o) })
 	if err != nil {
 		t.Fatal(err)

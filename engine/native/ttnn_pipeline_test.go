@@ -30,8 +30,9 @@ func TestTTNNWorkerPipelineMatchesCPU(t *testing.T) {
 			options = map[string]string{"adapter": "la_ttnn_standin", "path": ttnnDir}
 		}
 		p, err := pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../../testdata/checkpoints/tiny-bf16", Backend: engine.BackendKind(backend), Threads: 2,
-			MaxSeqLen: 512, MaxBatch: 1, InTokenLimit: 80, CanonGrid: "native", MaxNewTokens: 24, MaxNewTokensCap: 64,
+			Settings:   engine.Settings{Backend: engine.BackendKind(backend), Threads: 2, MaxSeqLen: 512, MaxBatch: 1, InTokenLimit: 80, CanonGrid: "native", MaxNewTokens: 24, MaxNewTokensCap: 64},
+			WeightsDir: "../../testdata/checkpoints/tiny-bf16",
+
 			BackendOptions: options,
 		})
 		if err != nil {
@@ -91,9 +92,10 @@ func TestTTNNWorkerPipelineHybridMatchesCPU(t *testing.T) {
 			options = map[string]string{"adapter": "la_ttnn_standin", "path": ttnnDir}
 		}
 		p, err := pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks", Backend: engine.BackendKind(backend), Threads: 2,
-			MaxSeqLen: 512, MaxBatch: 2, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48,
-			GenerationMode: engine.GenerationHybrid, BackendOptions: options,
+			Settings:   engine.Settings{Backend: engine.BackendKind(backend), Threads: 2, MaxSeqLen: 512, MaxBatch: 2, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48, GenerationMode: engine.GenerationHybrid},
+			WeightsDir: "../../tools/refmodel/testdata/hybrid/tiny-shapes-blocks",
+
+			BackendOptions: options,
 		})
 		if err != nil {
 			t.Fatalf("open %s pipeline: %v", backend, err)

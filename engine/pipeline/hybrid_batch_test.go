@@ -36,7 +36,7 @@ func blockScenes(t *testing.T, p *Pipeline, f *golden.File, n int, modes ...engi
 // same step and hybrid ones by each other.
 func TestHybridBatchedEqualsAlone(t *testing.T) {
 	f := loadGolden(t, "tiny-shapes-blocks.json")
-	o := OpenOptions{WeightsDir: blocksDir, InTokenLimit: 64, MaxNewTokens: 48, MaxNewTokensCap: 64}
+	o := OpenOptions{Settings: engine.Settings{InTokenLimit: 64, MaxNewTokens: 48, MaxNewTokensCap: 64}, WeightsDir: blocksDir}
 	for _, c := range []struct {
 		name  string
 		modes []engine.GenerationMode

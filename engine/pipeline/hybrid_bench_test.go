@@ -51,8 +51,7 @@ func benchHybridVsAR(b *testing.B, dir string) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	o := OpenOptions{WeightsDir: dir, Backend: "cpu", MaxSeqLen: 1024, MaxBatch: 1, InTokenLimit: 64,
-		CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48}
+	o := OpenOptions{Settings: engine.Settings{Backend: "cpu", MaxSeqLen: 1024, MaxBatch: 1, InTokenLimit: 64, CanonGrid: "native", MaxNewTokens: 48, MaxNewTokensCap: 48}, WeightsDir: dir}
 	p, err := Open(o)
 	if err != nil {
 		b.Fatal(err)

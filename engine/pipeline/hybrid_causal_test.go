@@ -85,7 +85,7 @@ func upstreamCausalLoop(t *testing.T, p *Pipeline, prep *engine.Prepared) []int3
 // decode differently on the checkpoint without it (the block model's own goldens).
 func TestHybridWithCausalAttnIsUpstreamsLoop(t *testing.T) {
 	f := loadGolden(t, "tiny-shapes-blocks.json")
-	p := openPipeline(t, OpenOptions{WeightsDir: causalCopy(t), InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64})
+	p := openPipeline(t, OpenOptions{Settings: engine.Settings{InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64}, WeightsDir: causalCopy(t)})
 	if got := p.Info().GenerationModes; !slices.Equal(got, engine.GenerationModes) {
 		t.Fatalf("Info().GenerationModes = %v, want %v", got, engine.GenerationModes)
 	}

@@ -452,7 +452,7 @@ func TestCheckpointWithoutBlockTokensRefusesHybrid(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := openPipeline(t, OpenOptions{WeightsDir: dir, InTokenLimit: 64})
+	p := openPipeline(t, OpenOptions{Settings: engine.Settings{InTokenLimit: 64}, WeightsDir: dir})
 	if got := p.Info().GenerationModes; !slices.Equal(got, []engine.GenerationMode{engine.GenerationAR}) {
 		t.Errorf("Info().GenerationModes = %v, want only ar (what /info offers)", got)
 	}

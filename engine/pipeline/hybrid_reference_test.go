@@ -47,8 +47,7 @@ func TestHybridMatchesReferenceOnTheRandomCheckpoints(t *testing.T) {
 			for i := range f.Runs {
 				run := &f.Runs[i]
 				t.Run(fmt.Sprintf("%s/%s/%d", run.Case, run.Mode, run.MaxNew), func(t *testing.T) {
-					p := openPipeline(t, OpenOptions{WeightsDir: filepath.Join(filepath.Dir(checkpointDir), ckpt),
-						InTokenLimit: run.InTokenLimit})
+					p := openPipeline(t, OpenOptions{Settings: engine.Settings{InTokenLimit: run.InTokenLimit}, WeightsDir: filepath.Join(filepath.Dir(checkpointDir), ckpt)})
 					p.st.mode = run.Mode
 					pred, err := p.Generate(context.Background(), prepareRun(t, p, run))
 					if err != nil {
@@ -159,7 +158,7 @@ func TestHybridMatchesReferenceOnTheBundledModel(t *testing.T) {
 func checkHybridScenes(t *testing.T, goldenFile, dir string) {
 	t.Helper()
 	f := loadGolden(t, goldenFile)
-	p := openPipeline(t, OpenOptions{WeightsDir: dir, InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64})
+	p := openPipeline(t, OpenOptions{Settings: engine.Settings{InTokenLimit: f.Runs[0].InTokenLimit, MaxNewTokens: 48, MaxNewTokensCap: 64}, WeightsDir: dir})
 	if got := p.Info().GenerationModes; !slices.Equal(got, engine.GenerationModes) {
 		t.Errorf("Info().GenerationModes = %v, want %v", got, engine.GenerationModes)
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"path/filepath"
-	"runtime"
 
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/blockdecode"
@@ -15,40 +14,15 @@ import (
 	"github.com/locateanything/detect/engine/tokenizer"
 )
 
-// ServedInTokenLimit is the image-token limit the validated deployment runs at (the real
-// checkpoint says 25600, which on a CPU would take minutes per image). A checkpoint whose
-// own limit is lower (the bundled small models) keeps its own.
-const ServedInTokenLimit = 1024
-
-// CanonGridSetting is LA_CANON_GRID as backend b reads it: empty is native on the cpu
-// engine, which builds nothing per grid, and derived from LA_CANON_ASPECT on the others
-// (imageproc.ResolveCanonGrid).
-func CanonGridSetting(b engine.BackendKind, grid string) string {
-	if grid == "" && b == engine.BackendCPU {
-		return "native"
-	}
-	return grid
-}
-
-// OpenOptions are the knobs of a native engine, as the worker reads them from LA_* variables.
+// OpenOptions are what Open needs: the engine's settings, as the worker reads them from
+// LA_* variables, and the checkpoint and backend they run on.
 type OpenOptions struct {
+	engine.Settings
 	WeightsDir      string // a checkpoint directory (already resolved)
 	ModelName       string // for /info and results: what the checkpoint is ("LocateAnything-3B", "tiny-shapes")
 	WeightsRepo     string // for /info: where the weights came from
 	WeightsRevision string
-	Backend         engine.BackendKind  // LA_ENGINE
-	WeightsQuant    engine.WeightsQuant // LA_WEIGHTS_QUANT: cpu decoder weights; "" = bf16
-	Threads         int                 // 0 = one per CPU
-	MaxSeqLen       int                 // LA_MAX_SEQ_LEN, per sequence
-	MaxBatch        int                 // LA_MAX_BATCH: sequences decoded together
-	InTokenLimit    int                 // LA_IN_TOKEN_LIMIT; 0 = the checkpoint's, at most ServedInTokenLimit
-	CanonGrid       string              // LA_CANON_GRID: "native", "HxW", or "" (native on cpu, else derived)
-	CanonAspect     string              // LA_CANON_ASPECT: "WxH" the canonical grid is derived from
-	MaxNewTokens    int                 // LA_MAX_NEW_TOKENS
-	MaxNewTokensCap int                 // LA_MAX_NEW_TOKENS_CAP
-	// GenerationMode is the default for requests that name none (LA_GENERATION_MODE); "" = ar.
-	GenerationMode engine.GenerationMode
-	MaxPixels      int64 // decode budget for one image
+	MaxPixels       int64 // decode budget for one image
 
 	// Precision and DecodeMode describe the run for /info and /predict when the backend's
 	// own settings decide them (the ttnn adapter's LA_PREC and LA_TRACE); empty means the
@@ -111,23 +85,12 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 		Std:          cfg.Preprocessor.ImageStd,
 		MaxPixels:    o.MaxPixels,
 	}
-	if o.InTokenLimit > 0 {
-		pre.InTokenLimit = o.InTokenLimit
-	} else if o.Backend == engine.BackendSim {
-		// The simulated chip stands in for the served model whatever checkpoint lends it a
-		// tokenizer, so the host side resizes as it does in production.
-		pre.InTokenLimit = ServedInTokenLimit
-	} else {
-		pre.InTokenLimit = min(pre.InTokenLimit, ServedInTokenLimit)
-	}
-	if pre.CanonGrid, err = imageproc.ResolveCanonGrid(CanonGridSetting(o.Backend, o.CanonGrid), o.CanonAspect, pre); err != nil {
+	pre.InTokenLimit = o.InTokens(pre.InTokenLimit)
+	if pre.CanonGrid, err = imageproc.ResolveCanonGrid(o.CanonGridSetting(), o.CanonAspect, pre); err != nil {
 		return nil, fmt.Errorf("canonical grid: %w", err)
 	}
 
-	threads := o.Threads
-	if threads <= 0 {
-		threads = runtime.NumCPU()
-	}
+	threads := o.ThreadCount()
 	backendOptions := map[string]string{}
 	for k, v := range o.BackendOptions {
 		backendOptions[k] = v

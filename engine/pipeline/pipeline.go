@@ -68,7 +68,7 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 	if err := cfg.Preprocess.Validate(); err != nil {
 		return nil, fmt.Errorf("preprocessing options: %w", err)
 	}
-	if cfg.MaxNewTokens < 1 || cfg.MaxNewTokensCap < cfg.MaxNewTokens {
+	if !engine.BudgetFits(cfg.MaxNewTokens, cfg.MaxNewTokensCap) { // a caller's slip: Settings.Validate refuses it first
 		return nil, fmt.Errorf("token budget: default %d and cap %d must satisfy 1 <= default <= cap",
 			cfg.MaxNewTokens, cfg.MaxNewTokensCap)
 	}
@@ -86,7 +86,7 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func
 	if b.MaxBatch() < 1 {
 		return nil, fmt.Errorf("backend %s has %d sequence slots", b.Name(), b.MaxBatch())
 	}
-	if cfg.GenerationMode != "" && !cfg.GenerationMode.Valid() {
+	if cfg.GenerationMode != "" && !cfg.GenerationMode.Valid() { // a caller's slip: Settings.Validate refuses it first
 		return nil, fmt.Errorf("generation mode %q is not one of %v", cfg.GenerationMode, engine.GenerationModes)
 	}
 	cfg.Info.GenerationModes = []engine.GenerationMode{engine.GenerationAR}

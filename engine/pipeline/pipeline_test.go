@@ -151,7 +151,7 @@ func matchReference(t *testing.T, dir string) {
 	}
 	for i, c := range idx.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			p := openPipeline(t, OpenOptions{WeightsDir: dir, InTokenLimit: c.InTokenLimit})
+			p := openPipeline(t, OpenOptions{Settings: engine.Settings{InTokenLimit: c.InTokenLimit}, WeightsDir: dir})
 			img, err := os.ReadFile(filepath.Join("../../tools/refmodel/testdata/images", c.Image))
 			if err != nil {
 				t.Fatal(err)
@@ -222,7 +222,7 @@ func matchReference(t *testing.T, dir string) {
 }
 
 func TestPipelineRepeatIsIdentical(t *testing.T) {
-	p := openPipeline(t, OpenOptions{InTokenLimit: 64})
+	p := openPipeline(t, OpenOptions{Settings: engine.Settings{InTokenLimit: 64}})
 	img, err := os.ReadFile("../../tools/refmodel/testdata/images/dog.jpg")
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +250,7 @@ func TestPipelineRepeatIsIdentical(t *testing.T) {
 }
 
 func TestPipelineRefusesBadInput(t *testing.T) {
-	p := openPipeline(t, OpenOptions{InTokenLimit: 64, MaxSeqLen: 64, MaxNewTokens: 8, MaxNewTokensCap: 16})
+	p := openPipeline(t, OpenOptions{Settings: engine.Settings{InTokenLimit: 64, MaxSeqLen: 64, MaxNewTokens: 8, MaxNewTokensCap: 16}})
 	img, err := os.ReadFile("../../tools/refmodel/testdata/images/dog.jpg")
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +279,7 @@ func TestPipelineRefusesBadInput(t *testing.T) {
 }
 
 func TestPipelineCancelled(t *testing.T) {
-	p := openPipeline(t, OpenOptions{InTokenLimit: 64})
+	p := openPipeline(t, OpenOptions{Settings: engine.Settings{InTokenLimit: 64}})
 	img, err := os.ReadFile("../../tools/refmodel/testdata/images/dog.jpg")
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +303,7 @@ func TestPipelineCancelled(t *testing.T) {
 // the generated tokens; a query with a trailing </c> runs as written and says so.
 func TestScoresAndWarningsOnTheBundledModel(t *testing.T) {
 	const coordFirst, coordLast = 421, 1421 // <0> .. <1000> in models/tiny-shapes/config.json
-	p := openPipeline(t, OpenOptions{WeightsDir: "../../models/tiny-shapes", MaxSeqLen: 512, MaxNewTokens: 48, MaxNewTokensCap: 48})
+	p := openPipeline(t, OpenOptions{Settings: engine.Settings{MaxSeqLen: 512, MaxNewTokens: 48, MaxNewTokensCap: 48}, WeightsDir: "../../models/tiny-shapes"})
 	img, err := os.ReadFile("../../tools/tinymodel/testdata/heldout/05.png")
 	if err != nil {
 		t.Fatal(err)

@@ -20,8 +20,9 @@ func openSim(t *testing.T, maxBatch int, meter *sim.Meter) *pipeline.Pipeline {
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 	p, err := pipeline.Open(pipeline.OpenOptions{
-		WeightsDir: "../../models/tiny-shapes", ModelName: "tiny-shapes", Backend: "sim",
-		MaxSeqLen: 4096, MaxBatch: maxBatch, CanonAspect: "1920x1080", MaxNewTokens: 128, MaxNewTokensCap: 1024,
+		Settings:   engine.Settings{Backend: "sim", MaxSeqLen: 4096, MaxBatch: maxBatch, CanonAspect: "1920x1080", MaxNewTokens: 128, MaxNewTokensCap: 1024},
+		WeightsDir: "../../models/tiny-shapes", ModelName: "tiny-shapes",
+
 		Sim:      sim.Costs{Vision: 49 * time.Millisecond, Prefill: 58 * time.Millisecond, Decode: 24 * time.Millisecond, BatchAlpha: 0.05, Speed: 100},
 		SimMeter: meter,
 	})

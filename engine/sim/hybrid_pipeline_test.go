@@ -21,8 +21,9 @@ func TestHybridThroughThePipeline(t *testing.T) {
 	t.Cleanup(runtime.UnlockOSThread)
 	meter := &sim.Meter{}
 	p, err := pipeline.Open(pipeline.OpenOptions{
-		WeightsDir: bundledModel, ModelName: "tiny-shapes", Backend: sim.Name,
-		MaxSeqLen: 4096, MaxBatch: 2, CanonAspect: "1920x1080", MaxNewTokens: 256, MaxNewTokensCap: 1024,
+		Settings:   engine.Settings{Backend: sim.Name, MaxSeqLen: 4096, MaxBatch: 2, CanonAspect: "1920x1080", MaxNewTokens: 256, MaxNewTokensCap: 1024},
+		WeightsDir: bundledModel, ModelName: "tiny-shapes",
+
 		Sim:      sim.Costs{Vision: 49 * time.Millisecond, Prefill: 58 * time.Millisecond, Decode: 24 * time.Millisecond, BatchAlpha: 0.05, Speed: 1000},
 		SimMeter: meter,
 	})

@@ -19,8 +19,8 @@ func openBundled(t *testing.T, maxNew int, quant string) *pipeline.Pipeline {
 	t.Helper()
 	runtime.LockOSThread()
 	p, err := pipeline.Open(pipeline.OpenOptions{
-		WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1,
-		CanonGrid: "native", MaxNewTokens: maxNew, MaxNewTokensCap: maxNew, WeightsQuant: engine.WeightsQuant(quant),
+		Settings:   engine.Settings{Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1, CanonGrid: "native", MaxNewTokens: maxNew, MaxNewTokensCap: maxNew, WeightsQuant: engine.WeightsQuant(quant)},
+		WeightsDir: checkpointDir,
 	})
 	if err != nil {
 		runtime.UnlockOSThread()

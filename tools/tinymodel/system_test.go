@@ -57,8 +57,8 @@ func TestHeldoutScenesThroughTheQueue(t *testing.T) {
 	defer store.Close()
 	c, err := chip.Open(func() (engine.Engine, error) {
 		return pipeline.Open(pipeline.OpenOptions{
-			WeightsDir: checkpointDir, Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1, CanonGrid: "native",
-			MaxNewTokens: set.MaxNewTokens, MaxNewTokensCap: set.MaxNewTokens,
+			Settings:   engine.Settings{Backend: "cpu", Threads: 1, MaxSeqLen: 512, MaxBatch: 1, CanonGrid: "native", MaxNewTokens: set.MaxNewTokens, MaxNewTokensCap: set.MaxNewTokens},
+			WeightsDir: checkpointDir,
 		})
 	})
 	if err != nil {
