@@ -56,8 +56,8 @@ type Options struct {
 	Chips int    // chips this worker drives (/info worker.chips); 0 counts as 1
 	Queue string // the job queue it consumes, e.g. "nats://nats:4222 LA_JOBS/la-workers"; "" for none
 
-	// GenerationMode is the engine's default generation mode (LA_GENERATION_MODE), which
-	// /info reports; "" counts as ar. New refuses an unknown one.
+	// GenerationMode is the engine's default generation mode (LA_GENERATION_MODE, which
+	// pipeline.Settings validates), which /info reports; "" counts as ar.
 	GenerationMode engine.GenerationMode
 
 	// Ready, when set, is asked by /readyz once the engine is ready: an error (NATS down,
@@ -141,9 +141,6 @@ func New(cfg Config, opts Options) (*Server, error) {
 		if _, taken := routeMethods[strings.TrimSuffix(prefix, "/")]; taken {
 			return nil, fmt.Errorf("httpcompat: mount %q would take a route of the contract", prefix)
 		}
-	}
-	if !opts.GenerationMode.Valid() {
-		return nil, fmt.Errorf("httpcompat: generation mode %q is not one of %s", opts.GenerationMode, engine.GenerationModes.List())
 	}
 	build := version.Get()
 	if opts.Build != nil {
