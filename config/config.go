@@ -14,10 +14,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/locateanything/detect/console"
@@ -141,15 +141,43 @@ type Runner struct {
 
 // Observe is logging and metrics.
 type Observe struct {
-	MetricsAddr string `envconfig:"LA_METRICS_ADDR" default:":9464" desc:"address of /metrics and the probes /livez and /readyz; off disables"`
-	LogFormat   string `envconfig:"LA_LOG_FORMAT" default:"auto" desc:"log format: text, json, or auto (text on a terminal, else json)"`
-	LogLevel    string `envconfig:"LA_LOG_LEVEL" default:"info" desc:"least level logged: debug, info, warn or error"`
+	MetricsAddr string   `envconfig:"LA_METRICS_ADDR" default:":9464" desc:"address of /metrics and the probes /livez and /readyz; off disables"`
+	LogFormat   string   `envconfig:"LA_LOG_FORMAT" default:"auto" desc:"log format: text, json, or auto (text on a terminal, else json)"`
+	LogLevel    LogLevel `envconfig:"LA_LOG_LEVEL" default:"info" desc:"least level logged: debug, info, warn or error"`
 
 	// OpenTelemetry traces, OTLP over HTTP, under the standard names the OTel SDKs read;
 	// off unless the endpoint is set (docs/worker.md, "Traces").
 	OTLPEndpoint string `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector base URL for traces (/v1/traces is added); empty = no traces"`
 	OTLPHeaders  string `envconfig:"OTEL_EXPORTER_OTLP_HEADERS" secret:"true" desc:"key1=value1,key2=value2 sent with every export (URL-encoded values)"`
 	ServiceName  string `envconfig:"OTEL_SERVICE_NAME" default:"la-worker" desc:"service.name of the spans"`
+}
+
+// LogLevel is the least level logged (LA_LOG_LEVEL).
+type LogLevel string
+
+// The levels LA_LOG_LEVEL takes, as log/slog names them.
+const (
+	LogDebug LogLevel = "debug"
+	LogInfo  LogLevel = "info"
+	LogWarn  LogLevel = "warn"
+	LogError LogLevel = "error"
+)
+
+// LogLevels lists every level, least first; Observe.Validate refuses any other.
+var LogLevels = settings.Set[LogLevel]{LogDebug, LogInfo, LogWarn, LogError}
+
+// Slog is the level as log/slog has it: LogInfo for a level outside LogLevels, which
+// Validate refuses before a logger is built.
+func (l LogLevel) Slog() slog.Level {
+	switch l {
+	case LogDebug:
+		return slog.LevelDebug
+	case LogWarn:
+		return slog.LevelWarn
+	case LogError:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }
 
 // TracesEnabled reports whether spans are exported.
@@ -366,8 +394,8 @@ func (o Observe) Validate() error {
 	var v settings.Check
 	add := v.Add
 	v.OneOf("LA_LOG_FORMAT", o.LogFormat, "auto", "text", "json")
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(o.LogLevel)) {
-		add("LA_LOG_LEVEL is %q, want one of debug, info, warn, error", o.LogLevel)
+	if !LogLevels.Has(o.LogLevel) {
+		add("LA_LOG_LEVEL is %q, want one of %s", o.LogLevel, LogLevels.List())
 	}
 	if o.OTLPEndpoint != "" {
 		if u, err := url.Parse(o.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

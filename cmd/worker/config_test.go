@@ -34,6 +34,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LA_CHIPS", "0", "LA_CHIPS"},
 		{"LA_LOG_FORMAT", "xml", "LA_LOG_FORMAT"},
 		{"LA_LOG_LEVEL", "loud", "LA_LOG_LEVEL"},
+		{"LA_LOG_LEVEL", "DEBUG", "LA_LOG_LEVEL"}, // one of a closed set, spelt as listed
 		{"LA_MAX_BATCH", "33", "LA_MAX_BATCH"},
 		{"LA_WEIGHTS_QUANT", "q4", "LA_WEIGHTS_QUANT"},
 		{"LA_MAX_NEW_TOKENS", "2000", "LA_MAX_NEW_TOKENS"},

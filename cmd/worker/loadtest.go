@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/locateanything/detect/bench/loadtest"
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/internal/cli"
 )
 
@@ -19,10 +20,7 @@ func runLoadtest(args []string, stdout io.Writer) error {
 	if err != nil {
 		return cli.UsageError{Err: err}
 	}
-	log, err := newLogger(os.Stderr, cfg.Observe.LogFormat, "warn")
-	if err != nil {
-		return cli.UsageError{Err: err}
-	}
+	log := newLogger(os.Stderr, cfg.Observe.LogFormat, config.LogWarn)
 	wd, err := os.Getwd()
 	if err != nil {
 		return err

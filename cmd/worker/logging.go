@@ -1,22 +1,20 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/lmittmann/tint"
+
+	"github.com/locateanything/detect/config"
 )
 
 // newLogger builds the process logger: tint's coloured text on a terminal, JSON when
-// LA_LOG_FORMAT=json (or auto and not a terminal: log collectors read JSON).
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	lvl, err := parseLevel(level)
-	if err != nil {
-		return nil, err
-	}
+// LA_LOG_FORMAT=json (or auto and not a terminal: log collectors read JSON). Both settings
+// are validated with the rest of the configuration (config.Observe).
+func newLogger(w io.Writer, format string, level config.LogLevel) *slog.Logger {
+	lvl := level.Slog()
 	if format == "auto" {
 		format = "json"
 		if isTerminal(w) {
@@ -24,10 +22,10 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		}
 	}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: readableDuration})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: readableDuration}))
 	}
 	return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: "15:04:05.000",
-		NoColor: !isTerminal(w), ReplaceAttr: readableDuration})), nil
+		NoColor: !isTerminal(w), ReplaceAttr: readableDuration}))
 }
 
 // readableDuration writes a duration as Go writes it ("30s", "1.5ms"), in both formats:
@@ -37,14 +35,6 @@ func readableDuration(_ []string, a slog.Attr) slog.Attr {
 		return slog.String(a.Key, a.Value.Duration().String())
 	}
 	return a
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
-		return 0, fmt.Errorf("LA_LOG_LEVEL is %q, want debug, info, warn or error", s)
-	}
-	return l, nil
 }
 
 // isTerminal reports whether w is a character device (a terminal), without a dependency.

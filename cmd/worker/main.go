@@ -117,11 +117,7 @@ func runService(stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		return 2
 	}
-	log, err := newLogger(stderr, cfg.Observe.LogFormat, cfg.Observe.LogLevel)
-	if err != nil {
-		fmt.Fprintf(stderr, "worker: %v\n", err)
-		return 2
-	}
+	log := newLogger(stderr, cfg.Observe.LogFormat, cfg.Observe.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := worker.Run(ctx, cfg, worker.Options{Log: log, Landmarks: stdout, Open: worker.OpenEngine}); err != nil {
