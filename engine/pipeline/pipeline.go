@@ -55,13 +55,6 @@ type Pipeline struct {
 
 var _ engine.Batcher = (*Pipeline)(nil)
 
-// ErrNoFreeSlot is Start's error when MaxBatch sequences are already running.
-var ErrNoFreeSlot = errors.New("no free sequence slot")
-
-// errNoHybrid is a hybrid sequence on a Pipeline without the block tokens, which Prepare
-// refuses.
-var errNoHybrid = errors.New("hybrid decoding: the model has no block token ids")
-
 // New builds a Pipeline. closers run after the backend is closed (the checkpoint's mapping,
 // say).
 func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config, closers ...func() error) (*Pipeline, error) {
