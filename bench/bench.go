@@ -1,10 +1,10 @@
 // Package bench measures the CPU engine against the machine it runs on: it is
-// `worker bench`. Run loads a checkpoint into the CPU backend, times vision, prefill and
-// decode on synthetic inputs of the served shapes, and prints each stage next to what the
-// machine offers, measured in the same process: OpenBLAS sgemm GFLOP/s for vision and
-// prefill, STREAM-style memory bandwidth for decode (whose ceiling is bandwidth / weight
-// bytes read per token). The machine's figures come from bench/machine; the engine's own
-// (its decode kernels alone) from engine/native.
+// `worker bench`. Run opens the CPU engine as the service does (pipeline.Open), times
+// vision, prefill and decode on synthetic inputs of the served shapes on its backend, and
+// prints each stage next to what the machine offers, measured in the same process:
+// OpenBLAS sgemm GFLOP/s for vision and prefill, STREAM-style memory bandwidth for decode
+// (whose ceiling is bandwidth / weight bytes read per token). The machine's figures come
+// from bench/machine; the engine's own (its decode kernels alone) from engine/native.
 package bench
 
 import (
@@ -18,6 +18,7 @@ import (
 	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/checkpoint"
 	"github.com/locateanything/detect/engine/native"
+	"github.com/locateanything/detect/engine/pipeline"
 	"github.com/locateanything/detect/internal/cli"
 )
 
@@ -40,9 +41,9 @@ type options struct {
 	warmup       bool
 	streamMiB    int
 	resident     bool
-	quant        string // --quant: the decoder's weights, bf16 (the checkpoint's) or q8 (LA_WEIGHTS_QUANT)
-	batches      []int  // --batch: the batch sweep instead of the stage runs
-	maxSeqLen    int    // --max-seq-len: each sequence's KV cache (LA_MAX_SEQ_LEN); 0 = room for the runs alone
+	quant        engine.WeightsQuant // --quant: the decoder's weights, bf16 (the checkpoint's) or q8 (LA_WEIGHTS_QUANT)
+	batches      []int               // --batch: the batch sweep instead of the stage runs
+	maxSeqLen    int                 // --max-seq-len: each sequence's KV cache (LA_MAX_SEQ_LEN); 0 = room for the runs alone
 }
 
 // positions is what the runs append to each sequence's KV cache: the prompt and the
@@ -71,11 +72,11 @@ type Defaults struct {
 	// Weights chooses the checkpoint when --weights is empty (cmd/worker: the one the
 	// worker would run); nil makes --weights required.
 	Weights func() (string, error)
-	Quant   engine.WeightsQuant // --quant (LA_WEIGHTS_QUANT); "" = bf16
-	Threads int                 // --threads (LA_THREADS)
-	// MaxSeqLen is --max-seq-len (LA_MAX_SEQ_LEN): the KV cache per sequence the backend is
-	// opened with, as the worker opens it; 0 = just room for the runs.
-	MaxSeqLen int
+	// Settings are the worker's engine settings (LA_*), which the engine is opened with:
+	// WeightsQuant, Threads and MaxSeqLen are the defaults of --quant ("" = bf16), --threads
+	// and --max-seq-len (the KV cache per sequence; 0 = just room for the runs), and the
+	// flags replace them.
+	Settings engine.Settings
 }
 
 // Run implements `worker bench` with the arguments after the subcommand name, writing
@@ -114,12 +115,13 @@ func Run(args []string, d Defaults, stdout io.Writer) error {
 	// The backend binds to one OS thread: open, run and close on this one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	b, err := openBackend(m, o)
+	p, err := openEngine(d, o)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	u := setup{o: o, m: m, backend: b.Name(), matmul: b.Matmul(), sh: sh, mf: mf}
+	defer p.Close()
+	b := p.Backend()
+	u := setup{o: o, m: m, backend: b.Name(), matmul: matmulOf(b), sh: sh, mf: mf}
 	if len(o.batches) > 0 {
 		fill, sruns, err := runSweep(b, makeInputs(m.Config, o, sh), o)
 		if err != nil {
@@ -140,17 +142,17 @@ func Run(args []string, d Defaults, stdout io.Writer) error {
 
 // Flags is the flag set `worker bench` parses with the defaults d, for its --help.
 func Flags(d Defaults) *flag.FlagSet {
-	fs, _, _ := defineFlags(&options{}, d)
+	fs, _, _, _ := defineFlags(&options{}, d)
 	return fs
 }
 
 // defineFlags defines the flags on a new set that parses into o; the strings it returns
 // are the flags parseFlags checks and converts after parsing.
-func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch *string) {
+func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch, quant *string) {
 	fs = flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.weights, "weights", "", "checkpoint `DIR` (empty: the one the worker would run)")
-	fs.IntVar(&o.threads, "threads", d.Threads, "backend threads (0 = one per CPU)")
+	fs.IntVar(&o.threads, "threads", d.Settings.Threads, "backend threads (0 = one per CPU)")
 	fs.IntVar(&o.tokens, "tokens", 64, "decode steps per run")
 	grid = fs.String("grid", "24x44", "vision grid HxW in 14-px patches")
 	fs.IntVar(&o.prompt, "prompt", 303, "prefill prompt length, image tokens included")
@@ -158,17 +160,17 @@ func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch *string)
 	fs.BoolVar(&o.warmup, "warmup", true, "one untimed run first (faults in the mapped weights)")
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
-	fs.StringVar(&o.quant, "quant", string(cmp.Or(d.Quant, engine.WeightsBF16)), "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
-	fs.IntVar(&o.maxSeqLen, "max-seq-len", d.MaxSeqLen, "positions of each sequence's KV cache, as the worker opens the backend (0 = just room for the runs)")
+	quant = fs.String("quant", string(cmp.Or(d.Settings.WeightsQuant, engine.WeightsBF16)), "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
+	fs.IntVar(&o.maxSeqLen, "max-seq-len", d.Settings.MaxSeqLen, "positions of each sequence's KV cache, as the worker opens the backend (0 = just room for the runs)")
 	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
-	return fs, grid, batch
+	return fs, grid, batch, quant
 }
 
 // parseFlags reads the command line into options and checks what can be checked without
 // the checkpoint: required flags, the grid's syntax, positive counts.
 func parseFlags(args []string, d Defaults) (options, error) {
 	var o options
-	fs, grid, batch := defineFlags(&o, d)
+	fs, grid, batch, quant := defineFlags(&o, d)
 	if err := fs.Parse(args); err != nil {
 		return o, usagef("bench: %w\n%s", err, Usage)
 	}
@@ -182,11 +184,11 @@ func parseFlags(args []string, d Defaults) (options, error) {
 	if o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.threads < 0 || o.streamMiB < 1 {
 		return o, usagef("bench: --tokens, --prompt, --runs and --stream-mib must be positive, --threads not negative")
 	}
-	if !engine.WeightsQuants.Has(engine.WeightsQuant(o.quant)) {
-		return o, usagef("bench: --quant %q: want one of %s", o.quant, engine.WeightsQuants.List())
+	var err error
+	if o.quant, err = engine.WeightsQuants.Parse(*quant); err != nil {
+		return o, usagef("bench: --quant %q: want one of %s", *quant, engine.WeightsQuants.List())
 	}
 	if *batch != "" {
-		var err error
 		if o.batches, err = parseBatches(*batch); err != nil {
 			return o, err
 		}
@@ -238,7 +240,7 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 	if f.kernelGBps, err = native.MeasureMatvec(11008, 2048, 24, o.threads, 3); err != nil {
 		return f, fmt.Errorf("bench: %w", err)
 	}
-	if o.quant == string(engine.WeightsQ8) { // the same 24 matrices' weights, a little over half the bytes
+	if o.quant == engine.WeightsQ8 { // the same 24 matrices' weights, a little over half the bytes
 		if f.kernelQ8GBps, err = native.MeasureMatvecQ8(11008, 2048, 24, o.threads, 3); err != nil {
 			return f, fmt.Errorf("bench: %w", err)
 		}
@@ -252,21 +254,35 @@ func measureMachine(c *checkpoint.Config, o options, sh shapes) (machineFigures,
 	return f, nil
 }
 
-// openBackend opens the CPU backend with each sequence's KV cache as the worker opens it
-// (LA_MAX_SEQ_LEN), or room for the prompt and the decode steps, and a slot for each
-// sequence of the sweep's largest batch, on the resident copy of the weights or
-// (--resident=false) the file mapping.
-func openBackend(m *checkpoint.Model, o options) (*native.Backend, error) {
-	opts := native.Options{MaxSeqLen: o.seqLen(), MaxBatch: 1, Threads: o.threads, WeightsQuant: engine.WeightsQuant(o.quant)}
+// openEngine opens the cpu engine as the service opens it, pipeline.Open with the
+// worker's engine settings, but for what the flags replace: the threads, the decoder's
+// weights, each sequence's KV cache (LA_MAX_SEQ_LEN, or room for the prompt and the
+// decode steps), a slot for each sequence of the sweep's largest batch, and the resident
+// copy of the weights or (--resident=false) the file mapping. The runs drive its backend
+// directly, to time each stage on its own.
+func openEngine(d Defaults, o options) (*pipeline.Pipeline, error) {
+	s := d.Settings
+	s.Backend, s.Threads, s.WeightsQuant, s.MaxSeqLen, s.MaxBatch = engine.BackendCPU, o.threads, o.quant, o.seqLen(), 1
 	if len(o.batches) > 0 {
-		opts.MaxBatch = o.batches[len(o.batches)-1]
+		s.MaxBatch = o.batches[len(o.batches)-1]
 	}
+	// The runs decode greedily, one token per step, o.tokens of them at a time.
+	s.GenerationMode, s.MaxNewTokens, s.MaxNewTokensCap = engine.GenerationAR, o.tokens, o.tokens
+	opts := pipeline.OpenOptions{Settings: s, WeightsDir: o.weights}
 	if !o.resident {
 		opts.BackendOptions = map[string]string{"resident_weights": "0"}
 	}
-	b, err := native.Open(engine.BackendCPU, m, opts)
+	p, err := pipeline.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	return b, nil
+	return p, nil
+}
+
+// matmulOf is how the cpu backend multiplies in prefill and vision.
+func matmulOf(b engine.Backend) native.Matmul {
+	if m, ok := b.(interface{ Matmul() native.Matmul }); ok {
+		return m.Matmul()
+	}
+	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/native"
 	"github.com/locateanything/detect/internal/cli"
 )
@@ -14,7 +15,7 @@ import (
 func TestBenchReportsEveryStage(t *testing.T) {
 	var out bytes.Buffer
 	err := Run([]string{"--weights", "../testdata/checkpoints/tiny-bf16", "--grid", "8x10",
-		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, Defaults{MaxSeqLen: 96}, &out)
+		"--prompt", "40", "--tokens", "4", "--runs", "1", "--warmup=false", "--stream-mib", "8", "--threads", "2"}, Defaults{Settings: engine.Settings{MaxSeqLen: 96}}, &out)
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}

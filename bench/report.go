@@ -64,7 +64,7 @@ func reportSetup(stdout io.Writer, u setup) error {
 	w := &reportWriter{w: stdout}
 	w.printf("checkpoint  %s: %s weights, %d tensors, %.2f GB mapped\n", o.weights, dtypeSummary(u.m), len(u.m.Tensors), float64(u.m.Bytes())/1e9)
 	w.printf("backend     %s, decode kernels %s, %d threads, %d runs (median), resident weights %v, decoder weights %s, prefill/vision products %s, KV cache %d positions per sequence\n",
-		u.backend, native.KernelISA(), o.threads, o.runs, o.resident || o.quant == string(engine.WeightsQ8), o.quant, u.matmul, o.seqLen())
+		u.backend, native.KernelISA(), o.threads, o.runs, o.resident || o.quant == engine.WeightsQ8, o.quant, u.matmul, o.seqLen())
 	w.printf("machine     memory copy %.1f GB/s, triad %.1f GB/s (%d MiB arrays); OpenBLAS sgemm %.1f GFLOP/s at %dx%dx%d, %.1f GFLOP/s at %dx%dx%d\n",
 		mf.copyGBps, mf.triadGBps, o.streamMiB, mf.visionSGEMM, u.sh.patches, c.Vision.Intermediate, c.Vision.Hidden,
 		mf.prefillSGEMM, o.prompt, c.Text.Intermediate, c.Text.Hidden)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/bench/machine"
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/checkpoint"
-	"github.com/locateanything/detect/engine/native"
 )
 
 // stageTimes is one run of the three stages, with the memory bandwidth measured right
@@ -52,7 +52,7 @@ func makeInputs(c *checkpoint.Config, o options, sh shapes) inputs {
 // timedRuns runs the optional warm-up (a short untimed request that faults in the
 // mapped weights), then o.runs timed requests, each right after its own short STREAM
 // triad so decode can be held against the bandwidth of its moment.
-func timedRuns(b *native.Backend, in inputs, o options) ([]stageTimes, error) {
+func timedRuns(b engine.Backend, in inputs, o options) ([]stageTimes, error) {
 	if o.warmup {
 		if _, err := runOnce(b, in, o, min(o.tokens, 4)); err != nil {
 			return nil, err
@@ -76,7 +76,7 @@ func timedRuns(b *native.Backend, in inputs, o options) ([]stageTimes, error) {
 
 // runOnce times one request: vision, prefill and tokens decode steps, each step on its
 // own (for the percentiles) and the process CPU time of the decode (for decode/cpu).
-func runOnce(b *native.Backend, in inputs, o options, tokens int) (stageTimes, error) {
+func runOnce(b engine.Backend, in inputs, o options, tokens int) (stageTimes, error) {
 	var st stageTimes
 	if err := b.Reset(); err != nil {
 		return st, err

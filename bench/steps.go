@@ -2,7 +2,6 @@ package bench
 
 import (
 	"github.com/locateanything/detect/engine"
-	"github.com/locateanything/detect/engine/native"
 )
 
 // greedy drives the backend's one entry point, Step, the way the service's AR decoding
@@ -14,7 +13,7 @@ type greedy struct {
 }
 
 // prefill runs ids into the free slot and returns the first token.
-func (g *greedy) prefill(b *native.Backend, slot int, ids []int32) (int32, error) {
+func (g *greedy) prefill(b engine.Backend, slot int, ids []int32) (int32, error) {
 	g.slots = append(g.slots[:0], engine.StepSlot{Slot: slot, Pending: ids})
 	rows := g.outputRows(1)
 	if err := b.Step(g.slots, 1, nil, rows); err != nil {
@@ -24,7 +23,7 @@ func (g *greedy) prefill(b *native.Backend, slot int, ids []int32) (int32, error
 }
 
 // decode appends toks[i] to slots[i] and writes each slot's next token to next[i].
-func (g *greedy) decode(b *native.Backend, slots []int, toks, next []int32) error {
+func (g *greedy) decode(b engine.Backend, slots []int, toks, next []int32) error {
 	g.slots = g.slots[:0]
 	for i, s := range slots {
 		g.slots = append(g.slots, engine.StepSlot{Slot: s, Pending: toks[i : i+1 : i+1]})

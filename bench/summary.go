@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/checkpoint"
 )
 
@@ -112,10 +113,10 @@ func prefillFLOPs(c *checkpoint.Config, n int) float64 {
 // decodeWeightBytes is what one decode step reads from the weights: every decoder
 // matrix and the LM head (or the tied embeddings), in quant's format: the checkpoint's, or
 // for q8 9/8 bytes a weight for every matrix whose rows are whole blocks of 32.
-func decodeWeightBytes(m *checkpoint.Model, quant string) int64 {
+func decodeWeightBytes(m *checkpoint.Model, quant engine.WeightsQuant) int64 {
 	var n int64
 	size := func(t *checkpoint.Tensor) int64 {
-		if quant == "q8" && len(t.Shape) == 2 && t.Shape[1]%32 == 0 {
+		if quant == engine.WeightsQ8 && len(t.Shape) == 2 && t.Shape[1]%32 == 0 {
 			return t.Elements() * 9 / 8
 		}
 		return int64(len(t.Data))

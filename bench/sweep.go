@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/locateanything/detect/bench/machine"
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/checkpoint"
-	"github.com/locateanything/detect/engine/native"
 )
 
 // The batch sweep (--batch 1,2,4,8,16): aggregate decode tokens/s when B sequences are
@@ -61,7 +61,7 @@ type sweepRun struct {
 }
 
 // runSweep fills the largest batch's slots and times the sweep.
-func runSweep(b *native.Backend, in inputs, o options) (sweepFill, []sweepRun, error) {
+func runSweep(b engine.Backend, in inputs, o options) (sweepFill, []sweepRun, error) {
 	maxB := o.batches[len(o.batches)-1]
 	var fill sweepFill
 	toks := make([]int32, maxB)

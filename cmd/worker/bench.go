@@ -15,8 +15,9 @@ import (
 // runBench implements `worker bench`: the CPU backend's stages timed against the
 // machine's own ceilings. The command lives in package bench (see bench.Run); it runs on
 // the worker's configuration: without --weights the checkpoint the worker would run
-// (worker.ChooseWeights), LA_WEIGHTS_QUANT, LA_THREADS and LA_MAX_SEQ_LEN as the defaults
-// of --quant, --threads and --max-seq-len. An error of its command line or configuration exits 2.
+// (worker.ChooseWeights), and the engine opened as the service opens it (pipeline.Open
+// with the worker's engine settings), LA_WEIGHTS_QUANT, LA_THREADS and LA_MAX_SEQ_LEN
+// being the defaults of --quant, --threads and --max-seq-len. An error of its command line or configuration exits 2.
 func runBench(args []string, stdout io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
@@ -35,8 +36,6 @@ func benchDefaults(cfg config.Worker) bench.Defaults {
 			choice, err := worker.ChooseWeights(context.Background(), cfg, toolSetup())
 			return choice.Dir, err
 		},
-		Quant:     cfg.Engine.WeightsQuant,
-		Threads:   cfg.Engine.Threads,
-		MaxSeqLen: cfg.Engine.MaxSeqLen,
+		Settings: cfg.Engine.Settings,
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/locateanything/detect/bench"
 )
 
 // The bench itself is tested in package bench; this checks that the subcommand reaches
@@ -40,8 +42,9 @@ func TestBenchSubcommandExitCodes(t *testing.T) {
 	}
 }
 
-// TestBenchDefaultsAreTheWorkers: the bench's flag defaults are the worker's settings,
-// LA_MAX_SEQ_LEN (the KV cache it opens the backend with) among them.
+// TestBenchDefaultsAreTheWorkers: the bench opens the engine with the worker's engine
+// settings, and its flag defaults are theirs, LA_MAX_SEQ_LEN (the KV cache it opens the
+// backend with) among them.
 func TestBenchDefaultsAreTheWorkers(t *testing.T) {
 	t.Setenv("LA_MAX_SEQ_LEN", "96")
 	t.Setenv("LA_THREADS", "3")
@@ -50,7 +53,14 @@ func TestBenchDefaultsAreTheWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := benchDefaults(cfg); d.MaxSeqLen != 96 || d.Threads != 3 || d.Quant != "q8" {
-		t.Errorf("defaults %+v, want max-seq-len 96, threads 3, quant q8", d)
+	d := benchDefaults(cfg)
+	if d.Settings != cfg.Engine.Settings {
+		t.Errorf("settings %+v, want the worker's %+v", d.Settings, cfg.Engine.Settings)
+	}
+	fs := bench.Flags(d)
+	for flag, want := range map[string]string{"max-seq-len": "96", "threads": "3", "quant": "q8"} {
+		if got := fs.Lookup(flag).DefValue; got != want {
+			t.Errorf("--%s defaults to %q, want %q", flag, got, want)
+		}
 	}
 }

@@ -320,6 +320,11 @@ func (p *Pipeline) Overlay(prep *engine.Prepared, pred *engine.Prediction) ([]by
 	return p.png.EncodePNG(overlay.Options{Simulated: pred.Simulated}.Draw(prep.Image, pred.Detections, pred.Points))
 }
 
+// Backend is the backend the Pipeline drives, for a tool that times the device side on
+// its own (`worker bench`) on the engine the service would open. Nothing else may drive it
+// while the Pipeline serves requests; close the Pipeline, not the backend.
+func (p *Pipeline) Backend() engine.Backend { return p.backend }
+
 // Close closes the backend, then whatever New was given to close after it.
 func (p *Pipeline) Close() error {
 	err := p.backend.Close()
