@@ -124,20 +124,10 @@ type (
 	// TTNN is the Blackhole backend's adapter: its knobs reach it as option lines of the
 	// C ABI.
 	TTNN = ttnn.Config
+	// Runner tunes each chip's job runner: what the worker derives a jobs.RunnerConfig
+	// from (RunnerConfig).
+	Runner = jobs.RunnerSettings
 )
-
-// Runner tunes each chip's job runner: the timing jobs declares, and what the worker
-// derives the rest of a jobs.RunnerConfig from.
-type Runner struct {
-	WorkerName string `envconfig:"LA_WORKER_NAME" desc:"name in results, state and logs; empty = host-pid (-chipN added per chip)"`
-	ResultsURL string `envconfig:"LA_RESULTS_URL" desc:"output prefix of jobs that name none; empty = file://LA_DATA_DIR/results/"`
-	Prefetch   int    `envconfig:"LA_PREFETCH" default:"0" desc:"job messages held per chip, running or being prepared; 0 = LA_MAX_BATCH + 2"`
-	jobs.RunnerTiming
-	// MaxDecodedBytes is the image memory all jobs of the worker (every chip's Runner)
-	// share, as estimated from each image's header before it is decoded; 0 = a quarter of
-	// the memory the worker may use (imagemem.DefaultSize).
-	MaxDecodedBytes int64 `envconfig:"LA_MAX_DECODED_BYTES" default:"0" desc:"image memory all jobs share, estimated from each image's header; 0 = a quarter of the worker's memory"`
-}
 
 // Observe is logging and metrics.
 type Observe struct {
@@ -373,19 +363,6 @@ func (c Worker) validateEmbedded(add adder) {
 func (c Worker) EmbeddedAuthenticated() bool {
 	n := c.NATS
 	return (n.User != "" && n.Password != "") || n.Token != "" || (n.TLSCA != "" && n.TLSCert != "" && n.TLSKey != "")
-}
-
-// Validate reports every runner setting that makes no sense, the timing's included, each
-// naming its variable.
-func (r Runner) Validate() error {
-	var v settings.Check
-	if r.WorkerName != "" && !jobs.ValidToken(r.WorkerName) {
-		v.Add("LA_WORKER_NAME %q: want 1-128 characters of [A-Za-z0-9_-]", r.WorkerName)
-	}
-	v.NotNegative("LA_PREFETCH", int64(r.Prefetch), "LA_MAX_BATCH + 2")
-	v.NotNegative("LA_MAX_DECODED_BYTES", r.MaxDecodedBytes, "derived from the memory")
-	v.Join(r.RunnerTiming.Validate())
-	return v.Err()
 }
 
 // Validate reports every logging, metrics and tracing setting that makes no sense, each

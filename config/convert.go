@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/locateanything/detect/internal/imagemem"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/jobs/natsembed"
 	"github.com/locateanything/detect/provision/weights"
@@ -54,15 +53,6 @@ func (c Worker) RunnerPrefetch() int {
 		return c.Engine.MaxBatch + 2
 	}
 	return c.Runner.Prefetch
-}
-
-// DecodedBytes is the size of the decoded-image budget the Runners share:
-// LA_MAX_DECODED_BYTES, or one derived from the machine when it is 0.
-func (r Runner) DecodedBytes() int64 {
-	if r.MaxDecodedBytes > 0 {
-		return r.MaxDecodedBytes
-	}
-	return imagemem.DefaultSize()
 }
 
 // Hub is where the pinned snapshot is looked for and fetched from: the weights settings,
