@@ -129,7 +129,9 @@ type (
 	Runner = jobs.RunnerSettings
 )
 
-// Observe is logging and metrics.
+// Observe is logging, metrics and traces. No single library owns them (cmd/worker builds
+// the logger, package worker, which reads this package, the metrics and the traces), so
+// they are declared and validated here.
 type Observe struct {
 	MetricsAddr string   `envconfig:"LA_METRICS_ADDR" default:":9464" desc:"address of /metrics and the probes /livez and /readyz; off disables"`
 	LogFormat   string   `envconfig:"LA_LOG_FORMAT" default:"auto" desc:"log format: text, json, or auto (text on a terminal, else json)"`

@@ -58,8 +58,9 @@ func ChooseWeights(ctx context.Context, cfg config.Worker, s Setup) (provision.C
 
 // Open opens an engine on the calling thread (native backends bind to it) with cfg's
 // engine settings (LA_ENGINE, LA_WEIGHTS_QUANT, LA_MAX_SEQ_LEN, ...) on the weights
-// ChooseWeights picks. It is the one constructor of the engine: each chip of the service
-// and every `worker` subcommand that runs the model open theirs here.
+// ChooseWeights picks, through pipeline.Open. Each chip of the service, `worker detect`
+// and `worker loadtest` open theirs here; `worker bench`, which times the cpu backend on
+// its own, calls pipeline.Open with the same settings (package bench).
 func Open(ctx context.Context, cfg config.Worker, log *slog.Logger, s Setup) (engine.Engine, error) {
 	choice, err := ChooseWeights(ctx, cfg, s)
 	if err != nil {
