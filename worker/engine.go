@@ -62,6 +62,9 @@ func ChooseWeights(ctx context.Context, cfg config.Worker, s Setup) (provision.C
 // and `worker loadtest` open theirs here; `worker bench`, which times the cpu backend on
 // its own, calls pipeline.Open with the same settings (package bench).
 func Open(ctx context.Context, cfg config.Worker, log *slog.Logger, s Setup) (engine.Engine, error) {
+	if err := CheckDevice(cfg); err != nil {
+		return nil, err
+	}
 	choice, err := ChooseWeights(ctx, cfg, s)
 	if err != nil {
 		return nil, err
@@ -78,6 +81,17 @@ func Open(ctx context.Context, cfg config.Worker, log *slog.Logger, s Setup) (en
 		}
 	}
 	return pipeline.Open(opts)
+}
+
+// CheckDevice fails, in one line ("no Blackhole device found: ..."), when cfg's backend
+// needs a chip the host does not have: LA_ENGINE=ttnn without a node in /dev/tenstorrent/
+// (ttnn.Config.CheckDevice). It comes before anything that reads, downloads or writes, in
+// the service and in each subcommand that opens the engine; other backends need no chip.
+func CheckDevice(cfg config.Worker) error {
+	if cfg.Engine.Backend != engine.BackendTTNN {
+		return nil
+	}
+	return cfg.TTNN.CheckDevice()
 }
 
 // ttnnOptions does the upstream server's first-boot step (tt_transformers loads a plain

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/locateanything/detect/engine"
+	"github.com/locateanything/detect/engine/ttnn"
 	"github.com/locateanything/detect/internal/syncbuf"
 	"github.com/locateanything/detect/provision/extract"
 )
@@ -82,4 +83,40 @@ func TestOpenEngineRefusesUnknownBackend(t *testing.T) {
 	if err == nil {
 		t.Fatal("LA_ENGINE=gpu opened")
 	}
+}
+
+// TestTTNNWithoutChipSaysSoFirst: LA_ENGINE=ttnn with the real adapter on a host without a
+// chip, and nothing else set (no TT_DIT_CACHE_DIR, no LA_LLM_DIR, no weights): the service
+// and the engine's one constructor (`worker detect` and the other subcommands) both stop
+// with one line saying no Blackhole device was found and where it looked, and write
+// nothing: no LA_DATA_DIR, no unpacked bundled model.
+func TestTTNNWithoutChipSaysSoFirst(t *testing.T) {
+	if err := (ttnn.Config{}).CheckDevice(); err == nil {
+		t.Skip("this host has a " + ttnn.DeviceDir + " node")
+	}
+	cfg := testEngineConfig(t)
+	cfg.Engine.Backend = engine.BackendTTNN
+	cfg.TTNN.Adapter, cfg.Extract.CacheDir, cfg.Extract.Dir = "la_ttnn_adapter", "", ""
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	bundled := filepath.Join(t.TempDir(), "bundled")
+	want := "no Blackhole device found: no device node in " + ttnn.DeviceDir + "/"
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: got %v, want one line starting %q", what, err, want)
+		}
+		for _, dir := range []string{cfg.DataDir, bundled} {
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("%s wrote %s (stat: %v)", what, dir, err)
+			}
+		}
+	}
+	var landmarks syncbuf.Buffer
+	err := Run(context.Background(), cfg, Options{Log: slog.New(slog.DiscardHandler), Landmarks: &landmarks, Open: OpenEngine})
+	check("the service", err)
+	if !strings.Contains(landmarks.String(), "Application startup failed") {
+		t.Errorf("the service printed no startup-failed landmark: %q", landmarks.String())
+	}
+	_, err = Open(context.Background(), cfg, slog.New(slog.DiscardHandler), Setup{BundledDir: bundled})
+	check("Open", err)
 }

@@ -119,6 +119,7 @@ func Run(ctx context.Context, cfg config.Worker, opts Options) (err error) {
 // start runs the start-up phases in order (docs/worker.md, "Lifecycle").
 func (s *service) start(ctx context.Context) error {
 	phases := []func(context.Context) error{
+		s.checkDevice,    // 0. the chip is there (LA_ENGINE=ttnn), before anything is written
 		s.lockDataDir,    // 1. LA_DATA_DIR is this worker's alone
 		s.observe,        //    the metrics registry and the trace exporter
 		s.openStorage,    // 2. storage
@@ -138,6 +139,10 @@ func (s *service) start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// checkDevice is CheckDevice: a host without the chip LA_ENGINE names stops here, before
+// LA_DATA_DIR, storage or the weights are touched.
+func (s *service) checkDevice(context.Context) error { return CheckDevice(s.cfg) }
 
 // close undoes what start did, in reverse: goroutines, NATS, chips, storage.
 func (s *service) close() {
