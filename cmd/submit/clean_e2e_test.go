@@ -17,19 +17,37 @@ import (
 // `submit clean` removes what workers stored for results, batch by batch or by age: the
 // listing without --yes removes nothing, --batch removes that batch's result JSON and
 // overlays and leaves the other batch's, and --older-than reaches every batch by the
-// time its results finished.
+// time its results finished. It runs on both stores workers write to: S3 (the images
+// uploaded, the results under s3://results/out/) and the single-machine setup (file://
+// images and results under LA_FILE_ROOTS).
 func TestEndToEndCleanStoredResults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	sys := startSystem(t, enginetest.New(), systemOptions{})
-	dir := t.TempDir()
+	t.Run("s3", func(t *testing.T) {
+		sys := startSystem(t, enginetest.New(), systemOptions{})
+		testCleanStoredResults(t, sys, t.TempDir(), "--upload", "s3://images/up/")
+	})
+	t.Run("file", func(t *testing.T) {
+		root := t.TempDir()
+		sys := startSystem(t, enginetest.New(), systemOptions{fileRoot: root})
+		if !strings.HasPrefix(sys.output, "file://") {
+			t.Fatalf("the file setup stores results at %s", sys.output)
+		}
+		testCleanStoredResults(t, sys, root)
+	})
+}
+
+// testCleanStoredResults submits batches a and b from dir (with extra, such as an upload,
+// on each submit) and cleans their stored files.
+func testCleanStoredResults(t *testing.T, sys *system, dir string, extra ...string) {
 	writeImages(t, filepath.Join(dir, "a"), 2)
 	writeImages(t, filepath.Join(dir, "b"), 1)
 	stored := map[string][]string{} // batch -> the URLs of its stored files
 	for _, batch := range []string{"a", "b"} {
 		out := filepath.Join(dir, "out-"+batch)
-		code, stdout, _ := sys.submit(t, "--out", out, "--batch", batch, "--query", "dog", "--overlay", "--upload", "s3://images/up/", filepath.Join(dir, batch))
+		args := append([]string{"--out", out, "--batch", batch, "--query", "dog", "--overlay"}, extra...)
+		code, stdout, _ := sys.submit(t, append(args, filepath.Join(dir, batch))...)
 		if code != ExitOK {
 			t.Fatalf("batch %s: exit %d, %q", batch, code, stdout)
 		}
@@ -38,6 +56,9 @@ func TestEndToEndCleanStoredResults(t *testing.T) {
 		for _, r := range rows {
 			if r.ResultURL == "" || r.OverlayURL == nil {
 				t.Fatalf("row %s stores no result or overlay: %+v", r.ID, r)
+			}
+			if !strings.HasPrefix(r.ResultURL, sys.output) {
+				t.Fatalf("row %s: result stored at %s, want under %s", r.ID, r.ResultURL, sys.output)
 			}
 			stored[batch] = append(stored[batch], r.ResultURL, *r.OverlayURL)
 		}
@@ -60,11 +81,18 @@ func TestEndToEndCleanStoredResults(t *testing.T) {
 	if count("a") != 4 || count("b") != 2 {
 		t.Fatalf("stored before cleaning: a %d, b %d; want 4 and 2", count("a"), count("b"))
 	}
+	// The console's thumbnail and a spilled job of one result of batch a, beside its files.
+	first := stored["a"][0] // <output><id>.json
+	base := strings.TrimSuffix(first, ".json")
+	for _, u := range []string{base + jobs.ThumbSuffix, base + ".job.json"} {
+		must(t, sys.store.Put(t.Context(), u, []byte("x"), ""))
+		stored["a"] = append(stored["a"], u)
+	}
 
 	code, stdout, _ := sys.submit(t, "clean", "--batch", "a")
-	// 2 JSON and 2 overlays: no job was spilled and no console thumbnail made, so none is named
-	if code != ExitOK || strings.Count(stdout, "would remove ") != 4 || strings.Contains(stdout, jobs.ThumbSuffix) || count("a") != 4 {
-		t.Errorf("listing: exit %d, %q, a has %d files; want the 4 stored files listed and nothing removed", code, stdout, count("a"))
+	// 2 JSON, 2 overlays, 1 thumbnail and 1 spilled job; the other result has neither
+	if code != ExitOK || strings.Count(stdout, "would remove ") != 6 || strings.Count(stdout, jobs.ThumbSuffix) != 1 || count("a") != 6 {
+		t.Errorf("listing: exit %d, %q, a has %d files; want the 6 stored files listed and nothing removed", code, stdout, count("a"))
 	}
 	code, stdout, _ = sys.submit(t, "clean", "--batch", "a", "--yes")
 	if code != ExitOK || count("a") != 0 || count("b") != 2 {
