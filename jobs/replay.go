@@ -46,20 +46,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, state *StateStore, stor
 	if !strings.HasPrefix(subject, JobSubjectPrefix) {
 		subject = JobSubject(DefaultClass)
 	}
-	if err := state.KV().Delete(ctx, CancelKey(job.ID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("replay job %s: clear its cancel request: %w", id, err)
-	}
-	if err := state.Put(ctx, job.ID, State{Status: StatusQueued}); err != nil {
+	if err := Republish(ctx, js, state, subject, job.ID, data, fmt.Sprintf("%s-replay-%d", id, seq)); err != nil {
 		return fmt.Errorf("replay job %s: %w", id, err)
-	}
-	// The message published now must own the id: the old one's claim would make it a
-	// resubmission, acknowledged without running.
-	if err := state.ReleaseClaim(ctx, job.ID); err != nil {
-		return fmt.Errorf("replay job %s: %w", id, err)
-	}
-	msgID := fmt.Sprintf("%s-replay-%d", id, seq)
-	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(JobsStream)); err != nil {
-		return fmt.Errorf("replay job %s: publish to %s: %w", id, subject, err)
 	}
 	st, err := js.Stream(ctx, DLQStream)
 	if err != nil {
@@ -67,6 +55,30 @@ func Replay(ctx context.Context, js jetstream.JetStream, state *StateStore, stor
 	}
 	if err := st.Purge(ctx, jetstream.WithPurgeSubject(DLQSubject(id))); err != nil {
 		return fmt.Errorf("replay job %s: published, but its dead-letter record stays: %w", id, err)
+	}
+	return nil
+}
+
+// Republish publishes data, the message of job id that ended (failed, canceled, expired),
+// to subject again so that it runs once more: it clears any cancel request and sets the
+// job's state back to queued (a worker skips a job whose state is terminal), releases the
+// id's claim (the old message's claim would make the new one a resubmission, acknowledged
+// without running), and only then publishes under msgID, which must differ from every
+// earlier message's so that the duplicate window does not swallow it. Replay and `submit
+// retry` publish through it; it needs the state bucket's write permission (the operator's
+// role).
+func Republish(ctx context.Context, js jetstream.JetStream, state *StateStore, subject, id string, data []byte, msgID string) error {
+	if err := state.KV().Delete(ctx, CancelKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("clear its cancel request: %w", err)
+	}
+	if err := state.Put(ctx, id, State{Status: StatusQueued}); err != nil {
+		return err
+	}
+	if err := state.ReleaseClaim(ctx, id); err != nil {
+		return err
+	}
+	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(JobsStream)); err != nil {
+		return fmt.Errorf("publish to %s: %w", subject, err)
 	}
 	return nil
 }
