@@ -45,11 +45,15 @@ type stateHeader struct {
 }
 
 // stateRecord is every later line: a job JetStream acknowledged (with the input it was
-// made from), or a local image hashed.
+// made from and the job message itself), or a local image hashed.
 type stateRecord struct {
-	Published string      `json:"published,omitempty"`
-	Source    string      `json:"source,omitempty"`
-	File      *fileRecord `json:"file,omitempty"`
+	Published string `json:"published,omitempty"`
+	Source    string `json:"source,omitempty"`
+	// Job is the job as published: what `submit retry --canceled/--expired` publishes
+	// again, since the queue keeps no message of a job that ended. Lines an older submit
+	// wrote have none.
+	Job  *jobs.Job   `json:"job,omitempty"`
+	File *fileRecord `json:"file,omitempty"`
 }
 
 // fileRecord remembers the hash of a local image and where the worker reads it, so a rerun
@@ -81,6 +85,7 @@ type outState struct {
 	HasHeader bool
 	Published map[string]bool
 	Sources   map[string]string     // the input of each published job, by id, where recorded
+	Jobs      map[string]*jobs.Job  // each published job as published, by id, where recorded
 	Files     map[string]fileRecord // by path
 	Done      map[string]Row        // results already written, by job id
 }
@@ -114,7 +119,7 @@ func openOutDir(dir string) (*outDir, *outState, error) {
 // a last line cut short by a crash is cut off its file; without, dir is only read (a dry
 // run, status) and such a line is skipped.
 func readOutState(dir string, repair bool) (*outState, error) {
-	st := &outState{Published: map[string]bool{}, Sources: map[string]string{}, Files: map[string]fileRecord{}, Done: map[string]Row{}}
+	st := &outState{Published: map[string]bool{}, Sources: map[string]string{}, Jobs: map[string]*jobs.Job{}, Files: map[string]fileRecord{}, Done: map[string]Row{}}
 	resultsPath := filepath.Join(dir, ResultsFile)
 	err := scanJSONLines(resultsPath, repair, func(n int, line []byte) error {
 		var r Row
@@ -147,6 +152,9 @@ func readOutState(dir string, repair bool) (*outState, error) {
 			st.Published[rec.Published] = true
 			if rec.Source != "" {
 				st.Sources[rec.Published] = rec.Source
+			}
+			if rec.Job != nil && rec.Job.ID == rec.Published {
+				st.Jobs[rec.Published] = rec.Job
 			}
 		case rec.File != nil:
 			st.Files[rec.File.Path] = *rec.File
@@ -204,9 +212,9 @@ func (o *outDir) writeHeader(h stateHeader) error {
 	return o.appendLine(o.stateW, h)
 }
 
-// markPublished records that JetStream stored job id, made from source.
-func (o *outDir) markPublished(id, source string) error {
-	return o.appendLine(o.stateW, stateRecord{Published: id, Source: source})
+// markPublished records that JetStream stored job, made from source.
+func (o *outDir) markPublished(job *jobs.Job, source string) error {
+	return o.appendLine(o.stateW, stateRecord{Published: job.ID, Source: source, Job: job})
 }
 
 // recordFile remembers a hashed local image.

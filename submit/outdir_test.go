@@ -3,6 +3,7 @@ package submit
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -19,8 +20,9 @@ func TestOutDirResumesAndCutsATornLastLine(t *testing.T) {
 		t.Fatalf("fresh directory has state %+v", st)
 	}
 	must(t, o.writeHeader(stateHeader{Batch: "b1", Class: "default"}))
-	must(t, o.markPublished("job1", ""))
-	must(t, o.markPublished("job2", ""))
+	job1 := &jobs.Job{V: jobs.SchemaVersion, ID: "job1", Image: "file:///in/a.jpg", Query: "dog</c>cat", Overlay: true, Batch: "b1"}
+	must(t, o.markPublished(job1, "a.jpg"))
+	must(t, o.markPublished(&jobs.Job{ID: "job2"}, ""))
 	must(t, o.writeRow(Row{Source: "a.jpg", Result: jobs.Result{ID: "job1", Status: jobs.StatusSucceeded}}))
 	must(t, o.close())
 
@@ -39,6 +41,9 @@ func TestOutDirResumesAndCutsATornLastLine(t *testing.T) {
 	}
 	if !st.Published["job1"] || !st.Published["job2"] || len(st.Published) != 2 {
 		t.Errorf("published = %v, want job1 and job2", st.Published)
+	}
+	if got := st.Jobs["job1"]; got == nil || !reflect.DeepEqual(got, job1) || st.Sources["job1"] != "a.jpg" {
+		t.Errorf("job1 recorded as %+v from %q, want %+v from a.jpg (what retry --canceled publishes again)", got, st.Sources["job1"], job1)
 	}
 	if len(st.Done) != 1 || st.Done["job1"].Source != "a.jpg" {
 		t.Errorf("done = %v, want job1 only (the torn line dropped)", st.Done)

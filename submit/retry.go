@@ -1,9 +1,11 @@
 package submit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -77,6 +79,88 @@ func (a *Admin) Retry(ctx context.Context, batch string) (RetryReport, error) {
 		}
 		if err := a.DLQReplay(ctx, id); err != nil {
 			return rep, err
+		}
+		rep.Retried = append(rep.Retried, id)
+	}
+	return rep, nil
+}
+
+// RetryEnded runs again the jobs of batch whose latest result has one of statuses
+// (canceled, expired). Only failed jobs are dead-lettered, so the queue keeps nothing of
+// these: each is published again from the job submit recorded in outDir, the batch's
+// output directory, when it published it (submit-state.jsonl). It goes out as Replay
+// sends a dead-lettered job (jobs.Republish: state back to queued, cancel request cleared,
+// claim released, then the same job bytes under a fresh message id,
+// <id>-retry-<the ended result's sequence in LA_RESULTS>), so the id is kept and the
+// batch's rerun of `submit run` collects the new result. Skipped with the reason: a job
+// whose state is no longer terminal (it was retried already and has not ended again), and
+// one outDir holds no record of (published by another producer, or by a submit that
+// predates the record).
+func (a *Admin) RetryEnded(ctx context.Context, batch, outDir string, statuses ...jobs.Status) (RetryReport, error) {
+	rep := RetryReport{Batch: batch, Retried: []string{}, Skipped: []RetrySkip{}}
+	if !jobs.ValidToken(batch) {
+		return rep, &ArgumentError{Err: fmt.Errorf("batch %q must be 1-128 characters of [A-Za-z0-9_-]", batch)}
+	}
+	local, err := readOutState(outDir, false)
+	if err != nil {
+		return rep, fmt.Errorf("output directory %s: %w", outDir, err)
+	}
+	switch {
+	case !local.HasHeader:
+		return rep, &ArgumentError{Err: fmt.Errorf("%s has no %s: not the output directory of a submit run", outDir, StateFile)}
+	case local.Header.Batch != batch:
+		return rep, &ArgumentError{Err: fmt.Errorf("%s is the output directory of batch %s, not %s", outDir, local.Header.Batch, batch)}
+	}
+	type ended struct {
+		status jobs.Status
+		seq    uint64
+	}
+	latest := map[string]ended{}
+	var order []string
+	err = jobs.ReadStream(ctx, a.js, jobs.ResultsStream, jobs.ResultSubjectPrefix+batch+".>", func(m jetstream.Msg) error {
+		var r jobs.Result
+		if err := json.Unmarshal(m.Data(), &r); err != nil || r.ID == "" {
+			return nil // not a result: nothing to retry
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", jobs.ResultsStream, err)
+		}
+		if _, seen := latest[r.ID]; !seen {
+			order = append(order, r.ID)
+		}
+		latest[r.ID] = ended{r.Status, md.Sequence.Stream}
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	subject := jobs.JobSubject(cmp.Or(local.Header.Class, jobs.DefaultClass))
+	for _, id := range order {
+		e := latest[id]
+		if !slices.Contains(statuses, e.status) {
+			continue
+		}
+		job := local.Jobs[id]
+		if job == nil {
+			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: fmt.Sprintf("%s holds no record of this job "+
+				"(published by another producer, or by an older submit): publish it again from its input", outDir)})
+			continue
+		}
+		st, ok, err := a.state.Get(ctx, id)
+		if err != nil {
+			return rep, err
+		}
+		if ok && !st.Status.Terminal() {
+			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: fmt.Sprintf("it is %s again (retried already)", st.Status)})
+			continue
+		}
+		data, err := json.Marshal(job)
+		if err != nil {
+			return rep, fmt.Errorf("retry job %s: encoding: %w", id, err)
+		}
+		if err := jobs.Republish(ctx, a.js, a.state, subject, id, data, fmt.Sprintf("%s-retry-%d", id, e.seq)); err != nil {
+			return rep, fmt.Errorf("retry job %s: %w", id, err)
 		}
 		rep.Retried = append(rep.Retried, id)
 	}

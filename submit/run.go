@@ -216,7 +216,7 @@ type planned struct {
 }
 
 type published struct {
-	id  string
+	job *jobs.Job
 	dup bool
 	err error
 }
@@ -587,7 +587,7 @@ func (r *batchRun) published(p published) error {
 		return p.err
 	}
 	r.sum.Submitted++
-	return r.out.markPublished(p.id, r.expected[p.id].source)
+	return r.out.markPublished(p.job, r.expected[p.job.ID].source)
 }
 
 // drainPublishes waits, up to publishDrain, for the inFlight publishes to be acknowledged
@@ -882,7 +882,7 @@ func (r *batchRun) startPublishers(ctx context.Context, wg *sync.WaitGroup, in <
 					return
 				}
 				dup, err := pub.publish(ctx, job)
-				p := published{id: job.ID, dup: dup, err: err}
+				p := published{job: job, dup: dup, err: err}
 				if ctx.Err() != nil && p.err != nil {
 					return // interrupted: the loop is no longer listening
 				}

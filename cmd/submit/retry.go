@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/locateanything/detect/internal/cli"
+	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/submit"
 )
 
@@ -13,6 +15,7 @@ import (
 type retryOptions struct {
 	batch                     string
 	failed, expired, canceled bool
+	out                       string
 	json                      bool
 }
 
@@ -20,8 +23,9 @@ func retryFlags(o *retryOptions) *flag.FlagSet {
 	fs := newFlags("retry")
 	fs.StringVar(&o.batch, "batch", "", "the batch `B` whose jobs to run again (required)")
 	fs.BoolVar(&o.failed, "failed", false, "run the batch's failed jobs again (the default)")
-	fs.BoolVar(&o.expired, "expired", false, "expired jobs: refused, their messages are not kept (see docs/submit.md)")
-	fs.BoolVar(&o.canceled, "canceled", false, "canceled jobs: refused, their messages are not kept (see docs/submit.md)")
+	fs.BoolVar(&o.canceled, "canceled", false, "run the batch's canceled jobs again, from the jobs recorded in --out")
+	fs.BoolVar(&o.expired, "expired", false, "run the batch's expired jobs again, from the jobs recorded in --out")
+	fs.StringVar(&o.out, "out", "", "the batch's output `DIR` (of its submit run): needed by --canceled and --expired")
 	fs.BoolVar(&o.json, "json", false, "print what was done as JSON")
 	return fs
 }
@@ -29,13 +33,15 @@ func retryFlags(o *retryOptions) *flag.FlagSet {
 func retryHelp(cio IO) cli.Help {
 	var o retryOptions
 	return withEnv(cli.Help{
-		Usage: []string{"submit retry --batch B [--failed]"},
+		Usage: []string{"submit retry --batch B [--failed] [--canceled] [--expired --out DIR]"},
 		Summary: "Runs a batch's failed jobs again, once their cause is fixed: each job whose latest result\n" +
 			"failed is published again from its dead-letter record, as `submit dlq replay` does (its\n" +
-			"claim released first, so the new message is the job's one owner). Rerun the batch's\n" +
-			"`submit run` to collect the new results. Failed jobs without a record, or whose id is\n" +
-			"another job's (duplicate_id), are listed as skipped. Canceled and expired jobs are not\n" +
-			"dead-lettered, so nothing holds their messages: submit their inputs again instead.",
+			"claim released first, so the new message is the job's one owner). Failed jobs without a\n" +
+			"record, or whose id is another job's (duplicate_id), are listed as skipped.\n" +
+			"With --canceled or --expired (and --out, the batch's output directory), the batch's\n" +
+			"canceled or expired jobs are published again the same way from the jobs `submit run`\n" +
+			"recorded there (their messages are not dead-lettered). Rerun the batch's `submit run`\n" +
+			"to collect the new results.",
 		Flags:  retryFlags(&o),
 		Footer: "Needs the permissions of `submit dlq replay` (the operator's role on the embedded server).",
 	}, cio)
@@ -47,17 +53,39 @@ func retryCmd(ctx context.Context, args []string, cio IO) int {
 	if err != nil {
 		return fail(cio, err)
 	}
+	var ended []jobs.Status // the kinds of job rerun from the output directory's records
+	var kinds []string
+	if o.failed || (!o.canceled && !o.expired) {
+		o.failed, kinds = true, append(kinds, "failed")
+	}
+	if o.canceled {
+		ended, kinds = append(ended, jobs.StatusCanceled), append(kinds, "canceled")
+	}
+	if o.expired {
+		ended, kinds = append(ended, jobs.StatusExpired), append(kinds, "expired")
+	}
 	switch {
 	case len(rest) > 0:
 		return fail(cio, usagef("retry takes no arguments, got %q", rest))
 	case o.batch == "":
 		return fail(cio, usagef("retry: --batch is required"))
-	case o.expired || o.canceled:
-		return fail(cio, usagef("retry: canceled and expired jobs are not dead-lettered, so their messages are gone once "+
-			"they end; submit their inputs again with `submit run` (a new --out, or the same one after removing their rows)"))
+	case len(ended) > 0 && o.out == "":
+		return fail(cio, usagef("retry: --canceled and --expired need --out DIR, the batch's output directory: their messages "+
+			"are not dead-lettered, so they are published again from the jobs `submit run` recorded there"))
+	case len(ended) == 0 && o.out != "":
+		return fail(cio, usagef("retry: --out is read only with --canceled or --expired (failed jobs come from their dead-letter records)"))
 	}
 	return withAdmin(ctx, cio, func(a *submit.Admin) error {
-		rep, err := a.Retry(ctx, o.batch)
+		rep := submit.RetryReport{Batch: o.batch, Retried: []string{}, Skipped: []submit.RetrySkip{}}
+		var err error
+		if o.failed {
+			rep, err = a.Retry(ctx, o.batch)
+		}
+		if err == nil && len(ended) > 0 {
+			var more submit.RetryReport
+			more, err = a.RetryEnded(ctx, o.batch, o.out, ended...)
+			rep.Retried, rep.Skipped = append(rep.Retried, more.Retried...), append(rep.Skipped, more.Skipped...)
+		}
 		if o.json {
 			if werr := submit.WriteJSON(cio.Stdout, rep); err == nil {
 				err = werr
@@ -73,7 +101,8 @@ func retryCmd(ctx context.Context, args []string, cio IO) int {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cio.Stdout, "batch %s: %d failed jobs published again, %d skipped\n", o.batch, len(rep.Retried), len(rep.Skipped))
+		fmt.Fprintf(cio.Stdout, "batch %s: %d %s jobs published again, %d skipped\n",
+			o.batch, len(rep.Retried), strings.Join(kinds, " or "), len(rep.Skipped))
 		return nil
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/locateanything/detect/engine/enginetest"
+	"github.com/locateanything/detect/internal/testwait"
 	"github.com/locateanything/detect/jobs"
 	"github.com/locateanything/detect/submit"
 )
@@ -18,7 +20,7 @@ import (
 // `submit retry --batch` runs a batch's failed jobs again from their dead-letter records:
 // once the cause of one is fixed, it succeeds and a rerun of the same submit collects it;
 // the one still broken fails again and can be retried again; a job that succeeded is
-// never run twice, and canceled or expired jobs are refused with the reason.
+// never run twice, and canceled or expired jobs need the batch's output directory.
 func TestEndToEndRetryBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -38,8 +40,8 @@ func TestEndToEndRetryBatch(t *testing.T) {
 	}
 
 	code, _, stderr := sys.submit(t, "retry", "--batch", "b1", "--canceled")
-	if code != ExitUsage || !strings.Contains(stderr, "not dead-lettered") {
-		t.Errorf("retry --canceled: exit %d, %q; want exit 2 saying why", code, stderr)
+	if code != ExitUsage || !strings.Contains(stderr, "need --out DIR") {
+		t.Errorf("retry --canceled without --out: exit %d, %q; want exit 2 asking for the output directory", code, stderr)
 	}
 	if code, _, stderr = sys.submit(t, "retry"); code != ExitUsage || !strings.Contains(stderr, "--batch is required") {
 		t.Errorf("retry without --batch: exit %d, %q", code, stderr)
@@ -81,5 +83,101 @@ func TestEndToEndRetryBatch(t *testing.T) {
 		if strings.HasSuffix(r.Source, ":4") && !strings.Contains(stdout, "retried "+r.ID) {
 			t.Errorf("second retry did not retry the failing job %s: %q", r.ID, stdout)
 		}
+	}
+}
+
+// `submit retry --canceled --out DIR` runs a batch's canceled jobs again from the jobs
+// `submit run` recorded in DIR (the queue kept no message of them): a canceled run's jobs
+// succeed after the retry and a rerun of the same submit collects them; a retry before
+// they ended skips them, the wrong directory is refused, and an expired job of the batch
+// that another producer published (no record of it in DIR) is skipped with the reason.
+func TestEndToEndRetryCanceled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	const n = 2
+	eng, open := gatedEngine(0) // closed: the jobs wait at the gate until canceled
+	sys := startSystem(t, eng, systemOptions{})
+	dir := t.TempDir()
+	writeImages(t, filepath.Join(dir, "frames"), n)
+	out := filepath.Join(dir, "out")
+	args := []string{"--out", out, "--batch", "cam7", "--query", "car", "--overlay", "--upload", "s3://images/up/", filepath.Join(dir, "frames")}
+	done := make(chan string, 1)
+	go func() {
+		code, stdout, _ := sys.submit(t, args...)
+		done <- fmt.Sprintf("exit %d, %s", code, stdout)
+	}()
+	testwait.Until(t, time.Minute, "every job to be queued", func() bool {
+		info, err := sys.topo.Jobs.Info(t.Context())
+		return err == nil && info.State.Msgs == n
+	})
+	if code, stdout, _ := sys.submit(t, "cancel", "--batch", "cam7"); code != ExitOK || !strings.Contains(stdout, "cancel requested for 2 ") {
+		t.Fatalf("cancel: exit %d, %q", code, stdout)
+	}
+	select {
+	case run := <-done:
+		if !strings.Contains(run, "exit 1, ") || !strings.Contains(run, "2 submitted, 0 already done, 0 succeeded, 2 failed") {
+			t.Fatalf("canceled run: %s", run)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run did not end after its batch was canceled")
+	}
+	// Another producer's job of the same batch, expired before it started.
+	past := time.Now().Add(-time.Hour)
+	foreign := jobs.Job{V: jobs.SchemaVersion, ID: "foreign-1", Image: "s3://images/up/none.png", Query: "car", Batch: "cam7", Deadline: &past}
+	data, err := json.Marshal(foreign)
+	must(t, err)
+	_, err = sys.js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), data)
+	must(t, err)
+	testwait.Until(t, time.Minute, "the foreign job to expire", func() bool {
+		st, ok, err := sys.topo.State.Get(t.Context(), foreign.ID)
+		return err == nil && ok && st.Status == jobs.StatusExpired
+	})
+	open()
+
+	other := t.TempDir()
+	writeImages(t, filepath.Join(other, "x"), 1)
+	if code, _, _ := sys.submit(t, "--out", filepath.Join(other, "out"), "--batch", "other", "--query", "car", "--upload", "s3://images/up/", filepath.Join(other, "x")); code != ExitOK {
+		t.Fatalf("the other batch: exit %d", code)
+	}
+	before := eng.Answers()
+	for _, bad := range []string{filepath.Join(other, "out"), t.TempDir()} {
+		if code, _, stderr := sys.submit(t, "retry", "--batch", "cam7", "--canceled", "--out", bad); code != ExitUsage ||
+			!strings.Contains(stderr, bad) {
+			t.Errorf("retry --out %s: exit %d, %q; want exit 2 naming the directory", bad, code, stderr)
+		}
+	}
+
+	code, stdout, _ := sys.submit(t, "retry", "--batch", "cam7", "--canceled", "--expired", "--out", out, "--json")
+	var rep submit.RetryReport
+	if code != ExitOK || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Retried) != n || len(rep.Skipped) != 1 ||
+		rep.Skipped[0].ID != foreign.ID || !strings.Contains(rep.Skipped[0].Why, "holds no record of this job") {
+		t.Fatalf("retry --canceled --expired: exit %d, %q; want the 2 canceled jobs retried and the foreign one skipped", code, stdout)
+	}
+	code, stdout, _ = sys.submit(t, args...)
+	if code != ExitOK || !strings.Contains(stdout, "0 submitted, 0 already done, 2 succeeded, 0 failed") {
+		t.Errorf("run after retry: exit %d, %q; want both jobs collected, succeeded", code, stdout)
+	}
+	rows := readResults(t, out)
+	if len(rows) != 2*n {
+		t.Errorf("results.jsonl has %d rows, want %d: the canceled ones, then their new results", len(rows), 2*n)
+	}
+	for _, r := range rows[len(rows)-n:] { // the rows written after the retry
+		if r.Status != jobs.StatusSucceeded || r.OverlayURL == nil {
+			t.Errorf("row %s after retry: %s, overlay %v; want succeeded with its overlay (the job as first published)", r.ID, r.Status, r.OverlayURL)
+		}
+	}
+	for sum, answers := range eng.Answers() { // the other batch's image is frames/0000.png again
+		if answers-before[sum] != 1 {
+			t.Errorf("after the retry the engine answered image %x %d times, want once", sum[:4], answers-before[sum])
+		}
+	}
+	if len(eng.Answers()) != n {
+		t.Errorf("the engine answered %d images, want the %d of the batch", len(eng.Answers()), n)
+	}
+	// Nothing is canceled any more: a second retry publishes nothing.
+	code, stdout, _ = sys.submit(t, "retry", "--batch", "cam7", "--canceled", "--out", out)
+	if code != ExitOK || !strings.Contains(stdout, "0 canceled jobs published again, 0 skipped") {
+		t.Errorf("second retry: exit %d, %q", code, stdout)
 	}
 }
