@@ -292,6 +292,14 @@
       }
       img.replaceWith(h('div', { class: 'noimg' }, 'picture unavailable'));
     });
+    // an overlay with a legend is taller than the image, as wide (engine/overlay puts the
+    // legend in a margin below the picture): once it loads, the frame takes its shape, and
+    // the boxes, in the image's pixels, keep to the picture at its top
+    img.addEventListener('load', () => {
+      if (!w || !hgt || !img.naturalWidth || !outer.isConnected) return;
+      const tall = Math.round((img.naturalHeight * w) / img.naturalWidth);
+      if (tall > hgt + 1) outer.replaceWith(picture(src, { ...item, height: tall }, opts));
+    });
     frame.append(img);
     const dets = item.detections || (item.result && item.result.detections) || [];
     const points = item.points || [];

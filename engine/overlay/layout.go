@@ -15,8 +15,10 @@ import (
 // answer's tag (its label and score) beside its box or point, without two tags overlapping
 // and all of them inside the picture. When the tags do not fit at the image's font size,
 // smaller sizes are tried down to minFontPx; when they do not fit even then (a crowded or a
-// small picture), each box gets a small numbered tag and a legend in a corner lists the
-// numbers with their labels and scores, wrapped to the picture's width. No text is ever cut.
+// small picture), each box gets a small numbered tag and a legend lists the numbers with
+// their labels and scores, wrapped to the picture's width, in a margin added below the
+// picture: the overlay is then taller than the image (as wide, the picture at its top), and
+// the legend hides none of it. No text is ever cut.
 
 // minFontPx is the smallest text drawn: Go Bold stays legible down to about this size.
 const minFontPx = 8
@@ -56,15 +58,18 @@ type legendLine struct {
 	text   string
 }
 
-// plan is the text of one overlay, all in pixels of the picture.
+// plan is the text of one overlay, all in pixels of the overlay (the picture at 0,0).
 type plan struct {
 	fontPx float64
-	pad    int
 	tags   []placed // one per answer, or numbered ones in legend mode
-	// legend, when not empty, lists numbered answers: lines drawn from its top-left.
+	// legend, when not empty, lists numbered answers (lines drawn from its top-left, text
+	// of legendPx) in the margin below the picture: as wide as the picture, margin pixels
+	// tall, added to the overlay.
 	legend      image.Rectangle
 	legendLines []legendLine
+	legendPx    float64
 	swatchW     int // the width the number swatches take in the legend
+	margin      int
 }
 
 // metrics are the sizes of text at one font size.
@@ -94,22 +99,23 @@ func sizes(start float64) []float64 {
 	}
 }
 
-// layout places the tags of items inside area, keeping clear of the obstacles. The faces
-// it makes are closed before it returns.
-func layout(area image.Rectangle, startPx float64, items []item, obstacles []image.Rectangle) plan {
+// layout places the tags of items inside area, a part of the picture pic, keeping clear
+// of the obstacles; a legend goes below pic. The faces it makes are closed before it
+// returns.
+func layout(pic, area image.Rectangle, startPx float64, items []item, obstacles []image.Rectangle) plan {
 	if len(items) == 0 || area.Empty() {
 		return plan{}
 	}
 	for _, px := range sizes(startPx) {
 		p, ok := withFace(px, func(m metrics) (plan, bool) {
 			tags, ok := placeTags(area, m, items, func(it item) string { return it.text }, obstacles, false)
-			return plan{fontPx: px, pad: m.pad, tags: tags}, ok
+			return plan{fontPx: px, tags: tags}, ok
 		})
 		if ok {
 			return p
 		}
 	}
-	return legendLayout(area, startPx, items, obstacles)
+	return legendLayout(pic, area, startPx, items, obstacles)
 }
 
 // withFace runs f with the metrics of a face of px pixels, and closes the face.
@@ -211,11 +217,13 @@ func area2(r image.Rectangle) int {
 }
 
 // legendLayout numbers the answers in reading order (top to bottom, then left to right),
-// puts a small numbered tag beside each and the legend in the corner that covers the
-// fewest answers, at the largest size at which all of it fits. At the smallest size the
-// legend keeps what fits of its entries and a numbered tag with no free spot is left out:
-// every box keeps its colour, which the legend's swatches repeat.
-func legendLayout(area image.Rectangle, startPx float64, items []item, obstacles []image.Rectangle) plan {
+// puts a small numbered tag beside each, at the largest size at which all of them fit
+// area (at the smallest, a tag with no free spot is left out: every box keeps its colour,
+// which the legend's swatches repeat), and lists the numbers with their labels and scores
+// in a legend in a margin below pic, as wide as pic: at startPx, or smaller where that
+// size would break a word between runes. A picture too narrow for any legend text gets no
+// text at all.
+func legendLayout(pic, area image.Rectangle, startPx float64, items []item, obstacles []image.Rectangle) plan {
 	numbered := slices.Clone(items)
 	slices.SortStableFunc(numbered, func(a, b item) int {
 		return cmp.Or(cmp.Compare(a.anchor.Min.Y, b.anchor.Min.Y), cmp.Compare(a.anchor.Min.X, b.anchor.Min.X))
@@ -224,42 +232,54 @@ func legendLayout(area image.Rectangle, startPx float64, items []item, obstacles
 		numbered[i].text = fmt.Sprint(i + 1)
 	}
 	all := sizes(startPx)
+	var p plan
 	for k, px := range all {
 		last := k == len(all)-1
-		p, ok := withFace(px, func(m metrics) (plan, bool) {
-			lines, legendW, swatchW, complete := legendLines(m, numbered, area, last)
-			if !complete {
+		legend, ok := withFace(px, func(m metrics) (plan, bool) {
+			lines, swatchW, whole := legendLines(m, numbered, pic.Dx())
+			if len(lines) == 0 || (!whole && !last) {
 				return plan{}, false
 			}
-			legend := legendCorner(area, legendW, len(lines)*m.lineH, numbered, obstacles)
-			tags, ok := placeTags(area, m, numbered, func(it item) string { return it.text }, append(slices.Clone(obstacles), legend), last)
-			return plan{fontPx: px, pad: m.pad, tags: tags, legend: legend, legendLines: lines, swatchW: swatchW}, ok
+			h := len(lines) * m.lineH
+			return plan{legend: image.Rect(pic.Min.X, pic.Max.Y, pic.Max.X, pic.Max.Y+h), legendLines: lines,
+				legendPx: px, swatchW: swatchW, margin: h}, true
 		})
 		if ok {
-			return p
+			p = legend
+			break
 		}
 	}
-	return plan{}
+	if len(p.legendLines) == 0 {
+		return plan{}
+	}
+	for k, px := range all {
+		last := k == len(all)-1
+		tags, ok := withFace(px, func(m metrics) ([]placed, bool) {
+			return placeTags(area, m, numbered, func(it item) string { return it.text }, obstacles, last)
+		})
+		if ok {
+			p.fontPx, p.tags = px, tags
+			break
+		}
+	}
+	return p
 }
 
 // legendLines are the legend's lines for the numbered items, each entry's text wrapped at
-// spaces (or, for one word too long, between runes) to the area's width; with their widest
-// width and the swatch width. Unless partial, it fails when the lines are taller than half
-// the area (the picture must stay visible); partial keeps the entries that fit the area.
-func legendLines(m metrics, numbered []item, area image.Rectangle, partial bool) (lines []legendLine, width, swatchW int, complete bool) {
+// spaces (or, for one word too long, between runes) to width; with the swatch width, and
+// whether every word kept whole. None when width has no room for text beside the swatch.
+func legendLines(m metrics, numbered []item, width int) (lines []legendLine, swatchW int, whole bool) {
 	swatchW = m.width(fmt.Sprint(len(numbered)))
-	textW := area.Dx() - swatchW - m.pad
+	textW := width - swatchW - m.pad
 	if textW < m.width("0") {
-		return nil, 0, 0, false
+		return nil, 0, false
 	}
-	maxLines := area.Dy() / 2 / m.lineH
-	if partial {
-		maxLines = area.Dy() / m.lineH
-	}
+	whole = true
 	for _, it := range numbered {
-		wrapped := wrap(m, tagText(it.label, it.score), textW)
-		if len(lines)+len(wrapped) > maxLines {
-			return lines, width, swatchW, partial && len(lines) > 0
+		text := tagText(it.label, it.score)
+		wrapped := wrap(m, text, textW)
+		if strings.Join(wrapped, " ") != strings.Join(strings.Fields(text), " ") {
+			whole = false // a word was broken between runes
 		}
 		for i, w := range wrapped {
 			l := legendLine{label: it.label, text: w}
@@ -267,10 +287,9 @@ func legendLines(m metrics, numbered []item, area image.Rectangle, partial bool)
 				l.number = it.text
 			}
 			lines = append(lines, l)
-			width = max(width, swatchW+m.width(w))
 		}
 	}
-	return lines, width, swatchW, true
+	return lines, swatchW, whole
 }
 
 // wrap splits text into lines no wider than w (tag padding included), breaking at spaces
@@ -299,29 +318,4 @@ func wrap(m metrics, text string, w int) []string {
 		lines = append(lines, line)
 	}
 	return lines
-}
-
-// legendCorner is the corner of area for a w x h legend that covers the least of the
-// answers and the obstacles (top-right first on a tie: boxes tend to start top-left).
-func legendCorner(area image.Rectangle, w, h int, items []item, obstacles []image.Rectangle) image.Rectangle {
-	corners := []image.Rectangle{
-		image.Rect(area.Max.X-w, area.Min.Y, area.Max.X, area.Min.Y+h),
-		image.Rect(area.Max.X-w, area.Max.Y-h, area.Max.X, area.Max.Y),
-		image.Rect(area.Min.X, area.Max.Y-h, area.Min.X+w, area.Max.Y),
-		image.Rect(area.Min.X, area.Min.Y, area.Min.X+w, area.Min.Y+h),
-	}
-	best, bestCost := corners[0], math.MaxInt
-	for _, c := range corners {
-		cost := 0
-		for _, it := range items {
-			cost += area2(c.Intersect(it.anchor))
-		}
-		for _, o := range obstacles {
-			cost += 1000 * area2(c.Intersect(o))
-		}
-		if cost < bestCost {
-			best, bestCost = c, cost
-		}
-	}
-	return best
 }

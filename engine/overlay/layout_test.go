@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"image"
+	"image/color"
 	"strings"
 	"testing"
 
@@ -31,6 +32,7 @@ func layoutCases() []layoutCase {
 		x, y := float64(i%8*25), float64(i/8*20)
 		crowd = append(crowd, det(fmt.Sprintf("thing %d", i), 0.5+float64(i)/100, x+2, y+2, x+30, y+24))
 	}
+	twelve := twelveBoxes()
 	return []layoutCase{
 		{"one box", 640, 480, []engine.Detection{det("dog", 0.91, 100, 120, 250, 260)}, nil},
 		{"two labels on one object", 400, 300, []engine.Detection{
@@ -46,7 +48,19 @@ func layoutCases() []layoutCase {
 			{Label: "nose", Score: 0.7, Point: [2]float64{60, 80}}, {Label: "eye", Score: 0.6, Point: [2]float64{66, 74}},
 			{Label: "edge", Point: [2]float64{199, 149}}}},
 		{"tiny picture", 30, 24, []engine.Detection{det("a shape with a long name", 0.5, 2, 2, 20, 20)}, nil},
+		{"held-out scene 87x170 twelve boxes", 87, 170, twelve, nil},
 	}
+}
+
+// twelveBoxes are 12 answers on an 87x170 picture, three columns by four rows apart from
+// each other: far more text than the picture has room for.
+func twelveBoxes() []engine.Detection {
+	var out []engine.Detection
+	for i := range 12 {
+		x, y := float64(3+i%3*28), float64(3+i/3*42)
+		out = append(out, det(fmt.Sprintf("purple shape number %d", i+1), 0.9-float64(i)/50, x, y, x+24, y+36))
+	}
+	return out
 }
 
 // items are what Draw would lay out for c.
@@ -68,36 +82,29 @@ func (c layoutCase) items() []item {
 	return out
 }
 
-// checkPlan fails unless p keeps the layout's promises inside area: every tag and the
-// legend inside it, no two of them overlapping, every text drawn whole in its rectangle,
-// and every answer's label and score said once, on its tag or in the legend.
-func checkPlan(t *testing.T, area image.Rectangle, items []item, p plan) {
+// checkPlan fails unless p keeps the layout's promises for the picture pic, its text
+// kept inside area: every tag inside area, no two overlapping, a legend only in a margin
+// below the picture (as wide as it, exactly as tall as its lines), so that it hides no
+// box; every text drawn whole in its rectangle, and every answer's label and score said
+// once, on its tag or in the legend.
+func checkPlan(t *testing.T, pic, area image.Rectangle, items []item, p plan) {
 	t.Helper()
 	if len(p.tags) == 0 && len(p.legendLines) == 0 {
 		return // no text: a picture too small for any
 	}
-	face := newFace(p.fontPx)
-	if face == nil {
-		t.Fatal("no face")
-	}
-	defer face.Close()
-	m := metricsOf(face, p.fontPx)
 	rects := []image.Rectangle{}
-	for _, tg := range p.tags {
-		rects = append(rects, tg.rect)
-		if w := m.width(tg.text); w > tg.rect.Dx() || m.lineH > tg.rect.Dy() {
-			t.Errorf("tag %q (%dx%d) does not fit its rectangle %v", tg.text, w, m.lineH, tg.rect)
+	if len(p.tags) > 0 {
+		face := newFace(p.fontPx)
+		if face == nil {
+			t.Fatal("no face")
 		}
-	}
-	if len(p.legendLines) > 0 {
-		rects = append(rects, p.legend)
-		for i, l := range p.legendLines {
-			if w := p.swatchW + m.width(l.text); w > p.legend.Dx() {
-				t.Errorf("legend line %d %q is %d px wide, the legend %d", i, l.text, w, p.legend.Dx())
+		defer face.Close()
+		m := metricsOf(face, p.fontPx)
+		for _, tg := range p.tags {
+			rects = append(rects, tg.rect)
+			if w := m.width(tg.text); w > tg.rect.Dx() || m.lineH > tg.rect.Dy() {
+				t.Errorf("tag %q (%dx%d) does not fit its rectangle %v", tg.text, w, m.lineH, tg.rect)
 			}
-		}
-		if h := len(p.legendLines) * m.lineH; h > p.legend.Dy() {
-			t.Errorf("legend of %d lines is %d px tall, its rectangle %d", len(p.legendLines), h, p.legend.Dy())
 		}
 	}
 	for i, r := range rects {
@@ -109,6 +116,30 @@ func checkPlan(t *testing.T, area image.Rectangle, items []item, p plan) {
 				t.Errorf("text boxes %v and %v overlap", r, o)
 			}
 		}
+	}
+	if len(p.legendLines) > 0 {
+		face := newFace(p.legendPx)
+		if face == nil {
+			t.Fatal("no face")
+		}
+		defer face.Close()
+		m := metricsOf(face, p.legendPx)
+		for i, l := range p.legendLines {
+			if w := p.swatchW + m.width(l.text); w > p.legend.Dx() {
+				t.Errorf("legend line %d %q is %d px wide, the legend %d", i, l.text, w, p.legend.Dx())
+			}
+		}
+		want := image.Rect(pic.Min.X, pic.Max.Y, pic.Max.X, pic.Max.Y+len(p.legendLines)*m.lineH)
+		if p.legend != want || p.margin != want.Dy() {
+			t.Errorf("legend at %v with a %d px margin, want %v: below the picture %v, hiding none of it", p.legend, p.margin, want, pic)
+		}
+		for _, it := range items {
+			if it.anchor.Overlaps(p.legend) {
+				t.Errorf("the legend %v covers the box %v", p.legend, it.anchor)
+			}
+		}
+	} else if p.margin != 0 {
+		t.Errorf("a %d px margin without a legend", p.margin)
 	}
 	// what is said: each answer's whole tag text, on its tag or across its legend lines
 	said := map[string]int{}
@@ -150,15 +181,8 @@ func checkPlan(t *testing.T, area image.Rectangle, items []item, p plan) {
 				break
 			}
 		}
-		entries := 0
-		for _, l := range p.legendLines {
-			if l.number != "" {
-				entries++
-			}
-		}
-		// only a legend too long for the picture (the crowded case) may leave entries out
-		if !found && (len(p.legendLines) == 0 || entries == len(items)) {
-			t.Errorf("%q is said nowhere whole (tags %v)", want, p.tags)
+		if !found {
+			t.Errorf("%q is said nowhere whole (tags %v, legend %v)", want, p.tags, p.legendLines)
 		}
 	}
 }
@@ -168,12 +192,11 @@ func TestLayoutNeitherOverlapsNorLeavesThePicture(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			b := image.Rect(0, 0, c.w, c.h)
 			items := c.items()
-			p := layout(b, styleFor(b).fontPx, items, nil)
-			if (len(p.tags) == 0 && len(p.legendLines) == 0) != (c.name == "tiny picture") {
-				// a picture too small for any text keeps its boxes alone
-				t.Fatalf("%d tags and %d legend lines for %d answers", len(p.tags), len(p.legendLines), len(items))
+			p := layout(b, b, styleFor(b).fontPx, items, nil)
+			if len(p.tags) == 0 && len(p.legendLines) == 0 {
+				t.Fatalf("no text for %d answers", len(items))
 			}
-			checkPlan(t, b, items, p)
+			checkPlan(t, b, b, items, p)
 			if c.name != "crowded" && len(p.legendLines) > 0 && len(p.tags) != len(items) {
 				// (40 boxes on 220x130 keep only the numbered tags that have room)
 				t.Errorf("legend mode: %d numbered tags for %d answers", len(p.tags), len(items))
@@ -182,7 +205,7 @@ func TestLayoutNeitherOverlapsNorLeavesThePicture(t *testing.T) {
 			bp := planBand(b, styleFor(b).fontPx)
 			area := b
 			area.Max.Y = bp.rect.Min.Y
-			checkPlan(t, area, items, layout(area, styleFor(b).fontPx, items, nil))
+			checkPlan(t, b, area, items, layout(b, area, styleFor(b).fontPx, items, nil))
 		})
 	}
 }
@@ -197,19 +220,19 @@ func TestLayoutTriesSmallerTextBeforeALegend(t *testing.T) {
 	}
 	one := cases["held-out scene 126x220 one box"]
 	b := image.Rect(0, 0, one.w, one.h)
-	p := layout(b, styleFor(b).fontPx, one.items(), nil)
+	p := layout(b, b, styleFor(b).fontPx, one.items(), nil)
 	if len(p.legendLines) != 0 || len(p.tags) != 1 || p.tags[0].text != "triangle 0.88" {
 		t.Errorf("one box on 126x220: tags %v, legend %v; want the tag \"triangle 0.88\"", p.tags, p.legendLines)
 	}
 	big := cases["one box"]
 	b = image.Rect(0, 0, big.w, big.h)
-	if p := layout(b, styleFor(b).fontPx, big.items(), nil); p.fontPx != styleFor(b).fontPx {
+	if p := layout(b, b, styleFor(b).fontPx, big.items(), nil); p.fontPx != styleFor(b).fontPx {
 		t.Errorf("one box on 640x480 drawn at %.1f px, want the full %.1f", p.fontPx, styleFor(b).fontPx)
 	}
 	for _, name := range []string{"crowded", "held-out scene 87x170"} {
 		c := cases[name]
 		b := image.Rect(0, 0, c.w, c.h)
-		if p := layout(b, styleFor(b).fontPx, c.items(), nil); len(p.legendLines) == 0 {
+		if p := layout(b, b, styleFor(b).fontPx, c.items(), nil); len(p.legendLines) == 0 {
 			t.Errorf("%s: no legend (tags %v)", name, p.tags)
 		}
 	}
@@ -222,7 +245,7 @@ func TestDrawTagsWhereTheLayoutSays(t *testing.T) {
 	dets := []engine.Detection{det("red circle", 0.8, 100, 100, 200, 200), det("blue square", 0.6, 101, 100, 200, 201)}
 	got := Draw(src, dets, nil)
 	c := layoutCase{w: 400, h: 300, dets: dets}
-	p := layout(got.Bounds(), styleFor(got.Bounds()).fontPx, c.items(), nil)
+	p := layout(got.Bounds(), got.Bounds(), styleFor(got.Bounds()).fontPx, c.items(), nil)
 	if len(p.tags) != 2 || p.tags[0].text != "red circle 0.80" || p.tags[1].text != "blue square 0.60" {
 		t.Fatalf("tags %v; want both labels with their scores", p.tags)
 	}
@@ -274,7 +297,7 @@ func TestSimulatedBand(t *testing.T) {
 			area := got.Bounds()
 			area.Max.Y = bp.rect.Min.Y
 			c := layoutCase{w: 320, h: 240, dets: d}
-			for _, tg := range layout(area, styleFor(got.Bounds()).fontPx, c.items(), nil).tags {
+			for _, tg := range layout(got.Bounds(), area, styleFor(got.Bounds()).fontPx, c.items(), nil).tags {
 				if tg.rect.Overlaps(bp.rect) {
 					t.Errorf("tag %v covers the band %v", tg.rect, bp.rect)
 				}
@@ -293,5 +316,54 @@ func TestSimulatedBand(t *testing.T) {
 	}
 	if bp := planBand(image.Rect(0, 0, 6, 6), 12); bp.text != "" || bp.rect.Empty() {
 		t.Errorf("6x6: band %+v, want a band with no text", bp)
+	}
+}
+
+// TestLegendGoesBelowThePicture: 12 boxes on the held-out scenes' 87x170 picture leave no
+// room for tags, and the legend then goes in a margin added below the picture instead of
+// over it: the overlay is as wide and taller, the picture keeps every box visible (at least
+// half of each outline in its colour; the numbered tags cover the rest), and the margin
+// holds the legend's text and swatches. An answer whose tags fit keeps the picture's size.
+func TestLegendGoesBelowThePicture(t *testing.T) {
+	src := scene(87, 170)
+	dets := twelveBoxes()
+	got := Draw(src, dets, nil)
+	if b := got.Bounds(); b.Dx() != 87 || b.Dy() <= 170 {
+		t.Fatalf("overlay is %v, want 87 wide and taller than 170 (a margin for the legend)", b)
+	}
+	for _, d := range dets {
+		r, _ := boxRect(d.Box, src.Bounds())
+		col, on, all := LabelColor(d.Label), 0, 0
+		for y := r.Min.Y; y < r.Max.Y; y++ {
+			for x := r.Min.X; x < r.Max.X; x++ {
+				if x >= r.Min.X+2 && x < r.Max.X-2 && y >= r.Min.Y+2 && y < r.Max.Y-2 {
+					continue // inside the 2 px outline
+				}
+				all++
+				if got.RGBAAt(x, y) == col {
+					on++
+				}
+			}
+		}
+		if on*2 < all {
+			t.Errorf("box %q at %v: %d of its %d outline pixels visible", d.Label, r, on, all)
+		}
+	}
+	white, swatch := 0, 0
+	for y := 170; y < got.Bounds().Max.Y; y++ {
+		for x := range 87 {
+			switch c := got.RGBAAt(x, y); {
+			case c == color.RGBA{255, 255, 255, 255}:
+				white++
+			case c == LabelColor(dets[0].Label):
+				swatch++
+			}
+		}
+	}
+	if white < 100 || swatch < 20 {
+		t.Errorf("the margin has %d white text pixels and %d of the first swatch's colour; want the legend", white, swatch)
+	}
+	if got := Draw(src, []engine.Detection{det("dog", 0.9, 20, 60, 80, 120)}, nil); got.Bounds() != src.Bounds() {
+		t.Errorf("one box: overlay %v, want the picture's %v", got.Bounds(), src.Bounds())
 	}
 }

@@ -103,10 +103,12 @@ func Draw(img image.Image, dets []engine.Detection, pts []engine.Point) *image.R
 // Draw copies img and draws the detections and points on the copy, in original-image
 // pixels: each box in its label's colour, each point as a marker, and beside each a tag
 // with its label and score, placed by layout (layout.go) so that no two tags overlap and
-// none leaves the picture. Boxes are clipped to the image; a box or point with a
-// non-finite coordinate, or one entirely outside the image, is not drawn. With no
-// detections, no points and no band the result equals the original pixel for pixel. A nil
-// image gives an empty one.
+// none leaves the picture. Where the tags do not fit (a crowded or a small picture), the
+// boxes get numbers and a legend goes in a margin added below the picture: the result is
+// then taller than img, as wide, with the picture at its top; otherwise it is img's size.
+// Boxes are clipped to the image; a box or point with a non-finite coordinate, or one
+// entirely outside the image, is not drawn. With no detections, no points and no band the
+// result equals the original pixel for pixel. A nil image gives an empty one.
 func (o Options) Draw(img image.Image, dets []engine.Detection, pts []engine.Point) *image.RGBA {
 	if img == nil {
 		return image.NewRGBA(image.Rectangle{}) // EncodePNG refuses it with an error
@@ -143,9 +145,25 @@ func (o Options) Draw(img image.Image, dets []engine.Detection, pts []engine.Poi
 		band = planBand(area, st.fontPx)
 		area.Max.Y = band.rect.Min.Y
 	}
-	drawPlan(dst, layout(area, st.fontPx, items, nil))
+	p := layout(dst.Bounds(), area, st.fontPx, items, nil)
+	if p.margin > 0 {
+		dst = withMargin(dst, p.margin)
+	}
+	drawPlan(dst, p)
 	drawBand(dst, band)
 	return dst
+}
+
+// marginColor is the background of the legend's margin: near-black, for white text.
+var marginColor = color.RGBA{24, 24, 24, 255}
+
+// withMargin is pic with h rows of marginColor added below it.
+func withMargin(pic *image.RGBA, h int) *image.RGBA {
+	b := pic.Bounds()
+	out := image.NewRGBA(image.Rect(b.Min.X, b.Min.Y, b.Max.X, b.Max.Y+h))
+	draw.Draw(out, b, pic, b.Min, draw.Src)
+	fill(out, image.Rect(b.Min.X, b.Max.Y, b.Max.X, b.Max.Y+h), marginColor)
+	return out
 }
 
 func newFace(px float64) font.Face {
@@ -234,26 +252,30 @@ func shorten(label string) string {
 	return string([]rune(label)[:maxLabelRunes-1]) + "…"
 }
 
-// drawPlan draws the tags and the legend of p.
+// drawPlan draws the tags and the legend of p (on dst's margin, which withMargin added).
 func drawPlan(dst *image.RGBA, p plan) {
-	if len(p.tags) == 0 && len(p.legendLines) == 0 {
-		return
-	}
-	face := newFace(p.fontPx)
-	if face == nil {
-		return // the embedded font always parses; boxes are still drawn if not
-	}
-	defer face.Close()
-	m := metricsOf(face, p.fontPx)
-	for _, t := range p.tags {
-		col := LabelColor(t.label)
-		fill(dst, t.rect, col)
-		text(dst, m, t.text, t.rect.Min, textColor(col))
+	if len(p.tags) > 0 {
+		face := newFace(p.fontPx)
+		if face == nil {
+			return // the embedded font always parses; boxes are still drawn if not
+		}
+		m := metricsOf(face, p.fontPx)
+		for _, t := range p.tags {
+			col := LabelColor(t.label)
+			fill(dst, t.rect, col)
+			text(dst, m, t.text, t.rect.Min, textColor(col))
+		}
+		face.Close()
 	}
 	if len(p.legendLines) == 0 {
 		return
 	}
-	shade(dst, p.legend, 190)
+	face := newFace(p.legendPx)
+	if face == nil {
+		return
+	}
+	defer face.Close()
+	m := metricsOf(face, p.legendPx)
 	white := color.RGBA{255, 255, 255, 255}
 	for i, l := range p.legendLines {
 		y := p.legend.Min.Y + i*m.lineH

@@ -71,7 +71,7 @@ func TestDrawBoxAndTag(t *testing.T) {
 	}
 	// The tag sits on the box's top-left corner: filled with the label colour, with text
 	// pixels of another colour inside it.
-	p := layout(got.Bounds(), styleFor(got.Bounds()).fontPx, []item{{text: "dog", label: "dog", anchor: image.Rect(100, 120, 250, 260)}}, nil)
+	p := layout(got.Bounds(), got.Bounds(), styleFor(got.Bounds()).fontPx, []item{{text: "dog", label: "dog", anchor: image.Rect(100, 120, 250, 260)}}, nil)
 	if len(p.tags) != 1 {
 		t.Fatalf("%d tags, want 1", len(p.tags))
 	}
