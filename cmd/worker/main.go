@@ -20,8 +20,14 @@ import (
 	"github.com/locateanything/detect/worker"
 )
 
-// subcommand is a tool run as `worker <name> args...`.
-type subcommand func(args []string, stdout io.Writer) error
+// subcommand is a tool run as `worker <name> args...`: its answer goes to stdout, a note
+// about it (what answered) to stderr.
+type subcommand func(args []string, stdout, stderr io.Writer) error
+
+// answerOnly is a subcommand that writes nothing on stderr.
+func answerOnly(run func(args []string, stdout io.Writer) error) subcommand {
+	return func(args []string, stdout, _ io.Writer) error { return run(args, stdout) }
+}
 
 // tool is one command of the binary: the service itself (run) or a subcommand.
 type tool struct {
@@ -34,13 +40,13 @@ type tool struct {
 func subcommands() map[string]tool {
 	return map[string]tool{
 		"run":        {summary: "run the worker (the default; configuration: LA_* variables)", help: runHelp},
-		"config":     {summary: "print the effective configuration and where each value came from", help: configHelp, run: runConfig},
+		"config":     {summary: "print the effective configuration and where each value came from", help: configHelp, run: answerOnly(runConfig)},
 		"tokenize":   {summary: "text to token ids and back", help: tokenizeHelp, run: runTokenize},
-		"detect":     {summary: "one image and query straight through the engine", help: detectHelp, run: runDetect},
-		"bench":      {summary: "time the CPU backend's stages against the machine's ceilings", help: benchHelp, run: runBench},
-		"smoke":      {summary: "check a running server's /health, /info and /predict", help: smokeHelp, run: runSmoke},
+		"detect":     {summary: "one image and query straight through the engine", help: detectHelp, run: answerOnly(runDetect)},
+		"bench":      {summary: "time the CPU backend's stages against the machine's ceilings", help: benchHelp, run: answerOnly(runBench)},
+		"smoke":      {summary: "check a running server's /health, /info and /predict", help: smokeHelp, run: answerOnly(runSmoke)},
 		"preprocess": {summary: "write the image the model sees", help: preprocessHelp, run: runPreprocess},
-		"loadtest":   {summary: "throughput on simulated chips through the real queue", help: loadtestHelp, run: runLoadtest},
+		"loadtest":   {summary: "throughput on simulated chips through the real queue", help: loadtestHelp, run: answerOnly(runLoadtest)},
 	}
 }
 
@@ -91,7 +97,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "worker %s: configuration: %v\n", name, err)
 		return 2
 	}
-	return exitCode(name, t.run(rest, stdout), stderr)
+	return exitCode(name, t.run(rest, stdout, stderr), stderr)
 }
 
 // exitCode prints a subcommand's error and says how the process exits.

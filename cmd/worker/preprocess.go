@@ -53,8 +53,9 @@ var preprocessFlagEnv = map[string]string{
 // sizes printed as JSON. No checkpoint: the served processor settings (patch 14, merge 2)
 // with the token limit and grid the worker's engine would resize for: LA_IN_TOKEN_LIMIT,
 // LA_CANON_GRID and LA_CANON_ASPECT on LA_ENGINE, read as the service reads them, and the
-// flags, which replace them and mean what they mean for `worker detect`.
-func runPreprocess(args []string, stdout io.Writer) error {
+// flags, which replace them and mean what they mean for `worker detect`. It says on stderr
+// what answered: the served processor settings, no checkpoint, and the limit and grid.
+func runPreprocess(args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
 		return cli.UsageError{Err: err}
@@ -88,6 +89,12 @@ func runPreprocess(args []string, stdout io.Writer) error {
 	if o.CanonGrid, err = imageproc.ResolveCanonGrid(f.grid, f.aspect, o); err != nil {
 		return cli.UsageError{Err: err}
 	}
+	grid := "native"
+	if o.CanonGrid != [2]int{} {
+		grid = fmt.Sprintf("%dx%d", o.CanonGrid[0], o.CanonGrid[1])
+	}
+	fmt.Fprintf(stderr, "worker preprocess: the served processor (patch %d, merge %d; no checkpoint read), in-token limit %d, grid %s\n",
+		o.PatchSize, o.MergeKernel, o.InTokenLimit, grid)
 	return preprocessFile(o, f.image, f.out, stdout)
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"github.com/locateanything/detect/internal/cli"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,7 +47,7 @@ func TestPreprocessMatchesPIL(t *testing.T) {
 			out := filepath.Join(dir, strconv.Itoa(i)+".png")
 			var stdout bytes.Buffer
 			err := runPreprocess([]string{"--image", filepath.Join("../..", g.Image),
-				"--in-token-limit", strconv.Itoa(g.InTokenLimit), "--grid", g.Grid, "--out", out}, &stdout)
+				"--in-token-limit", strconv.Itoa(g.InTokenLimit), "--grid", g.Grid, "--out", out}, &stdout, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +91,7 @@ func TestPreprocessFlags(t *testing.T) {
 	out := filepath.Join(dir, "c.png")
 	dog := "../../testdata/images/dog.jpg"
 	var help bytes.Buffer
-	if err := runPreprocess([]string{"--help"}, &help); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "--canon-aspect") {
+	if err := runPreprocess([]string{"--help"}, &help, io.Discard); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "--canon-aspect") {
 		t.Errorf("--help: %v, printed %q", err, help.String())
 	}
 	for _, args := range [][]string{
@@ -102,13 +103,13 @@ func TestPreprocessFlags(t *testing.T) {
 		{"--image", dog, "--out", out, "--canon-aspect", "1920"},
 		{"--image", dog, "--out", out, "--bogus"},
 	} {
-		if err := runPreprocess(args, &bytes.Buffer{}); !cli.IsUsage(err) {
+		if err := runPreprocess(args, &bytes.Buffer{}, io.Discard); !cli.IsUsage(err) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}
 	}
 	// --canon-aspect alone derives the grid: 1080x1920 at 1024 tokens is 44x24 patches.
 	var stdout bytes.Buffer
-	if err := runPreprocess([]string{"--image", dog, "--out", out, "--canon-aspect", "1080x1920"}, &stdout); err != nil {
+	if err := runPreprocess([]string{"--image", dog, "--out", out, "--canon-aspect", "1080x1920"}, &stdout, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	var got preprocessOutput
@@ -117,7 +118,7 @@ func TestPreprocessFlags(t *testing.T) {
 	}
 	// A missing or undecodable image is an error, not a usage error, and writes nothing.
 	absent := filepath.Join(dir, "absent.png")
-	err := runPreprocess([]string{"--image", "../../go.mod", "--out", absent}, &bytes.Buffer{})
+	err := runPreprocess([]string{"--image", "../../go.mod", "--out", absent}, &bytes.Buffer{}, io.Discard)
 	if err == nil || cli.IsUsage(err) || !strings.Contains(err.Error(), "unrecognised image format") {
 		t.Errorf("not an image: %v", err)
 	}
@@ -132,10 +133,12 @@ func TestPreprocessFlags(t *testing.T) {
 func TestPreprocessReadsTheWorkersSettings(t *testing.T) {
 	dog := "../../testdata/images/dog.jpg"
 	out := filepath.Join(t.TempDir(), "c.png")
+	var said bytes.Buffer // what answered, on stderr: the last run's
 	run := func(args ...string) preprocessOutput {
 		t.Helper()
 		var stdout bytes.Buffer
-		if err := runPreprocess(append([]string{"--image", dog, "--out", out}, args...), &stdout); err != nil {
+		said.Reset()
+		if err := runPreprocess(append([]string{"--image", dog, "--out", out}, args...), &stdout, &said); err != nil {
 			t.Fatal(err)
 		}
 		var got preprocessOutput
@@ -147,6 +150,9 @@ func TestPreprocessReadsTheWorkersSettings(t *testing.T) {
 	served := run() // LA_ENGINE cpu, native grid at the served 1024 patches
 	if served.GridHW != [2]int{28, 38} {
 		t.Fatalf("defaults: grid %v, want the native [28 38] at 1024 patches", served.GridHW)
+	}
+	if want := "worker preprocess: the served processor (patch 14, merge 2; no checkpoint read), in-token limit 1024, grid native\n"; said.String() != want {
+		t.Errorf("stderr %q, want %q", said.String(), want)
 	}
 	t.Setenv("LA_IN_TOKEN_LIMIT", "256")
 	if got := run(); got.NumImageTokens >= served.NumImageTokens/2 || got.GridHW == served.GridHW {
@@ -170,7 +176,7 @@ func TestPreprocessReadsTheWorkersSettings(t *testing.T) {
 		t.Errorf("--grid native: %+v, want %+v", got, served)
 	}
 	t.Setenv("LA_IN_TOKEN_LIMIT", "-1")
-	if err := runPreprocess([]string{"--image", dog, "--out", out}, &bytes.Buffer{}); !cli.IsUsage(err) || !strings.Contains(err.Error(), "LA_IN_TOKEN_LIMIT") {
+	if err := runPreprocess([]string{"--image", dog, "--out", out}, &bytes.Buffer{}, io.Discard); !cli.IsUsage(err) || !strings.Contains(err.Error(), "LA_IN_TOKEN_LIMIT") {
 		t.Errorf("LA_IN_TOKEN_LIMIT=-1: %v, want a usage error naming it", err)
 	}
 }

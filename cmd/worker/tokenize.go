@@ -36,7 +36,8 @@ func tokenizeFlags(o *tokenizeOptions) *flag.FlagSet {
 // TEXT is a JSON array of ids and it prints their text. DIR is a directory holding
 // vocab.json, merges.txt and added_tokens.json; without it the tokenizer is that of the
 // checkpoint the worker would run (worker.ChooseWeights on the worker's configuration).
-func runTokenize(args []string, stdout io.Writer) error {
+// It says on stderr whose tokenizer answered: the model and its directory.
+func runTokenize(args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
 		return cli.UsageError{Err: err}
@@ -50,18 +51,20 @@ func runTokenize(args []string, stdout io.Writer) error {
 		return cli.UsageError{Err: fmt.Errorf("tokenize needs the text to encode (or, with --decode, the ids)\n%s", tokenizeUsage)}
 	}
 	input := strings.Join(text, " ")
+	answered := "--weights"
 	if o.weights == "" { // a bare tokenizer directory is enough for --weights, not for the rules
 		choice, err := worker.ChooseWeights(context.Background(), cfg, toolSetup())
 		if err != nil {
 			return err
 		}
-		o.weights = choice.Dir
+		o.weights, answered = choice.Dir, choice.Model+", "+choice.Reason
 	}
 
 	tok, err := tokenizer.Load(o.weights)
 	if err != nil {
 		return fmt.Errorf("tokenize: %w", err)
 	}
+	fmt.Fprintf(stderr, "worker tokenize: the tokenizer in %s (%s)\n", o.weights, answered)
 	if o.decode {
 		text, err := decodeIDs(tok, input)
 		if err != nil {

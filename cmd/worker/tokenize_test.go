@@ -16,9 +16,16 @@ const tokenizerDir = "../../engine/tokenizer/testdata"
 
 func runTokenizeOutput(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	var out bytes.Buffer
-	err := runTokenize(args, &out)
-	return out.String(), err
+	out, _, err := runTokenizeStreams(t, args...)
+	return out, err
+}
+
+// runTokenizeStreams is runTokenize's stdout (the answer) and stderr (whose tokenizer).
+func runTokenizeStreams(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err = runTokenize(args, &out, &errOut)
+	return out.String(), errOut.String(), err
 }
 
 func TestTokenizeEncodes(t *testing.T) {
@@ -57,19 +64,28 @@ func TestTokenizeWeightsFromEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids, _ := json.Marshal(bundled.Encode("person</c>car"))
-	for _, c := range []struct{ env, value, want string }{
-		{"LA_WEIGHTS_DIR", "../../testdata/checkpoints/tiny-bf16", "[8987,522,66,29,6918]\n"},
-		{"LA_MODEL_PATH", "../../testdata/checkpoints/tiny-f32", "[8987,522,66,29,6918]\n"},
-		{"HF_HUB_CACHE", t.TempDir(), string(ids) + "\n"}, // nothing configured: the bundled model
+	for _, c := range []struct{ env, value, want, said string }{
+		{"LA_WEIGHTS_DIR", "../../testdata/checkpoints/tiny-bf16", "[8987,522,66,29,6918]\n",
+			"worker tokenize: the tokenizer in ../../testdata/checkpoints/tiny-bf16 (tiny-bf16, LA_WEIGHTS_DIR "},
+		{"LA_MODEL_PATH", "../../testdata/checkpoints/tiny-f32", "[8987,522,66,29,6918]\n",
+			"worker tokenize: the tokenizer in ../../testdata/checkpoints/tiny-f32 (tiny-f32, "},
+		{"HF_HUB_CACHE", t.TempDir(), string(ids) + "\n", "la-bundled"}, // nothing configured: the bundled model
 	} {
 		t.Run(c.env, func(t *testing.T) {
 			t.Setenv("TMPDIR", t.TempDir()) // where the binary's bundled model is unpacked
 			t.Setenv(c.env, c.value)
-			got, err := runTokenizeOutput(t, "person</c>car")
+			got, said, err := runTokenizeStreams(t, "person</c>car")
 			if err != nil || got != c.want {
 				t.Errorf("tokenize = %q, %v; want %q", got, err, c.want)
 			}
+			if !strings.Contains(said, c.said) || strings.Count(said, "\n") != 1 {
+				t.Errorf("stderr %q, want one line naming the tokenizer that answered (%q)", said, c.said)
+			}
 		})
+	}
+	_, said, err := runTokenizeStreams(t, "--weights", tokenizerDir, "car")
+	if want := "worker tokenize: the tokenizer in " + tokenizerDir + " (--weights)\n"; err != nil || said != want {
+		t.Errorf("--weights: stderr %q, %v; want %q", said, err, want)
 	}
 }
 
