@@ -72,14 +72,6 @@ func (c *Console) secured(next http.Handler) http.Handler {
 	})
 }
 
-// apiError is an answer other than 200: its status and message.
-type apiError struct {
-	status int
-	msg    string
-}
-
-func (e *apiError) Error() string { return e.msg }
-
 func badRequest(format string, args ...any) error {
 	return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
 }

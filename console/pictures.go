@@ -191,9 +191,6 @@ func (c *Console) thumbnail(ctx context.Context, p picture) ([]byte, error) {
 	return thumb, nil
 }
 
-// errNotPicture is makeThumb's answer to bytes it cannot decode.
-var errNotPicture = fmt.Errorf("not a decodable PNG, JPEG, GIF or WebP: %w", storage.ErrNotFound)
-
 // makeThumb scales the picture in src down to at most ThumbSize on its long side (never
 // up) and encodes it as JPEG.
 func makeThumb(src []byte) ([]byte, error) {

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -52,10 +51,6 @@ func thumbMaker(ctx context.Context, requests <-chan thumbRequest, pace *thumbPa
 // thumbTurnWait is how long a thumbnail request waits for its turn before it is answered
 // 503 (errThumbNotReady).
 const thumbTurnWait = 2 * time.Second
-
-// errThumbNotReady marks a thumbnail whose turn had not come in time (pictureError
-// answers it 503 with Retry-After).
-var errThumbNotReady = errors.New("the thumbnail is not made yet")
 
 // makeThumbLow hands src to the thumbnail goroutine, waiting for it (it may be pacing
 // itself) as long as turn allows, and then waits for its answer as long as ctx allows.

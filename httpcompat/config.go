@@ -1,7 +1,6 @@
 package httpcompat
 
 import (
-	"errors"
 	"strings"
 	"time"
 
@@ -43,15 +42,15 @@ type Config struct {
 	// that alone needs more is refused with 413. 2 GiB holds four 36-megapixel 16-bit PNGs
 	// being prepared.
 	MaxDecodedBytes int64 `envconfig:"LA_HTTP_MAX_DECODED_BYTES" default:"2147483648" desc:"image memory all pending /predict requests share, estimated from each image's header"`
+	// Token, when set, is the bearer token /predict and /info require (Authorization: Bearer
+	// <token>; 401 otherwise); the worker's metrics port requires it for /metrics too. The
+	// probes, /v1/models and /openapi.json stay open. Optional: "" is no token.
+	Token string `envconfig:"LA_HTTP_TOKEN" secret:"true" desc:"bearer token /predict, /info and /metrics require; empty: none (docs/http.md)"`
 	// ImageURLs lets /predict take an image_url instead of the image, fetched through
 	// Options.Images (which it then requires: the worker's storage Router, with the roots and
 	// S3 credentials its jobs use); off, image_url is refused with 400. Opt-in, since it lets
 	// an HTTP client read any image below those roots.
-	// Token, when set, is the bearer token /predict and /info require (Authorization: Bearer
-	// <token>; 401 otherwise); the worker's metrics port requires it for /metrics too. The
-	// probes, /v1/models and /openapi.json stay open. Optional: "" is no token.
-	Token     string `envconfig:"LA_HTTP_TOKEN" secret:"true" desc:"bearer token /predict, /info and /metrics require; empty: none (docs/http.md)"`
-	ImageURLs bool   `envconfig:"LA_HTTP_IMAGE_URLS" default:"false" desc:"true: /predict takes an image_url, read through LA_FILE_ROOTS and the S3 credentials (docs/http.md)"`
+	ImageURLs bool `envconfig:"LA_HTTP_IMAGE_URLS" default:"false" desc:"true: /predict takes an image_url, read through LA_FILE_ROOTS and the S3 credentials (docs/http.md)"`
 }
 
 // Enabled reports whether the server runs: LA_HTTP_ADDR is neither off nor empty.
@@ -76,6 +75,3 @@ func (c Config) Validate() error {
 	}
 	return v.Err()
 }
-
-// errDisabled is New's answer to a Config whose address turns the server off.
-var errDisabled = errors.New("http config: LA_HTTP_ADDR is off: the /predict server is disabled")

@@ -2,7 +2,6 @@ package httpcompat
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -31,27 +30,6 @@ const (
 	cutSlow                        // under MinBodyRate on average
 	cutTotal                       // ReadTimeout
 )
-
-// slowBodyError is a body cut by its read deadline: answered 408.
-type slowBodyError struct {
-	kind    deadlineKind
-	n       int64         // bytes received
-	elapsed time.Duration // since the handler started
-	cfg     Config
-}
-
-func (e *slowBodyError) Error() string {
-	switch e.kind {
-	case cutStalled:
-		return fmt.Sprintf("the request body stalled: no data for %v after %d bytes (LA_HTTP_BODY_TIMEOUT)",
-			e.cfg.BodyTimeout, e.n)
-	case cutSlow:
-		return fmt.Sprintf("the request body arrived too slowly: %d bytes in %v, under the minimum of %d bytes/s (LA_HTTP_MIN_BODY_RATE)",
-			e.n, e.elapsed.Round(time.Millisecond), e.cfg.MinBodyRate)
-	default:
-		return fmt.Sprintf("the request body did not arrive within %v (LA_HTTP_READ_TIMEOUT)", e.cfg.ReadTimeout)
-	}
-}
 
 // pacedBody reads a request body under the deadlines above.
 type pacedBody struct {

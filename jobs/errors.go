@@ -3,7 +3,8 @@ package jobs
 import "errors"
 
 // The error kinds of package jobs: the causes a job's context is cancelled with, and what
-// the Runner and the sink classify a failure by (a result code, a retry).
+// the Runner and the sink classify a failure by (a result code, a retry), and Replay's
+// refusals.
 
 // ErrCancelRequested is the cause of a job context cancelled by a cancel.<id> request.
 var ErrCancelRequested = errors.New("cancel requested")
@@ -43,3 +44,8 @@ var errDocument = errors.New("job is not valid JSON of the job schema")
 
 // errPartMissing marks a topology object that the server does not have.
 var errPartMissing = errors.New("missing")
+
+// ErrNotReplayable is wrapped by Replay's refusals that no retry changes: a record of a
+// message that lost its id (duplicate_id), a record holding no job, a job that is itself
+// invalid.
+var ErrNotReplayable = errors.New("not replayable")

@@ -11,11 +11,6 @@ import (
 	"github.com/locateanything/detect/storage"
 )
 
-// ErrNotReplayable is wrapped by Replay's refusals that no retry changes: a record of a
-// message that lost its id (duplicate_id), a record holding no job, a job that is itself
-// invalid.
-var ErrNotReplayable = errors.New("not replayable")
-
 // maxJobBytes bounds a dead-lettered job read from storage; a job is one NATS message.
 const maxJobBytes = 64 << 20
 

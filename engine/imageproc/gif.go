@@ -33,8 +33,6 @@ type gifLayout struct {
 	transparent int             // the frame's transparent index, -1 when none
 }
 
-var errNoFrame = errors.New("no image frame")
-
 // parseGIFLayout walks the blocks up to the first image descriptor, the way PIL's
 // _open and _seek(0) do.
 func parseGIFLayout(data []byte) (gifLayout, error) {

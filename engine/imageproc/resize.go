@@ -3,7 +3,6 @@ package imageproc
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -154,11 +153,6 @@ func (p plane) rgb() (*RGB, error) {
 	}
 	return out, nil
 }
-
-// errNotOpaque: a 4-byte plane holds a pixel whose alpha is not 255, which only ToRGB
-// converts right (it blends onto white). The resize checks each row as it reads it,
-// where the row is about to be in cache anyway.
-var errNotOpaque = errors.New("image has alpha")
 
 // opaqueRow reports whether every fourth byte of a row of 4-byte pixels is 255, 32
 // bytes at a time.

@@ -6,9 +6,6 @@ import (
 	"strconv"
 )
 
-// ErrNotInteger is returned by Integer for a value that is not one.
-var ErrNotInteger = errors.New("want an integer")
-
 // Number is the value of a JSON number literal as JSON Schema validators read it: an IEEE
 // 754 double, the nearest to the literal (as JavaScript reads it). A literal too large for
 // a double is an infinity; a literal that is not a JSON number is an error.

@@ -57,26 +57,6 @@ func newHub(opts Options) *hub {
 	return &hub{opts: opts, client: client, metadata: &metadata}
 }
 
-// statusError is an HTTP answer other than the one expected.
-type statusError struct {
-	url  string
-	code int
-	hint string
-}
-
-func (e *statusError) Error() string {
-	msg := fmt.Sprintf("%s: HTTP %d", e.url, e.code)
-	if e.hint != "" {
-		msg += " (" + e.hint + ")"
-	}
-	return msg
-}
-
-// retryable: server errors and throttling may pass; other answers will not change.
-func (e *statusError) retryable() bool {
-	return e.code >= 500 || e.code == http.StatusTooManyRequests || e.code == http.StatusRequestTimeout
-}
-
 func newStatusError(u string, code int) *statusError {
 	e := &statusError{url: u, code: code}
 	switch code {

@@ -24,11 +24,6 @@ import (
 // revision is a setting (TT_WEIGHTS_REVISION, its default pinned in package config).
 const Repo = "nvidia/LocateAnything-3B"
 
-// ErrNotCached is wrapped by Resolve's error when the snapshot is simply not in the cache
-// (nothing of it there) and no download was asked for; a snapshot that is there but
-// incomplete is a different error.
-var ErrNotCached = errors.New("not in the Hugging Face cache")
-
 // Options says where to look. Resolve reads no environment itself: the settings are
 // declared here (the tags: variable, default, meaning) and package config reads them.
 type Options struct {
