@@ -69,7 +69,7 @@ func commands() map[string]command {
 		"dlq list":   {"dead-lettered jobs, of one batch with --batch", dlqListHelp, dlqListCmd},
 		"dlq show":   {"one dead-letter record (JSON)", dlqShowHelp, dlqShowCmd},
 		"dlq replay": {"publish dead-lettered jobs again, after fixing the cause", dlqReplayHelp, dlqReplayCmd},
-		"retry":      {"run a batch's failed jobs again, after fixing the cause", retryHelp, retryCmd},
+		"retry":      {"run a batch's failed (or canceled, expired) jobs again", retryHelp, retryCmd},
 		"clean":      {"remove the files workers stored for a batch's results, or for old ones", cleanHelp, cleanCmd},
 	}
 }
