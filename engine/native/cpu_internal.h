@@ -55,9 +55,15 @@ typedef struct cpu_pool {
     pthread_mutex_t mu;
     pthread_cond_t wake; /* workers wait here for a new generation */
     pthread_cond_t done; /* the caller waits here for pending == 0 */
+    /* The counters below are read without the mutex (atomics, sequentially consistent):
+     * a waiter that spins sees them change without a wake-up, and one that sleeps says so
+     * first, so the other side knows to signal (see cpu_pool.c). */
     uint64_t generation;
     int pending;
     int stopping;
+    int sleepers;       /* workers asleep on wake, or about to be */
+    int caller_asleep;  /* the caller is asleep on done, or about to be */
+    int burst;          /* > 0: waiters spin before they sleep (cpu_pool_burst_begin) */
     cpu_task_fn fn;
     void *arg;
 } cpu_pool;
@@ -69,8 +75,18 @@ void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *arg);
 /* cpu_pool_for splits [0, n) into one contiguous range per thread and calls fn on each. */
 typedef void (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
 void cpu_pool_for(cpu_pool *p, size_t n, cpu_range_fn fn, void *arg);
+/* cpu_pool_burst_begin and _end bracket a run of many short tasks (a decode step's ~220):
+ * inside it a worker that finishes a task, and the caller waiting for one, spin for a
+ * few microseconds before sleeping, so the next task starts without a wake-up. Outside
+ * it every waiter sleeps at once. Only the caller calls them; bursts may nest. */
+void cpu_pool_burst_begin(cpu_pool *p);
+void cpu_pool_burst_end(cpu_pool *p);
 /* cpu_pool_destroy stops and joins the workers. Safe on a zeroed pool. */
 void cpu_pool_destroy(cpu_pool *p);
+/* cpu_pool_probe runs tasks tasks on a pool of nthreads, in and out of bursts of
+ * burst_every (0: never in one), and returns how many times a thread missed a task or
+ * cpu_pool_run returned before every thread had run it (-1: the pool did not start). */
+int cpu_pool_probe(int nthreads, int tasks, int burst_every);
 
 /* ---- int8 weights: conversion ------------------------------------------------------- */
 

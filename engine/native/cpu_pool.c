@@ -2,39 +2,84 @@
  * cpu_pool.c - a small pool of pthreads owned by one engine.
  *
  * The calling thread is thread 0 and does its share of every task, so a pool of one
- * thread starts no workers at all. Workers sleep on a condition variable between tasks
- * (spinning would steal the core from OpenBLAS and from the Go runtime on small machines).
- * A task is published under the mutex with a new generation number; each worker runs it
- * once and the last one to finish wakes the caller.
+ * thread starts no workers at all. A task is published with a new generation number;
+ * each worker runs it once and the last one to finish tells the caller.
+ *
+ * Waiting. Between tasks a worker sleeps on a condition variable, and the caller sleeps
+ * on another until the task's last worker is done: spinning would steal the core from
+ * the Go runtime and from the caller's own serial work on small machines. But a decode
+ * step is ~220 tasks of tens of microseconds each, and a condition variable's wake-up
+ * costs about as much again on a VM, so inside a burst (cpu_pool_burst_begin/_end, one
+ * decode step) a waiter first watches the counters for up to POOL_SPIN pauses and sleeps
+ * only if nothing came. Prefill and the vision tower, whose tasks take milliseconds,
+ * run outside bursts and never spin.
+ *
+ * The handshake. generation, pending, sleepers and caller_asleep are read and written
+ * with sequentially consistent atomics, so a spinning waiter needs no lock. A waiter
+ * that goes to sleep first counts itself (sleepers, caller_asleep) under the mutex and
+ * then looks at the counter once more; the side that changes the counter changes it
+ * first and then looks at the count. Of two such store-then-load pairs at least one
+ * sees the other's store, so either the waiter sees the new counter and does not sleep,
+ * or the changer sees a sleeper and signals it under the mutex (which the sleeper holds
+ * until it is inside pthread_cond_wait, so the signal cannot fall between the two).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_internal.h"
 
+/* POOL_SPIN pauses are a few tens of microseconds on current x86 cores: longer than the
+ * gap between two tasks of a step, shorter than a sleep and wake-up. */
+enum { POOL_SPIN = 4096 };
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_SEQ_CST)
+#define ADD(x, v) __atomic_add_fetch(&(x), (v), __ATOMIC_SEQ_CST)
+
+static inline void pause_once(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* next_task waits until the generation differs from seen (or the pool stops) and
+ * returns the generation. */
+static uint64_t next_task(cpu_pool *p, uint64_t seen) {
+    if (LOAD(p->burst) > 0) {
+        for (int i = 0; i < POOL_SPIN; i++) {
+            uint64_t g = LOAD(p->generation);
+            if (g != seen || LOAD(p->stopping))
+                return g;
+            pause_once();
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    ADD(p->sleepers, 1);
+    uint64_t g;
+    while ((g = LOAD(p->generation)) == seen && !LOAD(p->stopping))
+        pthread_cond_wait(&p->wake, &p->mu);
+    ADD(p->sleepers, -1);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
 static void *pool_worker_main(void *arg) {
     cpu_pool_worker *w = arg;
     cpu_pool *p = w->pool;
     uint64_t seen = 0;
 
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stopping && p->generation == seen)
-            pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stopping)
+        seen = next_task(p, seen);
+        if (LOAD(p->stopping))
             break;
-        seen = p->generation;
-        cpu_task_fn fn = p->fn;
-        void *fn_arg = p->arg;
-        pthread_mutex_unlock(&p->mu);
-
-        fn(fn_arg, w->index, p->nthreads);
-
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
+        /* fn and arg were written before the generation that announced them */
+        p->fn(p->arg, w->index, p->nthreads);
+        if (ADD(p->pending, -1) == 0 && LOAD(p->caller_asleep)) {
+            pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -66,25 +111,41 @@ int cpu_pool_init(cpu_pool *p, int nthreads, char *err, size_t errlen) {
     return 0;
 }
 
+/* wait_done waits until every worker has finished the current task. */
+static void wait_done(cpu_pool *p) {
+    if (LOAD(p->burst) > 0) {
+        for (int i = 0; i < POOL_SPIN; i++) {
+            if (LOAD(p->pending) == 0)
+                return;
+            pause_once();
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    STORE(p->caller_asleep, 1);
+    while (LOAD(p->pending) > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    STORE(p->caller_asleep, 0);
+    pthread_mutex_unlock(&p->mu);
+}
+
 void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *arg) {
     if (p->nthreads <= 1 || p->started == 0) {
         fn(arg, 0, 1);
         return;
     }
-    pthread_mutex_lock(&p->mu);
+    /* Every worker finished the last task (wait_done), so none reads fn or arg now. */
     p->fn = fn;
     p->arg = arg;
-    p->pending = p->started;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    STORE(p->pending, p->started);
+    ADD(p->generation, 1);
+    if (LOAD(p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
 
     fn(arg, 0, p->nthreads);
-
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    wait_done(p);
 }
 
 typedef struct {
@@ -106,11 +167,19 @@ void cpu_pool_for(cpu_pool *p, size_t n, cpu_range_fn fn, void *arg) {
     cpu_pool_run(p, range_slice, &t);
 }
 
+void cpu_pool_burst_begin(cpu_pool *p) {
+    ADD(p->burst, 1);
+}
+
+void cpu_pool_burst_end(cpu_pool *p) {
+    ADD(p->burst, -1);
+}
+
 void cpu_pool_destroy(cpu_pool *p) {
     if (p->nthreads == 0)
         return; /* never initialised */
     pthread_mutex_lock(&p->mu);
-    p->stopping = 1;
+    STORE(p->stopping, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->started; i++)
@@ -120,4 +189,50 @@ void cpu_pool_destroy(cpu_pool *p) {
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
     memset(p, 0, sizeof *p);
+}
+
+/* ---- a probe for the tests ---------------------------------------------------------- */
+
+typedef struct {
+    int task;       /* the task's number, which every thread records */
+    int *ran;       /* [nthreads]: the last task each thread ran */
+    int *count;     /* [nthreads]: how many tasks each thread ran */
+    volatile int busy; /* a little work, so threads overlap */
+} probe_task;
+
+static void probe_slice(void *arg, int thread, int nthreads) {
+    probe_task *t = arg;
+    (void)nthreads;
+    for (int i = 0; i < 200 * (thread + 1); i++)
+        t->busy++; /* racy on purpose and never read: only time passes */
+    t->ran[thread] = t->task;
+    t->count[thread]++;
+}
+
+int cpu_pool_probe(int nthreads, int tasks, int burst_every) {
+    cpu_pool p;
+    char err[128];
+    if (cpu_pool_init(&p, nthreads, err, sizeof err) != 0)
+        return -1;
+    int *ran = calloc((size_t)nthreads, sizeof *ran), *count = calloc((size_t)nthreads, sizeof *count);
+    int wrong = 0;
+    probe_task t = {0, ran, count, 0};
+    for (int i = 1; i <= tasks; i++) {
+        /* bursts of burst_every tasks, then as many outside one */
+        int in_burst = burst_every > 0 && (i / burst_every) % 2 == 0;
+        if (in_burst)
+            cpu_pool_burst_begin(&p);
+        t.task = i;
+        cpu_pool_run(&p, probe_slice, &t);
+        if (in_burst)
+            cpu_pool_burst_end(&p);
+        for (int th = 0; th < nthreads; th++) /* every thread ran this task before run returned */
+            wrong += ran[th] != i;
+    }
+    for (int th = 0; th < nthreads; th++)
+        wrong += count[th] != tasks;
+    cpu_pool_destroy(&p);
+    free(ran);
+    free(count);
+    return wrong;
 }

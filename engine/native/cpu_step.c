@@ -473,6 +473,11 @@ int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *toke
         r += s->n_block;
         o += s->n_block > 0 ? s->n_block : !s->no_output;
     }
+    /* A live run is a few rows: each of its ~220 pool tasks is short, so the pool's
+     * waiters spin between them rather than sleep (a prompt run's tasks are long). */
+    const int burst = live.n > 0;
+    if (burst)
+        cpu_pool_burst_begin(&e->pool);
     if (live.n > 0)
         cpu_run_layers(e, &live);
     for (int o = 0; o < n_out; o++)
@@ -486,6 +491,8 @@ int cpu_step(la_engine *e, int n, const la_step_slot *slots, const int32_t *toke
         else
             pick(e, n_out, k, n_watch, watch, top_ids, top_p, watch_p);
     }
+    if (burst)
+        cpu_pool_burst_end(&e->pool);
     e->s.logit_rows = n_out;
     return 0;
 }

@@ -77,3 +77,10 @@ func softmaxProbe(set kernelSet, x []float32) (y []float32, ok bool) {
 func expsumProbe(set kernelSet, x []float32, m float32) float64 {
 	return float64(C.cpu_expsum_probe(C.int(set), (*C.float)(unsafe.SliceData(x)), C.int(len(x)), C.float(m)))
 }
+
+// poolProbe runs tasks tasks on a pool of nthreads, alternating bursts of burstEvery
+// tasks with as many outside one, and returns how often a thread missed a task or a run
+// returned before all its threads had finished (-1: the pool did not start).
+func poolProbe(nthreads, tasks, burstEvery int) int {
+	return int(C.cpu_pool_probe(C.int(nthreads), C.int(tasks), C.int(burstEvery)))
+}
