@@ -593,12 +593,16 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
  *                      openblas: the kernels of matmul=f32's products (cpu_gemm_f32.c), or
  *                      cblas_sgemm on widened weights; q8 weights always take the latter
  *   f32_small_rows     products of up to this many rows read bf16/f16/f32 weights unpacked
+ *   short_prompt_rows  0..16 (default 16): a prompt of up to this many tokens runs its
+ *                      products as a decode step does where the GEMM would first convert
+ *                      every weight (cpu_text.c, short_prompt); 0: always the GEMM
  * An unknown key is an error, so a typo does not pass silently. */
 static int parse_options(la_engine *e, const char *opts, char *err, size_t errlen) {
     e->widen_block_bytes = LA_CPU_WIDEN_BLOCK_BYTES;
     e->resident_weights = 1;
     e->f32.level = cpu_f32_kernel_level();
     e->f32.small_rows = -1;
+    e->short_prompt_rows = CPU_SHORT_PROMPT_ROWS;
     int matmul_auto = 0;
     while (opts && *opts) {
         const char *end = strchr(opts, '\n');
@@ -651,6 +655,11 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
             if (*rest != 0 || v < 0 || v > 1 << 20)
                 return la_errorf(err, errlen, "options: f32_small_rows=%s: want a row count", eq + 1);
             e->f32.small_rows = (int)v;
+        } else if (strcmp(line, "short_prompt_rows") == 0) {
+            if (*rest != 0 || v < 0 || v > CPU_SHORT_PROMPT_ROWS)
+                return la_errorf(err, errlen, "options: short_prompt_rows=%s: want 0 to %d", eq + 1,
+                                 CPU_SHORT_PROMPT_ROWS);
+            e->short_prompt_rows = (int)v;
         } else if (strcmp(line, "resident_weights") == 0) {
             if (*rest != 0 || (v != 0 && v != 1))
                 return la_errorf(err, errlen, "options: resident_weights=%s: want 0 or 1", eq + 1);

@@ -35,6 +35,12 @@ void cpu_to_f32(la_dtype t, const void *src, float *dst, size_t n);
 #define CPU_DTYPE_Q8 ((la_dtype)3)
 enum { CPU_DTYPE_COUNT = 4, CPU_Q8_BLOCK = 32 };
 
+/* A prompt of at most short_prompt_rows tokens (option; at most CPU_SHORT_PROMPT_ROWS)
+ * runs its matrix products as a decode step does (cpu_text.c, short_prompt); the step
+ * plan's packed-input buffer holds that many rows (LA_STEP_MAX_ROWS per slot). */
+enum { CPU_SHORT_PROMPT_ROWS = 16 };
+_Static_assert(CPU_SHORT_PROMPT_ROWS <= LA_STEP_MAX_ROWS, "the step plan's xpack holds a short prompt");
+
 /* ---- thread pool -------------------------------------------------------------------- */
 
 /* A task is called once per thread with the thread's index (0 = the caller) and the
@@ -384,7 +390,7 @@ typedef struct {
     const cpu_step_row *rows;
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     float *scores; /* live run: [n, heads, max_seq_len + LA_STEP_MAX_ROWS] */
-    float *xpack;  /* live run: the products' packed input */
+    float *xpack;  /* a live run's or a short prompt's products' packed input */
 } cpu_rows;
 
 /* One candidate of a row's top-k: what the picker orders by (probability, then id). */
@@ -421,7 +427,8 @@ struct la_engine {
     size_t widen_block_bytes; /* float32 bytes per widening block (cpu_gemm_wt) */
     int resident_weights;     /* option: copy decoder matrices into anonymous memory */
     int weights_q8;           /* option weights_quant=q8: that copy is int8 (cpu_quant.c) */
-        cpu_matmul matmul;        /* option matmul: prefill and vision GEMMs (cpu_gemm_wt) */
+    cpu_matmul matmul;        /* option matmul: prefill and vision GEMMs (cpu_gemm_wt) */
+    int short_prompt_rows;    /* option short_prompt_rows (cpu_text.c, short_prompt) */
     cpu_f32 f32;              /* option f32_kernel: the exact path's GEMMs (cpu_gemm_f32.c) */
     void *resident;           /* that copy (huge-page backed where the kernel allows) */
     cpu_weights w;

@@ -426,7 +426,7 @@ static cpu_rows prompt_run(la_engine *e, int slot, int n) {
     cpu_state *s = &e->s;
     return (cpu_rows){.prompt = 1, .n = n, .rows = p->prompt_rows, .x = s->x, .xb = s->xb,
                       .q = s->q, .k = p->prompt_k, .v = p->prompt_v, .att = s->att, .hb = s->hb,
-                      .hb2 = s->hb2};
+                      .hb2 = s->hb2, .xpack = p->xpack /* a short prompt's products */};
 }
 
 /* live_run is the run of the step's n live rows (laid out by lay_out_rows). */

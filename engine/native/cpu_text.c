@@ -103,11 +103,24 @@ static layer_products products_of(const la_engine *e, const cpu_text_layer *l, c
     return p;
 }
 
-/* multiply runs count products of one input over the run's rows: GEMMs for a prompt run,
- * one batched matrix-vector pass for a live run. The buffers' rows are dense, as the GEMM
- * wants (ldx = the weights' columns, ldy = their rows). */
+/* short_prompt says whether a prompt run's products go through the batched
+ * matrix-vector pass instead of GEMMs. The fast path's GEMMs (AMX or AVX512_BF16 tiles;
+ * q8 weights under matmul=f32, which dequantizes every matrix for OpenBLAS) first convert
+ * every weight of the model, whatever the prompt's length: about a second at 3B. For a
+ * few rows the matrix-vector pass, which streams each weight once for all of them, costs
+ * time in proportion to the rows instead. The exact path's own float32 kernels already
+ * choose an unpacked kernel for short prompts themselves. */
+static int short_prompt(const la_engine *e, const cpu_rows *run, const cpu_matmat *mm) {
+    if (run->n > e->short_prompt_rows)
+        return 0;
+    return e->matmul != CPU_MATMUL_F32 || mm->w->dtype == CPU_DTYPE_Q8;
+}
+
+/* multiply runs count products of one input over the run's rows: GEMMs for a prompt run
+ * (unless it is short), one batched matrix-vector pass for a live run. The buffers' rows
+ * are dense, as the GEMM wants (ldx = the weights' columns, ldy = their rows). */
 static void multiply(la_engine *e, const cpu_rows *run, const cpu_matmat *mm, int count) {
-    if (run->prompt) {
+    if (run->prompt && !short_prompt(e, run, mm)) {
         for (int j = 0; j < count; j++)
             cpu_gemm_wt(e, mm[j].x, run->n, mm[j].w, mm[j].bias, mm[j].y);
         return;
