@@ -155,6 +155,14 @@ const (
 	LogError LogLevel = "error"
 )
 
+// Decode reads LA_LOG_LEVEL in any case (DEBUG, Debug): log levels are conventionally
+// written both ways, and the level is not a name that case could tell apart. envconfig
+// calls it.
+func (l *LogLevel) Decode(v string) error {
+	*l = LogLevel(strings.ToLower(v))
+	return nil
+}
+
 // LogLevels lists every level, least first; Observe.Validate refuses any other.
 var LogLevels = settings.Set[LogLevel]{LogDebug, LogInfo, LogWarn, LogError}
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locateanything/detect/config"
 	"github.com/locateanything/detect/internal/freeport"
 )
 
@@ -34,7 +35,6 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LA_CHIPS", "0", "LA_CHIPS"},
 		{"LA_LOG_FORMAT", "xml", "LA_LOG_FORMAT"},
 		{"LA_LOG_LEVEL", "loud", "LA_LOG_LEVEL"},
-		{"LA_LOG_LEVEL", "DEBUG", "LA_LOG_LEVEL"}, // one of a closed set, spelt as listed
 		{"LA_MAX_BATCH", "33", "LA_MAX_BATCH"},
 		{"LA_WEIGHTS_QUANT", "q4", "LA_WEIGHTS_QUANT"},
 		{"LA_MAX_NEW_TOKENS", "2000", "LA_MAX_NEW_TOKENS"},
@@ -237,5 +237,21 @@ func unsetenv(t *testing.T, name string) {
 	t.Setenv(name, "")
 	if err := os.Unsetenv(name); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLogLevelInAnyCase: LA_LOG_LEVEL=DEBUG (as many deployments write it) is the debug
+// level, not a refusal.
+func TestLogLevelInAnyCase(t *testing.T) {
+	for _, v := range []string{"DEBUG", "Debug", "debug"} {
+		t.Setenv("LA_DATA_DIR", t.TempDir())
+		t.Setenv("LA_LOG_LEVEL", v)
+		c, err := loadConfig()
+		if err != nil {
+			t.Fatalf("LA_LOG_LEVEL=%s: %v", v, err)
+		}
+		if c.Observe.LogLevel != config.LogDebug {
+			t.Errorf("LA_LOG_LEVEL=%s: level %q, want %q", v, c.Observe.LogLevel, config.LogDebug)
+		}
 	}
 }
