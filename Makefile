@@ -30,11 +30,13 @@ deps: run-deps
 		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 
 # `worker --version` and `submit --version` print these (package internal/version); a
-# build outside git says "unknown" unless VERSION and COMMIT are given.
+# build outside git says "unknown" unless VERSION and COMMIT are given. LDFLAGS (and DIST)
+# are expanded when a recipe runs, not when make reads this file: on a bare machine git
+# is installed by run-deps, after make has read it.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_PKG := github.com/locateanything/detect/internal/version
-LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
+LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
 
 build: run-deps
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
@@ -44,7 +46,7 @@ build: run-deps
 # held-out scenes, so that another Debian 12 amd64 machine runs the quick start from one
 # download, with neither Go nor a compiler: it needs only Debian's libopenblas0 and
 # libjpeg62-turbo (README "From a release tarball").
-DIST := locate-anything-$(VERSION)-linux-$(shell $(GO) env GOARCH)
+DIST = locate-anything-$(VERSION)-linux-$(shell $(GO) env GOARCH)
 .PHONY: dist
 dist: build
 	$(GO) build -o $(BIN)/genscenes ./tools/tinymodel/genscenes

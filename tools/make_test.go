@@ -174,3 +174,24 @@ func TestDepsFailsOnOtherErrors(t *testing.T) {
 		t.Errorf("apt-get calls:\n%s\nwant the one update and no retry or install", calls)
 	}
 }
+
+// TestVersionIsReadWhenTheBuildRuns: on a bare machine git arrives with make run's own
+// packages, after make has read the Makefile, so the version and commit the binaries are
+// linked with must be read when the build's recipe runs (a recursive variable), not when
+// the file is read (":="), or the first make run's binaries say "unknown" in --version and
+// /info. make's database (-p) prints a variable read at parse time with ":=".
+func TestVersionIsReadWhenTheBuildRuns(t *testing.T) {
+	db := makeDryRun(t, "-p")
+	for _, name := range []string{"LDFLAGS", "DIST"} {
+		found := false
+		for _, line := range strings.Split(db, "\n") {
+			if strings.HasPrefix(line, name+" := ") {
+				t.Errorf("%s is expanded when make reads the Makefile: %q", name, line)
+			}
+			found = found || strings.HasPrefix(line, name+" = ")
+		}
+		if !found {
+			t.Errorf("make's database has no recursive %s", name)
+		}
+	}
+}
