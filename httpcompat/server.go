@@ -57,7 +57,7 @@ type Options struct {
 	Queue string // the job queue it consumes, e.g. "nats://nats:4222 LA_JOBS/la-workers"; "" for none
 
 	// GenerationMode is the engine's default generation mode (LA_GENERATION_MODE, which
-	// pipeline.Settings validates), which /info reports; "" counts as ar.
+	// engine.Settings validates), which /info reports; "" counts as ar.
 	GenerationMode engine.GenerationMode
 
 	// Ready, when set, is asked by /readyz once the engine is ready: an error (NATS down,

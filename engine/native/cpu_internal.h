@@ -70,6 +70,7 @@ typedef struct cpu_pool {
     int sleepers;       /* workers asleep on wake, or about to be */
     int caller_asleep;  /* the caller is asleep on done, or about to be */
     int burst;          /* > 0: waiters spin before they sleep (cpu_pool_burst_begin) */
+    int may_spin;       /* no more threads than CPUs: bursts spin (set once, at init) */
     cpu_task_fn fn;
     void *arg;
 } cpu_pool;

@@ -11,7 +11,7 @@
  * step is ~220 tasks of tens of microseconds each, and a condition variable's wake-up
  * costs about as much again on a VM, so inside a burst (cpu_pool_burst_begin/_end, one
  * decode step) a waiter first watches the counters for up to POOL_SPIN pauses and sleeps
- * only if nothing came. Prefill and the vision tower, whose tasks take milliseconds,
+ * only if nothing came (on a pool with no more threads than CPUs). Prefill and the vision tower, whose tasks take milliseconds,
  * run outside bursts and never spin.
  *
  * The handshake. generation, pending, sleepers and caller_asleep are read and written
@@ -23,13 +23,15 @@
  * or the changer sees a sleeper and signals it under the mutex (which the sleeper holds
  * until it is inside pthread_cond_wait, so the signal cannot fall between the two).
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_internal.h"
 
-/* POOL_SPIN pauses are a few tens of microseconds on current x86 cores: longer than the
- * gap between two tasks of a step, shorter than a sleep and wake-up. */
+/* POOL_SPIN pauses are some tens of microseconds on AMD's Zen cores and up to about 0.2 ms
+ * on Intel's since Skylake (a PAUSE is ~140 cycles there): longer than the gap between two
+ * tasks of a step, and spent only once a step ends. */
 enum { POOL_SPIN = 4096 };
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
@@ -42,10 +44,24 @@ static inline void pause_once(void) {
 #endif
 }
 
+/* cpus_allowed is the number of CPUs this process may run on (0 if unknown). */
+static int cpus_allowed(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 0;
+    return CPU_COUNT(&set);
+}
+
+/* spinning says whether a waiter spins now: inside a burst, on a pool that has a CPU for
+ * each of its threads. */
+static int spinning(cpu_pool *p) {
+    return p->may_spin && LOAD(p->burst) > 0;
+}
+
 /* next_task waits until the generation differs from seen (or the pool stops) and
  * returns the generation. */
 static uint64_t next_task(cpu_pool *p, uint64_t seen) {
-    if (LOAD(p->burst) > 0) {
+    if (spinning(p)) {
         for (int i = 0; i < POOL_SPIN; i++) {
             uint64_t g = LOAD(p->generation);
             if (g != seen || LOAD(p->stopping))
@@ -93,6 +109,11 @@ int cpu_pool_init(cpu_pool *p, int nthreads, char *err, size_t errlen) {
     pthread_cond_init(&p->done, NULL);
     if (nthreads == 1)
         return 0;
+    /* More threads than CPUs (an oversized LA_THREADS, a narrow cpuset): a spinning waiter
+     * would hold the CPU the thread it waits for needs, so that pool always sleeps. A CPU
+     * quota (cgroup cpu.max) is not seen here; docs/cpu-backend.md says so. */
+    const int cpus = cpus_allowed();
+    p->may_spin = cpus > 0 && nthreads <= cpus;
 
     p->workers = calloc((size_t)nthreads - 1, sizeof *p->workers);
     if (!p->workers)
@@ -113,7 +134,7 @@ int cpu_pool_init(cpu_pool *p, int nthreads, char *err, size_t errlen) {
 
 /* wait_done waits until every worker has finished the current task. */
 static void wait_done(cpu_pool *p) {
-    if (LOAD(p->burst) > 0) {
+    if (spinning(p)) {
         for (int i = 0; i < POOL_SPIN; i++) {
             if (LOAD(p->pending) == 0)
                 return;
@@ -197,14 +218,14 @@ typedef struct {
     int task;       /* the task's number, which every thread records */
     int *ran;       /* [nthreads]: the last task each thread ran */
     int *count;     /* [nthreads]: how many tasks each thread ran */
-    volatile int busy; /* a little work, so threads overlap */
+    int busy;       /* a little work, so threads overlap */
 } probe_task;
 
 static void probe_slice(void *arg, int thread, int nthreads) {
     probe_task *t = arg;
     (void)nthreads;
-    for (int i = 0; i < 200 * (thread + 1); i++)
-        t->busy++; /* racy on purpose and never read: only time passes */
+    for (int i = 0; i < 200 * (thread + 1); i++) /* only time passes; never read */
+        __atomic_fetch_add(&t->busy, 1, __ATOMIC_RELAXED);
     t->ran[thread] = t->task;
     t->count[thread]++;
 }

@@ -109,7 +109,8 @@ static layer_products products_of(const la_engine *e, const cpu_text_layer *l, c
  * every weight of the model, whatever the prompt's length: about a second at 3B. For a
  * few rows the matrix-vector pass, which streams each weight once for all of them, costs
  * time in proportion to the rows instead. The exact path's own float32 kernels already
- * choose an unpacked kernel for short prompts themselves. */
+ * choose an unpacked kernel for short prompts themselves (f32_kernel=openblas, a
+ * measurement option, widens every bf16 weight either way). */
 static int short_prompt(const la_engine *e, const cpu_rows *run, const cpu_matmat *mm) {
     if (run->n > e->short_prompt_rows)
         return 0;
