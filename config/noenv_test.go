@@ -76,25 +76,8 @@ func TestEachVariableIsDeclaredOnce(t *testing.T) {
 		known[n] = true
 	}
 	declared := map[string]string{}
-	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel("..", path)
-		if d.IsDir() {
-			if rel != "." && strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for i, line := range strings.Split(string(src), "\n") {
+	eachGoSource(t, func(rel, src string) {
+		for i, line := range strings.Split(src, "\n") {
 			if strings.HasPrefix(strings.TrimSpace(line), "//") {
 				continue
 			}
@@ -110,11 +93,7 @@ func TestEachVariableIsDeclaredOnce(t *testing.T) {
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for n := range known {
 		if declared[n] == "" {
 			t.Errorf("%s: no declaration found", n)

@@ -1,12 +1,9 @@
 package config_test
 
 import (
-	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/locateanything/detect/config"
@@ -28,35 +25,15 @@ func TestEachVariableIsValidatedInOnePackage(t *testing.T) {
 		known[n] = true
 	}
 	where := map[string][]string{}
-	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != ".." && strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		pkg, _ := filepath.Rel("..", filepath.Dir(path))
-		for _, m := range complaint.FindAllStringSubmatch(string(src), -1) {
+	eachGoSource(t, func(rel, src string) {
+		pkg := filepath.Dir(rel)
+		for _, m := range complaint.FindAllStringSubmatch(src, -1) {
 			name := m[1] + m[2]
 			if known[name] && !slices.Contains(where[name], pkg) {
 				where[name] = append(where[name], pkg)
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(where) < 20 {
 		t.Fatalf("found the complaints of %d variables only: the pattern no longer matches how they are written", len(where))
 	}
