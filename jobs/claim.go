@@ -106,9 +106,25 @@ func (s *StateStore) ReleaseClaim(ctx context.Context, id string) error {
 	return nil
 }
 
-// digest is the hex SHA-256 of a job message's bytes: two messages with the same digest
-// are the same job.
-func digest(data []byte) string {
+// ClaimOf reads job id's claim: the message that owns the id. ok is false when none does.
+// A claim entry that is not a worker's reads as a Claim with no digest, matching no job.
+func (s *StateStore) ClaimOf(ctx context.Context, id string) (c Claim, ok bool, err error) {
+	e, err := s.kv.Get(ctx, ClaimKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Claim{}, false, nil
+	}
+	if err != nil {
+		return Claim{}, false, fmt.Errorf("read the claim of job %s: %w", id, err)
+	}
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return Claim{}, true, nil
+	}
+	return c, true, nil
+}
+
+// Digest is the hex SHA-256 of a job message's bytes, as a claim's Digest holds it: two
+// messages with the same digest are the same job.
+func Digest(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
 }
@@ -120,7 +136,7 @@ func (s *sink) claimJob(ctx context.Context, job *Job, orig *original) (claimOut
 	defer cancel()
 	return s.topo.State.claim(ctx, job.ID, Claim{
 		StreamSeq: orig.streamSeq, Subject: orig.subject, Batch: job.Batch,
-		Digest: digest(orig.data), Worker: s.worker,
+		Digest: Digest(orig.data), Worker: s.worker,
 	})
 }
 

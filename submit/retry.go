@@ -91,7 +91,7 @@ func (a *Admin) Retry(ctx context.Context, batch string) (RetryReport, error) {
 // output directory, when it published it (submit-state.jsonl). It goes out as Replay
 // sends a dead-lettered job (jobs.Republish: state back to queued, cancel request cleared,
 // claim released, then the same job bytes under a fresh message id,
-// <id>-retry-<the ended result's sequence in LA_RESULTS>), so the id is kept and the
+// retry.<id>.<the ended result's sequence in LA_RESULTS>), so the id is kept and the
 // batch's rerun of `submit run` collects the new result. Skipped with the reason: a job
 // whose state is no longer terminal (it was retried already and has not ended again), and
 // one outDir holds no record of (published by another producer, or by a submit that
@@ -159,7 +159,7 @@ func (a *Admin) RetryEnded(ctx context.Context, batch, outDir string, statuses .
 		if err != nil {
 			return rep, fmt.Errorf("retry job %s: encoding: %w", id, err)
 		}
-		if err := jobs.Republish(ctx, a.js, a.state, subject, id, data, fmt.Sprintf("%s-retry-%d", id, e.seq)); err != nil {
+		if err := jobs.Republish(ctx, a.js, a.state, subject, id, data, jobs.RepublishMsgID("retry", id, e.seq)); err != nil {
 			return rep, fmt.Errorf("retry job %s: %w", id, err)
 		}
 		rep.Retried = append(rep.Retried, id)
