@@ -52,8 +52,12 @@ type stateRecord struct {
 	// Job is the job as published: what `submit retry --canceled/--expired` publishes
 	// again, since the queue keeps no message of a job that ended. Lines an older submit
 	// wrote have none.
-	Job  *jobs.Job   `json:"job,omitempty"`
-	File *fileRecord `json:"file,omitempty"`
+	Job *jobs.Job `json:"job,omitempty"`
+	// Duplicate: JetStream acknowledged the publish as a duplicate, so the stream kept
+	// another message with this id (an earlier publish, maybe another producer's), not
+	// this one; the line then carries no Job, and retry skips the id.
+	Duplicate bool        `json:"duplicate,omitempty"`
+	File      *fileRecord `json:"file,omitempty"`
 }
 
 // fileRecord remembers the hash of a local image and where the worker reads it, so a rerun
@@ -84,10 +88,13 @@ type outState struct {
 	Header    stateHeader
 	HasHeader bool
 	Published map[string]bool
-	Sources   map[string]string     // the input of each published job, by id, where recorded
-	Jobs      map[string]*jobs.Job  // each published job as published, by id, where recorded
-	Files     map[string]fileRecord // by path
-	Done      map[string]Row        // results already written, by job id
+	Sources   map[string]string    // the input of each published job, by id, where recorded
+	Jobs      map[string]*jobs.Job // each published job as published, by id, where recorded
+	// Duplicates are the ids whose latest publish JetStream acknowledged as a duplicate:
+	// what the stream holds under them is not known here.
+	Duplicates map[string]bool
+	Files      map[string]fileRecord // by path
+	Done       map[string]Row        // results already written, by job id
 }
 
 // openOutDir creates dir if needed and reads what earlier runs left there. A line cut short
@@ -119,7 +126,7 @@ func openOutDir(dir string) (*outDir, *outState, error) {
 // a last line cut short by a crash is cut off its file; without, dir is only read (a dry
 // run, status) and such a line is skipped.
 func readOutState(dir string, repair bool) (*outState, error) {
-	st := &outState{Published: map[string]bool{}, Sources: map[string]string{}, Jobs: map[string]*jobs.Job{}, Files: map[string]fileRecord{}, Done: map[string]Row{}}
+	st := &outState{Published: map[string]bool{}, Sources: map[string]string{}, Jobs: map[string]*jobs.Job{}, Duplicates: map[string]bool{}, Files: map[string]fileRecord{}, Done: map[string]Row{}}
 	resultsPath := filepath.Join(dir, ResultsFile)
 	err := scanJSONLines(resultsPath, repair, func(n int, line []byte) error {
 		var r Row
@@ -153,8 +160,13 @@ func readOutState(dir string, repair bool) (*outState, error) {
 			if rec.Source != "" {
 				st.Sources[rec.Published] = rec.Source
 			}
-			if rec.Job != nil && rec.Job.ID == rec.Published {
+			switch {
+			case rec.Duplicate:
+				delete(st.Jobs, rec.Published)
+				st.Duplicates[rec.Published] = true
+			case rec.Job != nil && rec.Job.ID == rec.Published:
 				st.Jobs[rec.Published] = rec.Job
+				delete(st.Duplicates, rec.Published)
 			}
 		case rec.File != nil:
 			st.Files[rec.File.Path] = *rec.File
@@ -212,8 +224,14 @@ func (o *outDir) writeHeader(h stateHeader) error {
 	return o.appendLine(o.stateW, h)
 }
 
-// markPublished records that JetStream stored job, made from source.
-func (o *outDir) markPublished(job *jobs.Job, source string) error {
+// markPublished records that JetStream acknowledged job, made from source. dup: the ack
+// said Duplicate, so the stream holds another message with job's id, not job; the line
+// then records the id as published (a rerun does not publish it again) but not the job,
+// which is not what runs under that id.
+func (o *outDir) markPublished(job *jobs.Job, source string, dup bool) error {
+	if dup {
+		return o.appendLine(o.stateW, stateRecord{Published: job.ID, Source: source, Duplicate: true})
+	}
 	return o.appendLine(o.stateW, stateRecord{Published: job.ID, Source: source, Job: job})
 }
 

@@ -21,8 +21,8 @@ func TestOutDirResumesAndCutsATornLastLine(t *testing.T) {
 	}
 	must(t, o.writeHeader(stateHeader{Batch: "b1", Class: "default"}))
 	job1 := &jobs.Job{V: jobs.SchemaVersion, ID: "job1", Image: "file:///in/a.jpg", Query: "dog</c>cat", Overlay: true, Batch: "b1"}
-	must(t, o.markPublished(job1, "a.jpg"))
-	must(t, o.markPublished(&jobs.Job{ID: "job2"}, ""))
+	must(t, o.markPublished(job1, "a.jpg", false))
+	must(t, o.markPublished(&jobs.Job{ID: "job2"}, "", false))
 	must(t, o.writeRow(Row{Source: "a.jpg", Result: jobs.Result{ID: "job1", Status: jobs.StatusSucceeded}}))
 	must(t, o.close())
 

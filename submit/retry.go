@@ -92,10 +92,14 @@ func (a *Admin) Retry(ctx context.Context, batch string) (RetryReport, error) {
 // sends a dead-lettered job (jobs.Republish: state back to queued, cancel request cleared,
 // claim released, then the same job bytes under a fresh message id,
 // retry.<id>.<the ended result's sequence in LA_RESULTS>), so the id is kept and the
-// batch's rerun of `submit run` collects the new result. Skipped with the reason: a job
-// whose state is no longer terminal (it was retried already and has not ended again), and
-// one outDir holds no record of (published by another producer, or by a submit that
-// predates the record).
+// batch's rerun of `submit run` collects the new result. outDir is the producer's file,
+// and the republish runs with the operator's rights, so a recorded job goes out only when
+// its bytes are those of the message that owned the id: claim.<id>'s digest
+// (jobs.Digest, as the worker computed it) and batch must match. Skipped with the reason:
+// a job outDir holds no record of (published by another producer, or by a submit that
+// predates the record) or whose publish was acked as a duplicate (another message held
+// the id); one whose state is no longer terminal (retried already and not ended again); and one
+// whose record does not match its claim, or that has no claim.
 func (a *Admin) RetryEnded(ctx context.Context, batch, outDir string, statuses ...jobs.Status) (RetryReport, error) {
 	rep := RetryReport{Batch: batch, Retried: []string{}, Skipped: []RetrySkip{}}
 	if !jobs.ValidToken(batch) {
@@ -142,7 +146,12 @@ func (a *Admin) RetryEnded(ctx context.Context, batch, outDir string, statuses .
 			continue
 		}
 		job := local.Jobs[id]
-		if job == nil {
+		switch {
+		case job == nil && local.Duplicates[id]:
+			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: "its publish was acknowledged as a duplicate: " +
+				"the stream already held another message with this id, so the job recorded in " + outDir + " is not what ran"})
+			continue
+		case job == nil:
 			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: fmt.Sprintf("%s holds no record of this job "+
 				"(published by another producer, or by an older submit): publish it again from its input", outDir)})
 			continue
@@ -158,6 +167,24 @@ func (a *Admin) RetryEnded(ctx context.Context, batch, outDir string, statuses .
 		data, err := json.Marshal(job)
 		if err != nil {
 			return rep, fmt.Errorf("retry job %s: encoding: %w", id, err)
+		}
+		// The record is the producer's file: publish it, with the operator's rights, only
+		// when it is exactly the message that owned the id, as the worker that claimed it
+		// saw it (the same digest of the same bytes, of this batch).
+		claim, ok, err := a.state.ClaimOf(ctx, id)
+		if err != nil {
+			return rep, fmt.Errorf("retry job %s: %w", id, err)
+		}
+		switch {
+		case !ok:
+			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: fmt.Sprintf("no %s: the message that ran under "+
+				"this id is not known, so the job recorded in %s cannot be checked against it", jobs.ClaimKey(id), outDir)})
+			continue
+		case claim.Digest != jobs.Digest(data) || claim.Batch != batch || job.Batch != batch:
+			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: fmt.Sprintf("the job recorded in %s is not the "+
+				"message that owned this id (%s: stream sequence %d, batch %s, other bytes or batch): not published again",
+				outDir, jobs.ClaimKey(id), claim.StreamSeq, claim.Batch)})
+			continue
 		}
 		if err := jobs.Republish(ctx, a.js, a.state, subject, id, data, jobs.RepublishMsgID("retry", id, e.seq)); err != nil {
 			return rep, fmt.Errorf("retry job %s: %w", id, err)

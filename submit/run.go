@@ -581,13 +581,13 @@ func (r *batchRun) writeFailures() error {
 // publishDrain is how long an interrupted run waits for the publishes in flight.
 const publishDrain = 5 * time.Second
 
-// published records a job JetStream acknowledged.
+// published records a job JetStream acknowledged (as a duplicate when p.dup).
 func (r *batchRun) published(p published) error {
 	if p.err != nil {
 		return p.err
 	}
 	r.sum.Submitted++
-	return r.out.markPublished(p.job, r.expected[p.job.ID].source)
+	return r.out.markPublished(p.job, r.expected[p.job.ID].source, p.dup)
 }
 
 // drainPublishes waits, up to publishDrain, for the inFlight publishes to be acknowledged

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locateanything/detect/engine/enginetest"
 	"github.com/locateanything/detect/internal/testwait"
@@ -179,5 +180,169 @@ func TestEndToEndRetryCanceled(t *testing.T) {
 	code, stdout, _ = sys.submit(t, "retry", "--batch", "cam7", "--canceled", "--out", out)
 	if code != ExitOK || !strings.Contains(stdout, "0 canceled jobs published again, 0 skipped") {
 		t.Errorf("second retry: exit %d, %q", code, stdout)
+	}
+}
+
+// `submit retry --canceled` publishes a recorded job, with the operator's rights, only
+// when it is the message that owned the id: a record whose query was changed after the
+// cancel (submit-state.jsonl is the producer's file) is skipped with the reason and
+// nothing is published for it, while the untampered canceled job of the same batch is
+// retried and succeeds. An untampered record encodes to exactly its claim's digest.
+func TestEndToEndRetryCanceledSkipsTamperedRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	const n = 2
+	eng, open := gatedEngine(0)
+	sys := startSystem(t, eng, systemOptions{})
+	dir := t.TempDir()
+	writeImages(t, filepath.Join(dir, "frames"), n)
+	out := filepath.Join(dir, "out")
+	args := []string{"--out", out, "--batch", "cam9", "--query", "car", "--upload", "s3://images/up/", filepath.Join(dir, "frames")}
+	done := make(chan string, 1)
+	go func() {
+		code, stdout, _ := sys.submit(t, args...)
+		done <- fmt.Sprintf("exit %d, %s", code, stdout)
+	}()
+	testwait.Until(t, time.Minute, "every job to be queued", func() bool {
+		info, err := sys.topo.Jobs.Info(t.Context())
+		return err == nil && info.State.Msgs == n
+	})
+	if code, stdout, _ := sys.submit(t, "cancel", "--batch", "cam9"); code != ExitOK || !strings.Contains(stdout, "cancel requested for 2 ") {
+		t.Fatalf("cancel: exit %d, %q", code, stdout)
+	}
+	select {
+	case run := <-done:
+		if !strings.Contains(run, "2 submitted, 0 already done, 0 succeeded, 2 failed") {
+			t.Fatalf("canceled run: %s", run)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run did not end after its batch was canceled")
+	}
+	open()
+
+	// Each recorded job re-encodes to exactly the digest its worker claimed it with.
+	statePath := filepath.Join(out, submit.StateFile)
+	body, err := os.ReadFile(statePath)
+	must(t, err)
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	var ids []string
+	for _, line := range lines[1:] {
+		var rec struct {
+			Job *jobs.Job `json:"job"`
+		}
+		must(t, json.Unmarshal([]byte(line), &rec))
+		if rec.Job == nil {
+			continue
+		}
+		data, err := json.Marshal(rec.Job)
+		must(t, err)
+		c, ok, err := sys.topo.State.ClaimOf(t.Context(), rec.Job.ID)
+		if err != nil || !ok || c.Digest != jobs.Digest(data) || c.Batch != "cam9" {
+			t.Fatalf("claim of %s: %+v, %v, %v; want the recorded job's digest %s", rec.Job.ID, c, ok, err, jobs.Digest(data))
+		}
+		ids = append(ids, rec.Job.ID)
+	}
+	if len(ids) != n {
+		t.Fatalf("%s records %d jobs, want %d", statePath, len(ids), n)
+	}
+	tampered, kept := ids[0], ids[1]
+	for i, line := range lines {
+		if strings.Contains(line, `"published":"`+tampered+`"`) {
+			lines[i] = strings.Replace(line, `"query":"car"`, `"query":"anything the producer likes"`, 1)
+			if lines[i] == line {
+				t.Fatalf("no query to tamper with in %s", line)
+			}
+		}
+	}
+	must(t, os.WriteFile(statePath, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+
+	publishes := sys.countPublishes(t)
+	code, stdout, _ := sys.submit(t, "retry", "--batch", "cam9", "--canceled", "--out", out, "--json")
+	var rep submit.RetryReport
+	if code != ExitOK || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Retried) != 1 || rep.Retried[0] != kept ||
+		len(rep.Skipped) != 1 || rep.Skipped[0].ID != tampered || !strings.Contains(rep.Skipped[0].Why, "not the message that owned this id") {
+		t.Fatalf("retry --canceled: exit %d, %q; want %s retried and %s skipped as not the id's message", code, stdout, kept, tampered)
+	}
+	for msgID, count := range publishes() {
+		if strings.Contains(msgID, tampered) {
+			t.Errorf("retry published %d messages for the tampered job (msg id %s), want none", count, msgID)
+		}
+	}
+	if st, _, err := sys.topo.State.Get(t.Context(), tampered); err != nil || st.Status != jobs.StatusCanceled {
+		t.Errorf("tampered job: state %v, %v; want canceled, untouched", st.Status, err)
+	}
+	code, stdout, _ = sys.submit(t, args...)
+	if !strings.Contains(stdout, "0 submitted, 1 already done, 1 succeeded, 1 failed") {
+		t.Errorf("run after retry: exit %d, %q; want the kept job succeeded, the tampered one still canceled", code, stdout)
+	}
+	if images, most := answered(eng); images != 1 || most != 1 {
+		t.Errorf("the engine ran %d images, one %d times; want the kept job's image once", images, most)
+	}
+}
+
+// A publish JetStream acknowledges as a duplicate stored nothing: the stream holds
+// another message under that id. submit run records it so, not as the job, and `submit
+// retry --canceled` skips it with the reason instead of publishing the directory's job
+// under the id. (Here: the batch submitted again into a new directory inside the
+// duplicate window, after the job's state was cleared.)
+func TestEndToEndRetryCanceledSkipsDuplicatePublish(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	eng, open := gatedEngine(0)
+	sys := startSystem(t, eng, systemOptions{})
+	dir := t.TempDir()
+	writeImages(t, filepath.Join(dir, "frames"), 1)
+	run := func(out string) chan string {
+		done := make(chan string, 1)
+		go func() {
+			code, stdout, _ := sys.submit(t, "--out", out, "--batch", "cam8", "--query", "car", "--upload", "s3://images/up/", filepath.Join(dir, "frames"))
+			done <- fmt.Sprintf("exit %d, %s", code, stdout)
+		}()
+		return done
+	}
+	done := run(filepath.Join(dir, "first"))
+	testwait.Until(t, time.Minute, "the job to be queued", func() bool {
+		info, err := sys.topo.Jobs.Info(t.Context())
+		return err == nil && info.State.Msgs == 1
+	})
+	if code, _, _ := sys.submit(t, "cancel", "--batch", "cam8"); code != ExitOK {
+		t.Fatalf("cancel: exit %d", code)
+	}
+	if r := <-done; !strings.Contains(r, "1 submitted, 0 already done, 0 succeeded, 1 failed") {
+		t.Fatalf("first run: %s", r)
+	}
+	open()
+	id := readResults(t, filepath.Join(dir, "first"))[0].ID
+	testwait.Until(t, time.Minute, "the job's state to be canceled", func() bool {
+		st, ok, err := sys.topo.State.Get(t.Context(), id)
+		return err == nil && ok && st.Status == jobs.StatusCanceled
+	})
+	// The result and state are cleared so that the second run publishes the job (inside
+	// the duplicate window: acknowledged as a duplicate) and then waits for its result,
+	// which is put back once the publish is recorded.
+	subject := jobs.ResultSubject("cam8", id)
+	result, err := sys.topo.Results.GetLastMsgForSubject(t.Context(), subject)
+	must(t, err)
+	must(t, sys.topo.Results.Purge(t.Context(), jetstream.WithPurgeSubject(subject)))
+	must(t, sys.topo.State.KV().Delete(t.Context(), id))
+
+	second := filepath.Join(dir, "second")
+	done = run(second)
+	testwait.Until(t, time.Minute, "the second run to record its publish", func() bool {
+		b, err := os.ReadFile(filepath.Join(second, submit.StateFile))
+		return err == nil && strings.Contains(string(b), `"published":"`+id+`"`)
+	})
+	_, err = sys.js.Publish(t.Context(), subject, result.Data)
+	must(t, err)
+	if r := <-done; !strings.Contains(r, "1 submitted, 0 already done, 0 succeeded, 1 failed") {
+		t.Fatalf("second run: %s; want the job published again (acknowledged as a duplicate), then its result collected", r)
+	}
+	code, stdout, _ := sys.submit(t, "retry", "--batch", "cam8", "--canceled", "--out", second, "--json")
+	var rep submit.RetryReport
+	if code != ExitOK || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Retried) != 0 || len(rep.Skipped) != 1 ||
+		!strings.Contains(rep.Skipped[0].Why, "acknowledged as a duplicate") {
+		t.Fatalf("retry --canceled --out %s: exit %d, %q; want the job skipped as a duplicate publish", second, code, stdout)
 	}
 }
