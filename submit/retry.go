@@ -98,7 +98,8 @@ func (a *Admin) Retry(ctx context.Context, batch string) (RetryReport, error) {
 // (jobs.Digest, as the worker computed it) and batch must match. Skipped with the reason:
 // a job outDir holds no record of (published by another producer, or by a submit that
 // predates the record) or whose publish was acked as a duplicate (another message held
-// the id); one whose state is no longer terminal (retried already and not ended again); and one
+// the id); an expired one (its deadline is in its bytes: it would expire again at once);
+// one whose state is no longer terminal (retried already and not ended again); and one
 // whose record does not match its claim, or that has no claim.
 func (a *Admin) RetryEnded(ctx context.Context, batch, outDir string, statuses ...jobs.Status) (RetryReport, error) {
 	rep := RetryReport{Batch: batch, Retried: []string{}, Skipped: []RetrySkip{}}
@@ -154,6 +155,10 @@ func (a *Admin) RetryEnded(ctx context.Context, batch, outDir string, statuses .
 		case job == nil:
 			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: fmt.Sprintf("%s holds no record of this job "+
 				"(published by another producer, or by an older submit): publish it again from its input", outDir)})
+			continue
+		case e.status == jobs.StatusExpired:
+			rep.Skipped = append(rep.Skipped, RetrySkip{ID: id, Why: "it expired: its deadline is part of its bytes, " +
+				"so the same job would expire again at once; submit its input again with a later deadline"})
 			continue
 		}
 		st, ok, err := a.state.Get(ctx, id)

@@ -23,8 +23,8 @@ func retryFlags(o *retryOptions) *flag.FlagSet {
 	fs := newFlags("retry")
 	fs.StringVar(&o.batch, "batch", "", "the batch `B` whose jobs to run again (required)")
 	fs.BoolVar(&o.failed, "failed", false, "run the batch's failed jobs again (the default)")
-	fs.BoolVar(&o.canceled, "canceled", false, "run the batch's canceled jobs again, from the jobs recorded in --out")
-	fs.BoolVar(&o.expired, "expired", false, "run the batch's expired jobs again, from the jobs recorded in --out")
+	fs.BoolVar(&o.canceled, "canceled", false, "run the batch's canceled jobs again, from the jobs recorded in --out that match their id's claim")
+	fs.BoolVar(&o.expired, "expired", false, "list the batch's expired jobs, each skipped with the reason: nothing is published (a job's deadline is in its bytes, so it would expire again at once)")
 	fs.StringVar(&o.out, "out", "", "the batch's output `DIR` (of its submit run): needed by --canceled and --expired")
 	fs.BoolVar(&o.json, "json", false, "print what was done as JSON")
 	return fs
@@ -38,10 +38,13 @@ func retryHelp(cio IO) cli.Help {
 			"failed is published again from its dead-letter record, as `submit dlq replay` does (its\n" +
 			"claim released first, so the new message is the job's one owner). Failed jobs without a\n" +
 			"record, or whose id is another job's (duplicate_id), are listed as skipped.\n" +
-			"With --canceled or --expired (and --out, the batch's output directory), the batch's\n" +
-			"canceled or expired jobs are published again the same way from the jobs `submit run`\n" +
-			"recorded there (their messages are not dead-lettered). Rerun the batch's `submit run`\n" +
-			"to collect the new results.",
+			"With --canceled (and --out, the batch's output directory), the batch's canceled jobs are\n" +
+			"published again the same way from the jobs `submit run` recorded there (their messages\n" +
+			"are not dead-lettered), each only if it is exactly the message that owned its id (the\n" +
+			"digest and batch in claim.<id>); others are listed as skipped. --expired publishes\n" +
+			"nothing: it lists the batch's expired jobs as skipped, with the reason (the deadline is\n" +
+			"in a job's bytes; submit sets none). Rerun the batch's `submit run` to collect the new\n" +
+			"results.",
 		Flags:  retryFlags(&o),
 		Footer: "Needs the permissions of `submit dlq replay` (the operator's role on the embedded server).",
 	}, cio)

@@ -90,8 +90,9 @@ func TestEndToEndRetryBatch(t *testing.T) {
 // `submit retry --canceled --out DIR` runs a batch's canceled jobs again from the jobs
 // `submit run` recorded in DIR (the queue kept no message of them): a canceled run's jobs
 // succeed after the retry and a rerun of the same submit collects them; a retry before
-// they ended skips them, the wrong directory is refused, and an expired job of the batch
-// that another producer published (no record of it in DIR) is skipped with the reason.
+// they ended skips them, the wrong directory is refused, and expired jobs of the batch
+// are skipped with the reason: one another producer published (no record of it in DIR),
+// and one recorded there, since its deadline is in its bytes (--expired publishes nothing).
 func TestEndToEndRetryCanceled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -123,17 +124,29 @@ func TestEndToEndRetryCanceled(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the run did not end after its batch was canceled")
 	}
-	// Another producer's job of the same batch, expired before it started.
-	past := time.Now().Add(-time.Hour)
-	foreign := jobs.Job{V: jobs.SchemaVersion, ID: "foreign-1", Image: "s3://images/up/none.png", Query: "car", Batch: "cam7", Deadline: &past}
-	data, err := json.Marshal(foreign)
+	// Other producers' jobs of the same batch, expired before they started; the second is
+	// recorded in the directory, as published (so it matches its claim).
+	past := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	var foreign []jobs.Job
+	for _, id := range []string{"foreign-1", "foreign-2"} {
+		j := jobs.Job{V: jobs.SchemaVersion, ID: id, Image: "s3://images/up/none.png", Query: "car", Batch: "cam7", Deadline: &past}
+		data, err := json.Marshal(j)
+		must(t, err)
+		_, err = sys.js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), data)
+		must(t, err)
+		testwait.Until(t, time.Minute, "the foreign job to expire", func() bool {
+			st, ok, err := sys.topo.State.Get(t.Context(), id)
+			return err == nil && ok && st.Status == jobs.StatusExpired
+		})
+		foreign = append(foreign, j)
+	}
+	line, err := json.Marshal(map[string]any{"published": foreign[1].ID, "job": foreign[1]})
 	must(t, err)
-	_, err = sys.js.Publish(t.Context(), jobs.JobSubject(jobs.DefaultClass), data)
+	f, err := os.OpenFile(filepath.Join(out, submit.StateFile), os.O_APPEND|os.O_WRONLY, 0)
 	must(t, err)
-	testwait.Until(t, time.Minute, "the foreign job to expire", func() bool {
-		st, ok, err := sys.topo.State.Get(t.Context(), foreign.ID)
-		return err == nil && ok && st.Status == jobs.StatusExpired
-	})
+	_, err = f.Write(append(line, '\n'))
+	must(t, err)
+	must(t, f.Close())
 	open()
 
 	other := t.TempDir()
@@ -151,9 +164,11 @@ func TestEndToEndRetryCanceled(t *testing.T) {
 
 	code, stdout, _ := sys.submit(t, "retry", "--batch", "cam7", "--canceled", "--expired", "--out", out, "--json")
 	var rep submit.RetryReport
-	if code != ExitOK || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Retried) != n || len(rep.Skipped) != 1 ||
-		rep.Skipped[0].ID != foreign.ID || !strings.Contains(rep.Skipped[0].Why, "holds no record of this job") {
-		t.Fatalf("retry --canceled --expired: exit %d, %q; want the 2 canceled jobs retried and the foreign one skipped", code, stdout)
+	if code != ExitOK || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Retried) != n || len(rep.Skipped) != 2 ||
+		rep.Skipped[0].ID != foreign[0].ID || !strings.Contains(rep.Skipped[0].Why, "holds no record of this job") ||
+		rep.Skipped[1].ID != foreign[1].ID || !strings.Contains(rep.Skipped[1].Why, "would expire again at once") {
+		t.Fatalf("retry --canceled --expired: exit %d, %q; want the 2 canceled jobs retried, the foreign ones skipped: "+
+			"no record, and expired (its deadline is in its bytes)", code, stdout)
 	}
 	code, stdout, _ = sys.submit(t, args...)
 	if code != ExitOK || !strings.Contains(stdout, "0 submitted, 0 already done, 2 succeeded, 0 failed") {
