@@ -104,26 +104,7 @@ func TestEndToEndRetryCanceled(t *testing.T) {
 	writeImages(t, filepath.Join(dir, "frames"), n)
 	out := filepath.Join(dir, "out")
 	args := []string{"--out", out, "--batch", "cam7", "--query", "car", "--overlay", "--upload", "s3://images/up/", filepath.Join(dir, "frames")}
-	done := make(chan string, 1)
-	go func() {
-		code, stdout, _ := sys.submit(t, args...)
-		done <- fmt.Sprintf("exit %d, %s", code, stdout)
-	}()
-	testwait.Until(t, time.Minute, "every job to be queued", func() bool {
-		info, err := sys.topo.Jobs.Info(t.Context())
-		return err == nil && info.State.Msgs == n
-	})
-	if code, stdout, _ := sys.submit(t, "cancel", "--batch", "cam7"); code != ExitOK || !strings.Contains(stdout, "cancel requested for 2 ") {
-		t.Fatalf("cancel: exit %d, %q", code, stdout)
-	}
-	select {
-	case run := <-done:
-		if !strings.Contains(run, "exit 1, ") || !strings.Contains(run, "2 submitted, 0 already done, 0 succeeded, 2 failed") {
-			t.Fatalf("canceled run: %s", run)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the run did not end after its batch was canceled")
-	}
+	runCanceled(t, sys, "cam7", n, args...)
 	// Other producers' jobs of the same batch, expired before they started; the second is
 	// recorded in the directory, as published (so it matches its claim).
 	past := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
@@ -214,26 +195,7 @@ func TestEndToEndRetryCanceledSkipsTamperedRecord(t *testing.T) {
 	writeImages(t, filepath.Join(dir, "frames"), n)
 	out := filepath.Join(dir, "out")
 	args := []string{"--out", out, "--batch", "cam9", "--query", "car", "--upload", "s3://images/up/", filepath.Join(dir, "frames")}
-	done := make(chan string, 1)
-	go func() {
-		code, stdout, _ := sys.submit(t, args...)
-		done <- fmt.Sprintf("exit %d, %s", code, stdout)
-	}()
-	testwait.Until(t, time.Minute, "every job to be queued", func() bool {
-		info, err := sys.topo.Jobs.Info(t.Context())
-		return err == nil && info.State.Msgs == n
-	})
-	if code, stdout, _ := sys.submit(t, "cancel", "--batch", "cam9"); code != ExitOK || !strings.Contains(stdout, "cancel requested for 2 ") {
-		t.Fatalf("cancel: exit %d, %q", code, stdout)
-	}
-	select {
-	case run := <-done:
-		if !strings.Contains(run, "2 submitted, 0 already done, 0 succeeded, 2 failed") {
-			t.Fatalf("canceled run: %s", run)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the run did not end after its batch was canceled")
-	}
+	runCanceled(t, sys, "cam9", n, args...)
 	open()
 
 	// Each recorded job re-encodes to exactly the digest its worker claimed it with.
@@ -317,17 +279,7 @@ func TestEndToEndRetryCanceledSkipsDuplicatePublish(t *testing.T) {
 		}()
 		return done
 	}
-	done := run(filepath.Join(dir, "first"))
-	testwait.Until(t, time.Minute, "the job to be queued", func() bool {
-		info, err := sys.topo.Jobs.Info(t.Context())
-		return err == nil && info.State.Msgs == 1
-	})
-	if code, _, _ := sys.submit(t, "cancel", "--batch", "cam8"); code != ExitOK {
-		t.Fatalf("cancel: exit %d", code)
-	}
-	if r := <-done; !strings.Contains(r, "1 submitted, 0 already done, 0 succeeded, 1 failed") {
-		t.Fatalf("first run: %s", r)
-	}
+	runCanceled(t, sys, "cam8", 1, "--out", filepath.Join(dir, "first"), "--batch", "cam8", "--query", "car", "--upload", "s3://images/up/", filepath.Join(dir, "frames"))
 	open()
 	id := readResults(t, filepath.Join(dir, "first"))[0].ID
 	testwait.Until(t, time.Minute, "the job's state to be canceled", func() bool {
@@ -344,7 +296,7 @@ func TestEndToEndRetryCanceledSkipsDuplicatePublish(t *testing.T) {
 	must(t, sys.topo.State.KV().Delete(t.Context(), id))
 
 	second := filepath.Join(dir, "second")
-	done = run(second)
+	done := run(second)
 	testwait.Until(t, time.Minute, "the second run to record its publish", func() bool {
 		b, err := os.ReadFile(filepath.Join(second, submit.StateFile))
 		return err == nil && strings.Contains(string(b), `"published":"`+id+`"`)
@@ -359,5 +311,33 @@ func TestEndToEndRetryCanceledSkipsDuplicatePublish(t *testing.T) {
 	if code != ExitOK || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Retried) != 0 || len(rep.Skipped) != 1 ||
 		!strings.Contains(rep.Skipped[0].Why, "acknowledged as a duplicate") {
 		t.Fatalf("retry --canceled --out %s: exit %d, %q; want the job skipped as a duplicate publish", second, code, stdout)
+	}
+}
+
+// runCanceled runs `submit args...` (a run of n jobs of batch, which the engine holds at
+// its gate) until all n are queued, cancels the batch, and waits for the run to end with
+// every job canceled (exit ExitJobsFailed, all n counted failed).
+func runCanceled(t *testing.T, sys *system, batch string, n int, args ...string) {
+	t.Helper()
+	done := make(chan string, 1)
+	go func() {
+		code, stdout, _ := sys.submit(t, args...)
+		done <- fmt.Sprintf("exit %d, %s", code, stdout)
+	}()
+	testwait.Until(t, time.Minute, "every job to be queued", func() bool {
+		info, err := sys.topo.Jobs.Info(t.Context())
+		return err == nil && info.State.Msgs == uint64(n)
+	})
+	if code, stdout, _ := sys.submit(t, "cancel", "--batch", batch); code != ExitOK || !strings.Contains(stdout, fmt.Sprintf("cancel requested for %d ", n)) {
+		t.Fatalf("cancel: exit %d, %q", code, stdout)
+	}
+	select {
+	case run := <-done:
+		want := fmt.Sprintf("%d submitted, 0 already done, 0 succeeded, %d failed", n, n)
+		if !strings.HasPrefix(run, fmt.Sprintf("exit %d, ", ExitJobsFailed)) || !strings.Contains(run, want) {
+			t.Fatalf("canceled run: %s", run)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run did not end after its batch was canceled")
 	}
 }
