@@ -83,9 +83,9 @@ void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *arg);
 typedef void (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
 void cpu_pool_for(cpu_pool *p, size_t n, cpu_range_fn fn, void *arg);
 /* cpu_pool_burst_begin and _end bracket a run of many short tasks (a decode step's ~220):
- * inside it a worker that finishes a task, and the caller waiting for one, spin for a
- * few microseconds before sleeping, so the next task starts without a wake-up. Outside
- * it every waiter sleeps at once. Only the caller calls them; bursts may nest. */
+ * inside it a worker that finishes a task, and the caller waiting for one, spin a while
+ * (cpu_pool.c, POOL_SPIN) before sleeping, so the next task starts without a wake-up, on a
+ * pool with no more threads than CPUs. Outside it every waiter sleeps at once. Only the caller calls them; bursts may nest. */
 void cpu_pool_burst_begin(cpu_pool *p);
 void cpu_pool_burst_end(cpu_pool *p);
 /* cpu_pool_destroy stops and joins the workers. Safe on a zeroed pool. */

@@ -8,11 +8,12 @@
  * Waiting. Between tasks a worker sleeps on a condition variable, and the caller sleeps
  * on another until the task's last worker is done: spinning would steal the core from
  * the Go runtime and from the caller's own serial work on small machines. But a decode
- * step is ~220 tasks of tens of microseconds each, and a condition variable's wake-up
- * costs about as much again on a VM, so inside a burst (cpu_pool_burst_begin/_end, one
- * decode step) a waiter first watches the counters for up to POOL_SPIN pauses and sleeps
- * only if nothing came (on a pool with no more threads than CPUs). Prefill and the vision tower, whose tasks take milliseconds,
- * run outside bursts and never spin.
+ * step is ~220 tasks of tens of microseconds to a millisecond each, and a condition
+ * variable's wake-up costs tens of microseconds on a VM, so inside a burst
+ * (cpu_pool_burst_begin/_end, one decode step) a waiter first watches the counters for
+ * up to POOL_SPIN pauses and sleeps only if nothing came (on a pool with no more threads
+ * than CPUs). Prefill and the vision tower, whose tasks take milliseconds, run outside
+ * bursts and never spin.
  *
  * The handshake. generation, pending, sleepers and caller_asleep are read and written
  * with sequentially consistent atomics, so a spinning waiter needs no lock. A waiter
