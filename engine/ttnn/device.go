@@ -12,10 +12,10 @@ import (
 // (/dev/tenstorrent/0, ...). la_ttnn_adapter.py looks in the same place.
 const DeviceDir = "/dev/tenstorrent"
 
-// StandinAdapter is the module of the numpy stand-in (la_ttnn_standin.py): the adapter's
-// protocol on the host CPU, which needs no chip and so is the one adapter CheckDevice lets
-// through on a host without one (the tests run LA_ENGINE=ttnn with it).
-const StandinAdapter = "la_ttnn_standin"
+// ChipAdapter is the adapter module that opens a Blackhole chip (la_ttnn_adapter.py, the
+// default LA_TTNN_ADAPTER). CheckDevice speaks for it only: another module (the numpy
+// stand-in the tests run, an adapter of one's own) needs what it needs and says so itself.
+const ChipAdapter = "la_ttnn_adapter"
 
 // NoDeviceError is CheckDevice's error: the host has no Blackhole chip to run on.
 type NoDeviceError struct {
@@ -37,9 +37,10 @@ func (e *NoDeviceError) Unwrap() error { return e.Err }
 // CheckDevice fails, in one line, when the host has no chip for the adapter to open: no
 // node in DeviceDir. The worker asks it before anything else of LA_ENGINE=ttnn (choosing
 // or downloading weights, extracting the LLM, LA_DATA_DIR), so a host without a chip says
-// just that and writes nothing. The stand-in adapter (StandinAdapter) needs no chip.
+// just that and writes nothing. It checks for the chip adapter (ChipAdapter; "" counts as
+// it, the default) only.
 func (c Config) CheckDevice() error {
-	if c.Adapter == StandinAdapter {
+	if c.Adapter != "" && c.Adapter != ChipAdapter {
 		return nil
 	}
 	return checkDeviceDir(DeviceDir)
