@@ -23,7 +23,7 @@ import (
 )
 
 // Usage is the command line of `worker bench`, appended to flag errors.
-const Usage = "usage: worker bench [--weights DIR] [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--quant bf16|q8] [--max-seq-len N] [--batch 1,2,4,8,16]"
+const Usage = "usage: worker bench [--weights DIR] [--threads N] [--tokens 64] [--grid 24x44] [--prompt 303] [--runs 3] [--warmup=true] [--stream-mib 256] [--resident=true] [--quant bf16|q8] [--split vision|none|all] [--max-seq-len N] [--batch 1,2,4,8,16]"
 
 // usagef formats an error of the command line, a cli.UsageError (cmd/worker exits 2 on
 // it): a flag that does not parse, is missing or out of range, or a grid or prompt that
@@ -42,6 +42,7 @@ type options struct {
 	streamMiB    int
 	resident     bool
 	quant        engine.WeightsQuant // --quant: the decoder's weights, bf16 (the checkpoint's) or q8 (LA_WEIGHTS_QUANT)
+	split        native.Split        // --split: which bf16 products carry split activations (backend option split_activations)
 	batches      []int               // --batch: the batch sweep instead of the stage runs
 	maxSeqLen    int                 // --max-seq-len: each sequence's KV cache (LA_MAX_SEQ_LEN); 0 = room for the runs alone
 }
@@ -142,13 +143,13 @@ func Run(args []string, d Defaults, stdout io.Writer) error {
 
 // Flags is the flag set `worker bench` parses with the defaults d, for its --help.
 func Flags(d Defaults) *flag.FlagSet {
-	fs, _, _, _ := defineFlags(&options{}, d)
+	fs, _, _, _, _ := defineFlags(&options{}, d)
 	return fs
 }
 
 // defineFlags defines the flags on a new set that parses into o; the strings it returns
 // are the flags parseFlags checks and converts after parsing.
-func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch, quant *string) {
+func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch, quant, split *string) {
 	fs = flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.weights, "weights", "", "checkpoint `DIR` (empty: the one the worker would run)")
@@ -161,16 +162,17 @@ func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch, quant *
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
 	quant = fs.String("quant", string(cmp.Or(d.Settings.WeightsQuant, engine.WeightsBF16)), "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
+	split = fs.String("split", string(native.SplitVision), "which bf16 products (the fast path's, --quant q8) carry each activation as two bf16: vision (the image's), none or all (and prefill's; backend option split_activations)")
 	fs.IntVar(&o.maxSeqLen, "max-seq-len", d.Settings.MaxSeqLen, "positions of each sequence's KV cache, as the worker opens the backend (0 = just room for the runs)")
 	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
-	return fs, grid, batch, quant
+	return fs, grid, batch, quant, split
 }
 
 // parseFlags reads the command line into options and checks what can be checked without
 // the checkpoint: required flags, the grid's syntax, positive counts.
 func parseFlags(args []string, d Defaults) (options, error) {
 	var o options
-	fs, grid, batch, quant := defineFlags(&o, d)
+	fs, grid, batch, quant, split := defineFlags(&o, d)
 	if err := fs.Parse(args); err != nil {
 		return o, usagef("bench: %w\n%s", err, Usage)
 	}
@@ -187,6 +189,9 @@ func parseFlags(args []string, d Defaults) (options, error) {
 	var err error
 	if o.quant, err = engine.WeightsQuants.Parse(*quant); err != nil {
 		return o, usagef("bench: --quant %q: want one of %s", *quant, engine.WeightsQuants.List())
+	}
+	if o.split, err = native.Splits.Parse(*split); err != nil {
+		return o, usagef("bench: --split %q: want one of %s", *split, native.Splits.List())
 	}
 	if *batch != "" {
 		if o.batches, err = parseBatches(*batch); err != nil {
@@ -268,9 +273,10 @@ func openEngine(d Defaults, o options) (*pipeline.Pipeline, error) {
 	}
 	// The runs decode greedily, one token per step, o.tokens of them at a time.
 	s.GenerationMode, s.MaxNewTokens, s.MaxNewTokensCap = engine.GenerationAR, o.tokens, o.tokens
-	opts := pipeline.OpenOptions{Settings: s, WeightsDir: o.weights}
+	opts := pipeline.OpenOptions{Settings: s, WeightsDir: o.weights,
+		BackendOptions: map[string]string{"split_activations": string(o.split)}}
 	if !o.resident {
-		opts.BackendOptions = map[string]string{"resident_weights": "0"}
+		opts.BackendOptions["resident_weights"] = "0"
 	}
 	p, err := pipeline.Open(opts)
 	if err != nil {
@@ -279,10 +285,18 @@ func openEngine(d Defaults, o options) (*pipeline.Pipeline, error) {
 	return p, nil
 }
 
-// matmulOf is how the cpu backend multiplies in prefill and vision.
-func matmulOf(b engine.Backend) native.Matmul {
-	if m, ok := b.(interface{ Matmul() native.Matmul }); ok {
-		return m.Matmul()
+// matmulOf is how the cpu backend multiplies in prefill and vision: its kernel set, and
+// for bf16 products which of them carry split activations.
+func matmulOf(b engine.Backend) string {
+	m, ok := b.(interface {
+		Matmul() native.Matmul
+		Split() native.Split
+	})
+	if !ok {
+		return ""
 	}
-	return ""
+	if m.Matmul() == native.MatmulF32 {
+		return string(m.Matmul())
+	}
+	return fmt.Sprintf("%s (split activations: %s)", m.Matmul(), m.Split())
 }

@@ -90,8 +90,20 @@ func TestBenchQ8(t *testing.T) {
 		t.Error("the bf16 report does not say bf16 with f32 products, or measures the int8 kernel")
 	}
 	wantMatmul := string(native.FastMatmul()) // auto's pick for the fast path on this CPU
-	if !strings.Contains(report, "decoder weights q8, prefill/vision products "+wantMatmul) {
+	if wantMatmul != string(native.MatmulF32) {
+		wantMatmul += " (split activations: vision)" // the default
+	}
+	if !strings.Contains(report, "decoder weights q8, prefill/vision products "+wantMatmul+",") {
 		t.Errorf("the q8 report does not say its products are %s", wantMatmul)
+	}
+	if native.FastMatmul() != native.MatmulF32 { // --split reaches the backend
+		var none bytes.Buffer
+		if err := Run(append(args, "--quant", "q8", "--split", "none"), Defaults{}, &none); err != nil {
+			t.Fatalf("bench --quant q8 --split none: %v", err)
+		}
+		if want := string(native.FastMatmul()) + " (split activations: none),"; !strings.Contains(none.String(), want) {
+			t.Errorf("the --split none report does not say %q:\n%s", want, none.String())
+		}
 	}
 	// 0.005 GB at three decimals: compare the ratio loosely.
 	if r := bytesPerToken(report) / bytesPerToken(bf16.String()); r < 0.5 || r > 0.65 {
@@ -149,6 +161,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--weights", "x", "--batch", "0"}, "ascending batch sizes", true},
 		{[]string{"--weights", "x", "--batch", "1,x"}, "ascending batch sizes", true},
 		{[]string{"--weights", "x", "--quant", "q4"}, `--quant "q4": want one of bf16, q8`, true},
+		{[]string{"--weights", "x", "--split", "text"}, `--split "text": want one of vision, none, all`, true},
 		{[]string{"--weights", "x", "--max-seq-len", "-1"}, "--max-seq-len -1", true},
 		{[]string{"--weights", "x", "--prompt", "40", "--tokens", "4", "--max-seq-len", "44"}, "append 45 positions", true},
 		{[]string{"--weights", "x", "--prompt", "40", "--tokens", "4", "--runs", "1", "--batch", "1,2", "--max-seq-len", "50"}, "append 51 positions", true},

@@ -18,7 +18,7 @@ type setup struct {
 	o       options
 	m       *checkpoint.Model
 	backend string
-	matmul  native.Matmul // prefill and vision products: f32 (OpenBLAS) or amx
+	matmul  string // prefill and vision products: f32, or amx or avx512bf16 with the split
 	sh      shapes
 	mf      machineFigures
 }

@@ -32,8 +32,8 @@ type Settings struct {
 	GenerationMode GenerationMode `envconfig:"LA_GENERATION_MODE" default:"ar" desc:"decoding of a request that names none: ar (one token per step) or hybrid (parallel box decoding)"`
 	// WeightsQuant is the cpu backend's decoder and LM head weights: bf16 (the
 	// checkpoint's, the exact path) or q8, the fast path (int8 blocks made at open, and
-	// prefill and vision in bf16 on AMX where the CPU has it; docs/cpu-backend.md); "" is
-	// bf16.
+	// prefill and vision in bf16 on AMX or AVX512-BF16 where the CPU has either;
+	// docs/cpu-backend.md); "" is bf16.
 	WeightsQuant WeightsQuant `envconfig:"LA_WEIGHTS_QUANT" default:"bf16" desc:"cpu decoder weights: bf16 (the checkpoint's, exact) or q8 (int8 blocks made at open, faster)"`
 }
 

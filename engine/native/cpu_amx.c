@@ -28,6 +28,13 @@
  *    accumulator tiles (2 strips x 32 weight rows) at a time, two A and two B tiles
  *    loaded per chunk of 32 columns.
  *
+ * Split activations (option split_activations, on by default for the image's products).
+ * Rounding an activation to bf16 keeps 8 of its 24 significant bits; what the rounding
+ * lost, itself rounded to bf16, keeps 8 more. round_rows can write both, the remainders
+ * as rows_pad further rows, and gemm_slice then adds their products to the same sums
+ * right after the rounded rows', while the panel's block is still in L1: twice the
+ * multiplies, the same packing, and each sum sees the activation to about 16 bits.
+ *
  * The same tiles feed the AVX512_BF16 kernel (cpu_avx512bf16.c, matmul=avx512bf16) on CPUs
  * without AMX: only the multiply of a strip pair by a panel differs (gemm_slice), so the two
  * kernels round the same inputs and sum in float32 alike.
@@ -71,7 +78,9 @@ static size_t rows_padded(int rows) {
     return ((size_t)rows + step - 1) / step * step;
 }
 
-size_t cpu_amx_act_elems(int rows, int cols) { return rows_padded(rows) * cpu_amx_kpad(cols); }
+size_t cpu_amx_act_elems(int rows, int cols, int split) {
+    return (split ? 2 : 1) * rows_padded(rows) * cpu_amx_kpad(cols);
+}
 
 size_t cpu_amx_thread_bytes(int rows, int cols) {
     /* the packed panel (bf16), then the panel's float32 sums for every activation row */
@@ -215,26 +224,46 @@ typedef struct {
     const float *x;
     int n, cols;
     size_t kpad, rows_pad;
+    int split; /* also write each row's remainder, rows_pad rows further on */
     uint16_t *dst;
 } round_task;
 
-/* round_rows writes activation rows [lo, hi) (zeros past n) into their A tiles. */
-AMX_TARGET static void round_rows(void *arg, size_t lo,
-                                                                               size_t hi) {
+/* residual16 is x minus x rounded to bf16 (to nearest even, as round32 rounds): what the
+ * rounding lost, exact in float32. Finite x only; activations are. */
+AMX_TARGET static inline __m512 residual16(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i up = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
+    const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(up, _mm512_set1_epi32((int)0xffff0000u)));
+    return _mm512_sub_ps(x, hi);
+}
+
+/* round_rows writes activation rows [lo, hi) (zeros past n) into their A tiles: row m
+ * rounded to bf16 at row m and, when split, what that rounding lost, itself rounded to
+ * bf16, at row rows_pad + m. The two together carry 16 significant bits of each
+ * activation instead of 8. */
+AMX_TARGET static void round_rows(void *arg, size_t lo, size_t hi) {
     const round_task *t = arg;
     const int nkc = (int)(t->kpad / AMX_K);
+    const size_t strip_elems = (size_t)nkc * AMX_TILE;
     for (size_t m = lo; m < hi; m++) {
-        uint16_t *strip = t->dst + (m / AMX_ROWS) * (size_t)nkc * AMX_TILE + (m % AMX_ROWS) * AMX_K;
+        uint16_t *strip = t->dst + (m / AMX_ROWS) * strip_elems + (m % AMX_ROWS) * AMX_K;
+        uint16_t *rest = strip + (t->rows_pad / AMX_ROWS) * strip_elems;
         const float *row = t->x + m * (size_t)t->cols;
         for (int kc = 0; kc < nkc; kc++) {
-            __m512i v = _mm512_setzero_si512();
+            __m512i v = _mm512_setzero_si512(), r = v;
             if ((int)m < t->n) {
                 const int k0 = kc * AMX_K, n = t->cols - k0 < AMX_K ? t->cols - k0 : AMX_K;
                 const uint32_t m32 = n == AMX_K ? 0xffffffffu : (1u << n) - 1;
-                v = round32(_mm512_maskz_loadu_ps((__mmask16)(m32 & 0xffff), row + k0),
-                            _mm512_maskz_loadu_ps((__mmask16)(m32 >> 16), row + k0 + 16));
+                const __m512 a = _mm512_maskz_loadu_ps((__mmask16)(m32 & 0xffff), row + k0);
+                const __m512 b = _mm512_maskz_loadu_ps((__mmask16)(m32 >> 16), row + k0 + 16);
+                v = round32(a, b);
+                if (t->split)
+                    r = round32(residual16(a), residual16(b));
             }
             _mm512_storeu_si512(strip + (size_t)kc * AMX_TILE, v);
+            if (t->split)
+                _mm512_storeu_si512(rest + (size_t)kc * AMX_TILE, r);
         }
     }
 }
@@ -246,6 +275,7 @@ typedef struct {
     const uint16_t *a; /* A tiles */
     int n;
     size_t kpad, rows_pad;
+    int split; /* a holds each row's rounding remainder too, rows_pad rows on (round_rows) */
     void **scratch; /* one cpu_amx_thread_bytes buffer per thread */
     float *y;
     size_t ldy;
@@ -342,15 +372,21 @@ AMX_TARGET static void gemm_slice(void *arg, int thread, int nthreads) {
         for (int kc0 = 0; kc0 < nkc; kc0 += AMX_KBLOCK) {
             const int kc1 = kc0 + AMX_KBLOCK < nkc ? kc0 + AMX_KBLOCK : nkc;
             for (size_t m0 = (size_t)m_lo; (int)m0 < m_hi; m0 += AMX_STRIPS * AMX_ROWS) {
-                const uint16_t *a0 = g->a + (m0 / AMX_ROWS) * strip_elems;
-                if (!amx) {
-                    cpu_avx512bf16_multiply(a0, strip_elems, panel, kc0, kc1, acc + m0 * AMX_PANEL,
-                                            m_hi - (int)m0, kc0 == 0);
-                    continue;
+                /* the rounded rows, then (split) their remainders added to the same sums
+                 * while this block of the panel is still in L1 */
+                for (int part = 0; part <= g->split; part++) {
+                    const size_t m = m0 + (size_t)part * g->rows_pad;
+                    const uint16_t *a0 = g->a + (m / AMX_ROWS) * strip_elems;
+                    const int first = kc0 == 0 && part == 0;
+                    if (!amx) {
+                        cpu_avx512bf16_multiply(a0, strip_elems, panel, kc0, kc1,
+                                                acc + m0 * AMX_PANEL, m_hi - (int)m0, first);
+                        continue;
+                    }
+                    for (int h = 0; h < AMX_HALVES; h++)
+                        multiply_pair(a0, a0 + strip_elems, panel, h, kc0, kc1,
+                                      acc + m0 * AMX_PANEL, first);
                 }
-                for (int h = 0; h < AMX_HALVES; h++)
-                    multiply_pair(a0, a0 + strip_elems, panel, h, kc0, kc1,
-                                  acc + m0 * AMX_PANEL, kc0 == 0);
             }
         }
         const int cols = N - c0 < AMX_PANEL ? N - c0 : AMX_PANEL;
@@ -373,13 +409,13 @@ int cpu_bf16_matmul_available(cpu_matmul kind) {
     }
 }
 
-void cpu_amx_gemm_wt(cpu_matmul kind, cpu_pool *pool, uint16_t *act, void **scratch,
+void cpu_amx_gemm_wt(cpu_matmul kind, int split, cpu_pool *pool, uint16_t *act, void **scratch,
                      const float *x, int n, const cpu_matrix *w, float *y) {
     const size_t kpad = cpu_amx_kpad(w->cols);
     const size_t rows_pad = rows_padded(n);
-    round_task r = {x, n, w->cols, kpad, rows_pad, act};
+    round_task r = {x, n, w->cols, kpad, rows_pad, split, act};
     cpu_pool_for(pool, rows_pad, round_rows, &r);
-    gemm_task g = {w, act, n, kpad, rows_pad, scratch, y, (size_t)w->rows, kind};
+    gemm_task g = {w, act, n, kpad, rows_pad, split, scratch, y, (size_t)w->rows, kind};
     cpu_pool_run(pool, gemm_slice, &g);
 }
 
@@ -388,10 +424,10 @@ static void gemm_here(cpu_matmul kind, uint16_t *act, void *scratch, const float
                       const cpu_matrix *w, float *y, size_t ldy) {
     const size_t kpad = cpu_amx_kpad(w->cols);
     const size_t rows_pad = rows_padded(n);
-    round_task r = {x, n, w->cols, kpad, rows_pad, act};
+    round_task r = {x, n, w->cols, kpad, rows_pad, 0, act};
     round_rows(&r, 0, rows_pad);
     void *one[1] = {scratch};
-    gemm_task g = {w, act, n, kpad, rows_pad, one, y, ldy, kind};
+    gemm_task g = {w, act, n, kpad, rows_pad, 0, one, y, ldy, kind};
     gemm_slice(&g, 0, 1);
 }
 
@@ -471,9 +507,9 @@ int cpu_bf16_matmul_available(cpu_matmul kind) {
     return 0; /* the tile packing is x86-64 Linux code */
 }
 
-void cpu_amx_gemm_wt(cpu_matmul kind, cpu_pool *pool, uint16_t *act, void **scratch,
+void cpu_amx_gemm_wt(cpu_matmul kind, int split, cpu_pool *pool, uint16_t *act, void **scratch,
                      const float *x, int n, const cpu_matrix *w, float *y) {
-    (void)kind, (void)pool, (void)act, (void)scratch, (void)x, (void)n, (void)w, (void)y;
+    (void)kind, (void)split, (void)pool, (void)act, (void)scratch, (void)x, (void)n, (void)w, (void)y;
     abort(); /* never called: cpu_amx_available said no */
 }
 
@@ -486,8 +522,9 @@ void cpu_amx_attention(la_engine *e, const cpu_attn *a) {
 
 /* ---- probe for tests --------------------------------------------------------------- */
 
-int cpu_amx_gemm_probe(cpu_matmul kind, la_dtype dtype, const void *w, int rows, int cols,
-                       const float *x, int n, float *y, int threads, int reps, double *best) {
+int cpu_amx_gemm_probe(cpu_matmul kind, int split, la_dtype dtype, const void *w, int rows,
+                       int cols, const float *x, int n, float *y, int threads, int reps,
+                       double *best) {
     if (!cpu_bf16_matmul_available(kind))
         return -1;
     char err[LA_ERR_LEN];
@@ -495,7 +532,7 @@ int cpu_amx_gemm_probe(cpu_matmul kind, la_dtype dtype, const void *w, int rows,
     if (cpu_pool_init(&pool, threads, err, sizeof err) != 0)
         return -2;
     const size_t tb = (cpu_amx_thread_bytes(n, cols) + 63) / 64 * 64;
-    uint16_t *act = aligned_alloc(64, (cpu_amx_act_elems(n, cols) * sizeof(uint16_t) + 63) / 64 * 64);
+    uint16_t *act = aligned_alloc(64, (cpu_amx_act_elems(n, cols, split) * sizeof(uint16_t) + 63) / 64 * 64);
     void **scratch = calloc((size_t)threads, sizeof *scratch);
     int ok = act && scratch;
     for (int i = 0; ok && i < threads; i++)
@@ -505,7 +542,7 @@ int cpu_amx_gemm_probe(cpu_matmul kind, la_dtype dtype, const void *w, int rows,
         const cpu_matrix m = {w, dtype, rows, cols};
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        cpu_amx_gemm_wt(kind, &pool, act, scratch, x, n, &m, y);
+        cpu_amx_gemm_wt(kind, split, &pool, act, scratch, x, n, &m, y);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (r == 0 || dt < *best)

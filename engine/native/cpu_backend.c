@@ -352,30 +352,32 @@ static int alloc_amx(la_engine *e, char *err, size_t errlen) {
     cpu_state *s = &e->s;
     typedef struct {
         const cpu_matrix *m;
-        int n; /* its most activation rows */
+        int n;     /* its most activation rows */
+        int split; /* whether its activations go in split (twice the A tiles) */
     } product;
     product ps[8];
     size_t act = 0, scratch = 0;
     const int P = s->max_patches, S = c->max_seq_len;
+    const int split_vision = e->split != CPU_SPLIT_NONE, split_text = e->split == CPU_SPLIT_ALL;
     for (int i = 0; i < c->vision_layers + c->layers + 1; i++) {
         int k = 0;
         if (i == c->vision_layers + c->layers) {
-            ps[k++] = (product){&e->w.patch, P};
-            ps[k++] = (product){&e->w.proj1, S};
-            ps[k++] = (product){&e->w.proj2, S};
+            ps[k++] = (product){&e->w.patch, P, split_vision};
+            ps[k++] = (product){&e->w.proj1, S, split_vision};
+            ps[k++] = (product){&e->w.proj2, S, split_vision};
         } else if (i < c->vision_layers) {
             const cpu_vision_block *b = &e->w.blocks[i];
             const cpu_matrix *v[4] = {&b->wqkv, &b->wo, &b->fc0, &b->fc1};
             for (int j = 0; j < 4; j++)
-                ps[k++] = (product){v[j], P};
+                ps[k++] = (product){v[j], P, split_vision};
         } else {
             const cpu_text_layer *l = &e->w.layers[i - c->vision_layers];
             const cpu_matrix *t[7] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
             for (int j = 0; j < 7; j++)
-                ps[k++] = (product){t[j], S};
+                ps[k++] = (product){t[j], S, split_text};
         }
         for (int j = 0; j < k; j++) {
-            const size_t a = cpu_amx_act_elems(ps[j].n, ps[j].m->cols);
+            const size_t a = cpu_amx_act_elems(ps[j].n, ps[j].m->cols, ps[j].split);
             const size_t t = cpu_amx_thread_bytes(ps[j].n, ps[j].m->cols);
             act = a > act ? a : act;
             scratch = t > scratch ? t : scratch;
@@ -386,10 +388,11 @@ static int alloc_amx(la_engine *e, char *err, size_t errlen) {
      * up to every key (a patch of the longest image, or a position) */
     const size_t chunk = (size_t)e->attn_chunk, keys = (size_t)(P > S ? P : S);
     const int hd = e->vision_head_dim > c->head_dim ? e->vision_head_dim : c->head_dim;
-    size_t attn_act = cpu_amx_act_elems((int)chunk, (int)keys);
+    /* attention's own products round their activations once (cpu_amx.c, attend_heads) */
+    size_t attn_act = cpu_amx_act_elems((int)chunk, (int)keys, 0);
     size_t attn_scratch = cpu_amx_thread_bytes((int)chunk, (int)keys);
-    if (cpu_amx_act_elems((int)chunk, hd) > attn_act)
-        attn_act = cpu_amx_act_elems((int)chunk, hd);
+    if (cpu_amx_act_elems((int)chunk, hd, 0) > attn_act)
+        attn_act = cpu_amx_act_elems((int)chunk, hd, 0);
     if (cpu_amx_thread_bytes((int)chunk, hd) > attn_scratch)
         attn_scratch = cpu_amx_thread_bytes((int)chunk, hd);
     attn_act = (attn_act * sizeof(uint16_t) + 63) / 64 * 64;
@@ -474,9 +477,9 @@ static int widen_block_rows(const la_engine *e, const cpu_matrix *w) {
 }
 
 void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
-                 float *y) {
+                 float *y, int split) {
     if (e->matmul != CPU_MATMUL_F32) { /* bf16 products: AMX or AVX512_BF16 */
-        cpu_amx_gemm_wt(e->matmul, &e->pool, e->s.amx_act, e->s.amx_scratch, x, n, w, y);
+        cpu_amx_gemm_wt(e->matmul, split, &e->pool, e->s.amx_act, e->s.amx_scratch, x, n, w, y);
     } else if (e->f32.level != CPU_F32_OPENBLAS && w->dtype != CPU_DTYPE_Q8) {
         cpu_f32_product p = {n, w->rows, w->cols, 1.0f, x, (size_t)w->cols, w->data, w->dtype,
                              (size_t)w->cols, 0, y, (size_t)w->rows};
@@ -526,6 +529,18 @@ int cpu_matmul_named(const char *name, cpu_matmul *m, int *is_auto) {
         if (strcmp(name, matmul_names[i]) == 0) {
             *m = (cpu_matmul)i;
             return i == CPU_MATMUL_F32 || cpu_bf16_matmul_available(*m) ? 0 : -2;
+        }
+    return -1;
+}
+
+/* split_named reads an option value of split_activations: 0, or -1 for an unknown name. */
+static int split_named(const char *name, cpu_split *split) {
+    static const char *const names[] = {
+        [CPU_SPLIT_NONE] = "none", [CPU_SPLIT_VISION] = "vision", [CPU_SPLIT_ALL] = "all"};
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (strcmp(name, names[i]) == 0) {
+            *split = (cpu_split)i;
+            return 0;
         }
     return -1;
 }
@@ -596,6 +611,9 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
  *   short_prompt_rows  0..16 (default 16): a prompt of up to this many tokens runs its
  *                      products as a decode step does where the GEMM would first convert
  *                      every weight (cpu_text.c, short_prompt); 0: always the GEMM
+ *   split_activations  vision (default), none or all: which bf16 products carry each
+ *                      activation as two bf16 (cpu_split): the vision tower's, patch
+ *                      embedding's and projector's, no product's, or those and prefill's
  * An unknown key is an error, so a typo does not pass silently. */
 static int parse_options(la_engine *e, const char *opts, char *err, size_t errlen) {
     e->widen_block_bytes = LA_CPU_WIDEN_BLOCK_BYTES;
@@ -603,6 +621,7 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
     e->f32.level = cpu_f32_kernel_level();
     e->f32.small_rows = -1;
     e->short_prompt_rows = CPU_SHORT_PROMPT_ROWS;
+    e->split = CPU_SPLIT_VISION;
     int matmul_auto = 0;
     while (opts && *opts) {
         const char *end = strchr(opts, '\n');
@@ -660,6 +679,10 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
                 return la_errorf(err, errlen, "options: short_prompt_rows=%s: want 0 to %d", eq + 1,
                                  CPU_SHORT_PROMPT_ROWS);
             e->short_prompt_rows = (int)v;
+        } else if (strcmp(line, "split_activations") == 0) {
+            const int rc = split_named(eq + 1, &e->split);
+            if (rc != 0)
+                return la_errorf(err, errlen, "options: split_activations=%s: want none, vision or all", eq + 1);
         } else if (strcmp(line, "resident_weights") == 0) {
             if (*rest != 0 || (v != 0 && v != 1))
                 return la_errorf(err, errlen, "options: resident_weights=%s: want 0 or 1", eq + 1);

@@ -125,6 +125,15 @@ typedef enum {
     CPU_MATMUL_AVX512BF16 = 2,
 } cpu_matmul;
 
+/* Which bf16 products carry each activation as two bf16: its rounding and what the
+ * rounding lost (option split_activations; cpu_amx.c, round_rows), 16 significant bits
+ * instead of 8 for twice the multiplies. The f32 products ignore it. */
+typedef enum {
+    CPU_SPLIT_NONE = 0,   /* every bf16 product rounds its activations once */
+    CPU_SPLIT_VISION = 1, /* the vision tower, the patch embedding and the projector */
+    CPU_SPLIT_ALL = 2,    /* those and the decoder's prefill */
+} cpu_split;
+
 /* cpu_q8_fits says whether m can be stored as q8 (its rows are whole blocks). */
 int cpu_q8_fits(const cpu_matrix *m);
 /* cpu_q8_quantize converts m (bf16/f16/f32) to q8 rows at dst (rows *
@@ -429,6 +438,7 @@ struct la_engine {
     int resident_weights;     /* option: copy decoder matrices into anonymous memory */
     int weights_q8;           /* option weights_quant=q8: that copy is int8 (cpu_quant.c) */
     cpu_matmul matmul;        /* option matmul: prefill and vision GEMMs (cpu_gemm_wt) */
+    cpu_split split;          /* option split_activations: which bf16 products split */
     int short_prompt_rows;    /* option short_prompt_rows (cpu_text.c, short_prompt) */
     cpu_f32 f32;              /* option f32_kernel: the exact path's GEMMs (cpu_gemm_f32.c) */
     void *resident;           /* that copy (huge-page backed where the kernel allows) */
@@ -460,16 +470,18 @@ int cpu_plan_step(la_engine *e, char *err, size_t errlen);
 void cpu_free_step_plan(cpu_step_plan *p);
 
 /* cpu_gemm_wt computes y[n, w.rows] = x[n, w.cols] W^T (+ bias per column), widening a
- * bf16/f16 W into the engine's scratch first (cblas_sgemm wants float32). */
+ * bf16/f16 W into the engine's scratch first (cblas_sgemm wants float32). On bf16
+ * products, split says whether the activations go in split (cpu_split). */
 void cpu_gemm_wt(la_engine *e, const float *x, int n, const cpu_matrix *w, const float *bias,
-                 float *y);
+                 float *y, int split);
 /* Matrix products in bf16 with float32 sums (cpu_amx.c), the fast path's prefill and
  * vision GEMMs, on AMX tiles or, on the same packed tiles, with AVX512_BF16's VDPBF16PS
  * (cpu_avx512bf16.c). cpu_amx_available asks the kernel for the tile state and says whether
  * this CPU and kernel run AMX; cpu_avx512bf16_available whether the CPU has AVX512_BF16;
  * cpu_bf16_matmul_available(kind) whether this build and CPU run that kind's products.
  * cpu_amx_gemm_wt computes y[n, w.rows] = bf16(x) bf16(W)^T in float32 sums with the given
- * kind, with act holding cpu_amx_act_elems(n, w.cols) bf16 and scratch one 64-byte-aligned
+ * kind, or with split (option split_activations) (bf16(x) + bf16(x - bf16(x))) bf16(W)^T,
+ * with act holding cpu_amx_act_elems(n, w.cols, split) bf16 and scratch one 64-byte-aligned
  * buffer of cpu_amx_thread_bytes(n, w.cols) per pool thread. cpu_avx512bf16_multiply is
  * the AVX512_BF16 kernel's inner step: rows (at most 32, the rest padding) of a strip pair
  * at a0 (the second strip strip_elems later) times chunks kc0..kc1-1 of a packed panel,
@@ -484,9 +496,9 @@ int cpu_matmul_named(const char *name, cpu_matmul *m, int *is_auto);
 const char *cpu_matmul_name(cpu_matmul m);
 int cpu_bf16_matmul_available(cpu_matmul kind);
 size_t cpu_amx_kpad(int cols);
-size_t cpu_amx_act_elems(int rows, int cols);
+size_t cpu_amx_act_elems(int rows, int cols, int split);
 size_t cpu_amx_thread_bytes(int rows, int cols);
-void cpu_amx_gemm_wt(cpu_matmul kind, cpu_pool *pool, uint16_t *act, void **scratch,
+void cpu_amx_gemm_wt(cpu_matmul kind, int split, cpu_pool *pool, uint16_t *act, void **scratch,
                      const float *x, int n, const cpu_matrix *w, float *y);
 void cpu_avx512bf16_multiply(const uint16_t *a0, size_t strip_elems, const uint16_t *panel,
                              int kc0, int kc1, float *acc, int rows, int first);
@@ -495,8 +507,9 @@ void cpu_avx512bf16_multiply(const uint16_t *a0, size_t strip_elems, const uint1
  * unavailable, -2 when out of memory. cpu_sgemm_probe times what matmul=f32 runs for the
  * same product, cblas_sgemm on the weights widened to float32 beforehand (the widening
  * itself not timed): 0, or -2 when out of memory. */
-int cpu_amx_gemm_probe(cpu_matmul kind, la_dtype dtype, const void *w, int rows, int cols,
-                       const float *x, int n, float *y, int threads, int reps, double *best);
+int cpu_amx_gemm_probe(cpu_matmul kind, int split, la_dtype dtype, const void *w, int rows,
+                       int cols, const float *x, int n, float *y, int threads, int reps,
+                       double *best);
 int cpu_sgemm_probe(la_dtype dtype, const void *w, int rows, int cols, const float *x, int n,
                     float *y, int reps, double *best);
 

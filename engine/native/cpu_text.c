@@ -123,7 +123,8 @@ static int short_prompt(const la_engine *e, const cpu_rows *run, const cpu_matma
 static void multiply(la_engine *e, const cpu_rows *run, const cpu_matmat *mm, int count) {
     if (run->prompt && !short_prompt(e, run, mm)) {
         for (int j = 0; j < count; j++)
-            cpu_gemm_wt(e, mm[j].x, run->n, mm[j].w, mm[j].bias, mm[j].y);
+            cpu_gemm_wt(e, mm[j].x, run->n, mm[j].w, mm[j].bias, mm[j].y,
+                        e->split == CPU_SPLIT_ALL);
         return;
     }
     cpu_matmat_run(&e->pool, &e->kern, mm, count, run->n, run->xpack);

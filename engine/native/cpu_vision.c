@@ -161,6 +161,16 @@ static void add_rows(float *x, const float *y, size_t n) {
         x[i] += y[i];
 }
 
+/* vision_gemm is cpu_gemm_wt for the image's products, whose bf16 activations go in split
+ * unless split_activations=none: the pixels and the features each patch carries pass
+ * through every layer of the tower and the projector before the decoder sees them, and
+ * rounding them once per product is where the fast path's answers moved most (measured:
+ * docs/cpu-backend.md, Split activations). */
+static void vision_gemm(la_engine *e, const float *x, int n, const cpu_matrix *w,
+                        const float *bias, float *y) {
+    cpu_gemm_wt(e, x, n, w, bias, y, e->split != CPU_SPLIT_NONE);
+}
+
 static void vision_block(la_engine *e, const cpu_vision_block *b, int L) {
     const la_config *c = &e->cfg;
     cpu_state *s = &e->s;
@@ -169,7 +179,7 @@ static void vision_block(la_engine *e, const cpu_vision_block *b, int L) {
 
     /* attention */
     layernorm_rows(e, s->vxb, s->vx, L, C, b->norm0_w, b->norm0_b, c->vision_norm_eps);
-    cpu_gemm_wt(e, s->vxb, L, &b->wqkv, b->wqkv_b, s->vqkv);
+    vision_gemm(e, s->vxb, L, &b->wqkv, b->wqkv_b, s->vqkv);
     rope_adjacent(s->vqkv, 3 * C, L, c->vision_heads, hd, s->vrope_cos, s->vrope_sin);
     rope_adjacent(s->vqkv + C, 3 * C, L, c->vision_heads, hd, s->vrope_cos, s->vrope_sin);
     cpu_attn a = {
@@ -179,15 +189,15 @@ static void vision_block(la_engine *e, const cpu_vision_block *b, int L) {
         .n_q = L, .n_k = L, .heads = c->vision_heads, .kv_heads = c->vision_heads, .head_dim = hd,
     };
     cpu_attention(e, &a);
-    cpu_gemm_wt(e, s->vxb, L, &b->wo, b->wo_b, tmp);
+    vision_gemm(e, s->vxb, L, &b->wo, b->wo_b, tmp);
     add_rows(s->vx, tmp, (size_t)L * C);
 
     /* MLP */
     layernorm_rows(e, s->vxb, s->vx, L, C, b->norm1_w, b->norm1_b, c->vision_norm_eps);
-    cpu_gemm_wt(e, s->vxb, L, &b->fc0, b->fc0_b, s->vhb);
+    vision_gemm(e, s->vxb, L, &b->fc0, b->fc0_b, s->vhb);
     gelu_task g = {e->kern.gelu_tanh, s->vhb};
     cpu_pool_for(&e->pool, (size_t)L * c->vision_intermediate, gelu_tanh_range, &g);
-    cpu_gemm_wt(e, s->vhb, L, &b->fc1, b->fc1_b, tmp);
+    vision_gemm(e, s->vhb, L, &b->fc1, b->fc1_b, tmp);
     add_rows(s->vx, tmp, (size_t)L * C);
 }
 
@@ -223,7 +233,7 @@ int cpu_vision(la_engine *e, const float *patches, int gh, int gw, char *err, si
     const int L = gh * gw, T = L / (m * m);
     s->n_img = 0; /* a failure below can not leave stale embeddings behind */
 
-    cpu_gemm_wt(e, patches, L, &e->w.patch, e->w.patch_b, s->vx);
+    vision_gemm(e, patches, L, &e->w.patch, e->w.patch_b, s->vx);
     const float *pos = pos_table(e, gh, gw);
     add_rows(s->vx, pos, (size_t)L * C);
     vision_rope_table(e, gh, gw);
@@ -236,9 +246,9 @@ int cpu_vision(la_engine *e, const float *patches, int gh, int gw, char *err, si
     const int MC = m * m * C;
     merge_patches(s->vx, gh, gw, C, m, s->merged);
     layernorm_rows(e, s->merged, s->merged, T, MC, e->w.proj_norm_w, e->w.proj_norm_b, c->vision_norm_eps);
-    cpu_gemm_wt(e, s->merged, T, &e->w.proj1, e->w.proj1_b, s->proj_hb);
+    vision_gemm(e, s->merged, T, &e->w.proj1, e->w.proj1_b, s->proj_hb);
     cpu_pool_for(&e->pool, (size_t)T * e->proj_mid, gelu_erf_range, s->proj_hb);
-    cpu_gemm_wt(e, s->proj_hb, T, &e->w.proj2, e->w.proj2_b, s->img);
+    vision_gemm(e, s->proj_hb, T, &e->w.proj2, e->w.proj2_b, s->img);
     s->n_img = T;
     return 0;
 }

@@ -59,3 +59,23 @@ func (m Matmul) resolve(fast bool) Matmul {
 	}
 	return MatmulF32
 }
+
+// Split is which of the bf16 products carry each activation as two bf16, its rounding and
+// what the rounding lost (16 significant bits instead of 8, for twice the multiplies):
+// the cpu backend's "split_activations" option line. The float32 products ignore it.
+type Split string
+
+const (
+	// SplitVision splits the activations of the image's products (the patch embedding,
+	// the vision tower and the projector); the prompt's prefill rounds them once. The
+	// default: where the fast path's answers moved most, at a fraction of the cost of
+	// splitting everything (docs/cpu-backend.md, Split activations).
+	SplitVision Split = "vision"
+	// SplitNone rounds every product's activations once (the fast path before the split).
+	SplitNone Split = "none"
+	// SplitAll splits the prefill's products too.
+	SplitAll Split = "all"
+)
+
+// Splits lists every split, the default first.
+var Splits = settings.Set[Split]{SplitVision, SplitNone, SplitAll}

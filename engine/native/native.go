@@ -101,6 +101,7 @@ type Backend struct {
 	stepTokens []int32 // Step's ids, slot after slot, reused
 
 	matmul Matmul // the cpu backend's prefill and vision GEMMs
+	split  Split  // which of them carry split activations, when they are bf16
 }
 
 // stepBuffers are Step's C-side arguments, sized for the largest call: MaxBatch slots of
@@ -209,6 +210,10 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 		maxBatch:   o.MaxBatch,
 		step:       newStepBuffers(o.MaxBatch),
 		matmul:     cmp.Or(Matmul(o.BackendOptions["matmul"]), MatmulF32),
+		split:      cmp.Or(Split(o.BackendOptions["split_activations"]), SplitVision),
+	}
+	if b.matmul == MatmulF32 {
+		b.split = SplitNone // float32 products have nothing to split
 	}
 	if b.errBuf == nil || !b.step.ok() {
 		b.freeBuffers()
@@ -325,6 +330,10 @@ func (b *Backend) Name() string { return b.name }
 // resolved: "f32" (float32), "amx" (bf16 on AMX tiles with float32 sums) or "avx512bf16"
 // (the same with VDPBF16PS); "f32" for other backends.
 func (b *Backend) Matmul() Matmul { return b.matmul }
+
+// Split says which of the bf16 products carry split activations (option
+// split_activations); SplitNone where the products are float32.
+func (b *Backend) Split() Split { return b.split }
 
 // MaxSeqLen is the KV-cache length of each slot.
 func (b *Backend) MaxSeqLen() int { return b.maxSeqLen }

@@ -14,9 +14,10 @@ import (
 
 // bf16GemmProbe runs the bf16 product of kind m (amx or avx512bf16: cpu_amx.c,
 // cpu_avx512bf16.c) reps times on its own pool of threads, for tests and benchmarks:
-// y[n, rows] = bf16(x[n, cols]) bf16(W[rows, cols])^T, W given as raw rows of dtype (q8dtype
-// included), and the shortest run in seconds. Not part of the package's API.
-func bf16GemmProbe(m Matmul, dtype checkpoint.DType, w []byte, rows, cols int, x []float32, n, threads, reps int) ([]float32, float64, error) {
+// y[n, rows] = bf16(x[n, cols]) bf16(W[rows, cols])^T, or with split (option
+// split_activations) (bf16(x) + bf16(x - bf16(x))) bf16(W)^T, W given as raw rows of dtype
+// (q8dtype included), and the shortest run in seconds. Not part of the package's API.
+func bf16GemmProbe(m Matmul, split bool, dtype checkpoint.DType, w []byte, rows, cols int, x []float32, n, threads, reps int) ([]float32, float64, error) {
 	var kind C.cpu_matmul
 	switch m {
 	case MatmulAMX:
@@ -28,7 +29,11 @@ func bf16GemmProbe(m Matmul, dtype checkpoint.DType, w []byte, rows, cols int, x
 	}
 	y := make([]float32, n*rows)
 	var best C.double
-	rc := C.cpu_amx_gemm_probe(kind, C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(w)), C.int(rows), C.int(cols),
+	splitArg := C.int(0)
+	if split {
+		splitArg = 1
+	}
+	rc := C.cpu_amx_gemm_probe(kind, splitArg, C.la_dtype(dtype), unsafe.Pointer(unsafe.SliceData(w)), C.int(rows), C.int(cols),
 		(*C.float)(unsafe.SliceData(x)), C.int(n), (*C.float)(unsafe.SliceData(y)), C.int(threads), C.int(reps), &best)
 	if rc != 0 {
 		return nil, 0, fmt.Errorf("%s probe: rc %d", m, int(rc))

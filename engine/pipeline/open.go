@@ -131,7 +131,7 @@ func build(model *checkpoint.Model, o OpenOptions) (*Pipeline, error) {
 			Model:           cmp.Or(o.ModelName, filepath.Base(o.WeightsDir)),
 			Device:          device(o.Backend, threads),
 			DecodeMode:      cmp.Or(o.DecodeMode, "ar_greedy_trace"),
-			Precision:       cmp.Or(o.Precision, precision(o.Backend, o.WeightsQuant, matmul(backend), model)),
+			Precision:       cmp.Or(o.Precision, precision(o.Backend, o.WeightsQuant, matmul(backend), split(backend), model)),
 			WeightsDir:      o.WeightsDir,
 			WeightsRepo:     o.WeightsRepo,
 			WeightsRevision: o.WeightsRevision,
@@ -180,6 +180,14 @@ func matmul(b any) native.Matmul {
 	return ""
 }
 
+// split is which of a native CPU backend's bf16 products carry split activations ("" elsewhere).
+func split(b any) native.Split {
+	if s, ok := b.(interface{ Split() native.Split }); ok {
+		return s.Split()
+	}
+	return ""
+}
+
 // device describes where a backend runs, for /health and /info.
 func device(backend engine.BackendKind, threads int) string {
 	switch backend {
@@ -205,7 +213,7 @@ func bf16Products(m native.Matmul) string {
 
 // precision names the checkpoint's weight type; the CPU backend computes in f32. The
 // simulated chip computes nothing.
-func precision(backend engine.BackendKind, quant engine.WeightsQuant, matmul native.Matmul, m *checkpoint.Model) string {
+func precision(backend engine.BackendKind, quant engine.WeightsQuant, matmul native.Matmul, split native.Split, m *checkpoint.Model) string {
 	if backend == engine.BackendSim {
 		return "none (simulated)"
 	}
@@ -214,7 +222,14 @@ func precision(backend engine.BackendKind, quant engine.WeightsQuant, matmul nat
 		if quant == engine.WeightsQ8 {
 			weights = "int8 decoder weights (q8, blocks of 32)"
 		}
-		return weights + "; prefill and vision in bf16 " + on + " with f32 sums, decode f32 compute"
+		products := "prefill and vision in bf16"
+		switch split {
+		case native.SplitVision:
+			products = "vision in split bf16 (two bf16 an activation), prefill in bf16"
+		case native.SplitAll:
+			products = "prefill and vision in split bf16 (two bf16 an activation)"
+		}
+		return weights + "; " + products + " " + on + " with f32 sums, decode f32 compute"
 	}
 	if quant == engine.WeightsQ8 {
 		return "int8 decoder weights (q8, blocks of 32), f32 compute"

@@ -1,6 +1,10 @@
 package tinymodel
 
 import (
+	"bytes"
+	"fmt"
+	"image/png"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,9 +17,18 @@ import (
 // Where int8 weights (LA_WEIGHTS_QUANT=q8) may leave the exact path: a few scenes may
 // decode other tokens, but their boxes must stay on the exact path's, and the scene
 // accuracy must hold the same floors.
+//
+// On the held-out scenes the floors are issue 27's: the fast path as accurate as it was on
+// AMX before the split activations (84 of 96, mean IoU 0.944), measured 89 of 96 and 0.953
+// with them on AVX512_BF16 (AMD Zen 5). 96 scenes move by a few between sum orders, so the
+// fresh scenes (about 800 drawn by the Go generator) check the same with a larger sample:
+// measured 87.5% and 0.943 with the split, 86.7% and 0.926 without (docs/cpu-backend.md,
+// Split activations).
 const (
-	minQ8SameScenes = 0.80 // share of held-out scenes whose tokens equal the exact path's
-	minQ8BoxIoU     = 0.70 // mean IoU of a differing scene's boxes with the exact path's, matched in order
+	minQ8SameScenes      = 0.875 // share of held-out scenes whose tokens equal the exact path's
+	minQ8BoxIoU          = 0.90  // mean IoU of a differing scene's boxes with the exact path's, matched in order
+	minQ8FreshSameScenes = 0.86  // the same share on the fresh scenes
+	minQ8FreshBoxIoU     = 0.93  // and the same IoU
 )
 
 // TestHeldoutScenesQ8 runs the held-out scenes on the exact (bf16) path and on int8
@@ -32,9 +45,9 @@ func TestHeldoutScenesQ8(t *testing.T) {
 	wantPrecision := "int8 decoder weights (q8, blocks of 32), f32 compute"
 	switch native.FastMatmul() {
 	case native.MatmulAMX:
-		wantPrecision = "int8 decoder weights (q8, blocks of 32); prefill and vision in bf16 on AMX with f32 sums, decode f32 compute"
+		wantPrecision = "int8 decoder weights (q8, blocks of 32); vision in split bf16 (two bf16 an activation), prefill in bf16 on AMX with f32 sums, decode f32 compute"
 	case native.MatmulAVX512BF16:
-		wantPrecision = "int8 decoder weights (q8, blocks of 32); prefill and vision in bf16 on AVX512-BF16 with f32 sums, decode f32 compute"
+		wantPrecision = "int8 decoder weights (q8, blocks of 32); vision in split bf16 (two bf16 an activation), prefill in bf16 on AVX512-BF16 with f32 sums, decode f32 compute"
 	}
 	if got := q8.Info().Precision; got != wantPrecision {
 		t.Errorf("q8 engine reports precision %q, want %q", got, wantPrecision)
@@ -79,4 +92,54 @@ func TestHeldoutScenesQ8(t *testing.T) {
 	}
 	assertFloors(t, "bf16 weights", tallyExact)
 	assertFloors(t, "q8 weights", tallyQ8)
+}
+
+// TestFreshScenesQ8 compares the exact path and the fast path (int8 weights, and bf16
+// products where the CPU has them) on about 800 scenes the Go generator draws (its point
+// queries left out): the share whose tokens are the same, and the mean IoU of the boxes
+// of those that differ, matched in order.
+func TestFreshScenesQ8(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the model twice on 800 scenes")
+	}
+	exact, q8 := openBundled(t, 48, "bf16"), openBundled(t, 48, "q8")
+	same, differ, pairs := 0, 0, 0
+	var iouSum float64
+	for i := range 1000 {
+		r := rand.New(rand.NewPCG(7, uint64(i)))
+		s := shapes.NewScene(r)
+		q := shapes.NewQuery(r, s)
+		if q.Task == "point" {
+			continue
+		}
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, s.Image); err != nil {
+			t.Fatal(err)
+		}
+		what := fmt.Sprintf("scene %d (%s %q)", i, q.Task, q.Text)
+		_, want := predict(t, exact, buf.Bytes(), q.Text, q.Task, what)
+		_, got := predict(t, q8, buf.Bytes(), q.Text, q.Task, what)
+		if slices.Equal(got.Tokens, want.Tokens) {
+			same++
+			continue
+		}
+		differ++
+		a, b := normBoxes(want.Detections), normBoxes(got.Detections)
+		for j := range min(len(a), len(b)) {
+			iouSum += shapes.IoU(a[j], b[j])
+			pairs++
+		}
+	}
+	share := float64(same) / float64(same+differ)
+	t.Logf("%d of %d fresh scenes (%.1f%%) decode the same tokens on the fast path", same, same+differ, 100*share)
+	if share < minQ8FreshSameScenes {
+		t.Errorf("%.1f%% of the fresh scenes decode the exact path's tokens, want >= %.0f%%", 100*share, 100*minQ8FreshSameScenes)
+	}
+	if pairs > 0 {
+		iou := iouSum / float64(pairs)
+		t.Logf("differing scenes: mean IoU %.3f over %d boxes matched in order", iou, pairs)
+		if iou < minQ8FreshBoxIoU {
+			t.Errorf("the differing fresh scenes' boxes have mean IoU %.3f with the exact path's, want >= %.2f", iou, minQ8FreshBoxIoU)
+		}
+	}
 }
