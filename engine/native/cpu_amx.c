@@ -13,7 +13,8 @@
  * float32 arithmetic and its parity with the float32 reference.
  *
  * Layout. The product is y[n, N] = x[n, K] W[N, K]^T with K padded to a multiple of 32.
- *  - The activations are rounded once per call into A tiles: 16 rows x 32 bf16 (1 KB),
+ *  - The activations are rounded once per call into A tiles (twice when split, below):
+ *    16 rows x 32 bf16 (1 KB),
  *    stored strip after strip (16 rows), chunk after chunk (32 columns) within a strip,
  *    rows padded with zeros to a multiple of 32 and columns to the padded K.
  *  - The weights are packed, 32 rows (one panel) at a time, into B tiles: for 16 weight
@@ -229,7 +230,9 @@ typedef struct {
 } round_task;
 
 /* residual16 is x minus x rounded to bf16 (to nearest even, as round32 rounds): what the
- * rounding lost, exact in float32. Finite x only; activations are. */
+ * rounding lost, exact in float32. For normal x: round32 flushes a denormal to zero, where
+ * this keeps its rounding, so the pair carries about 0 for it (activations that small
+ * contribute nothing either way). */
 AMX_TARGET static inline __m512 residual16(__m512 x) {
     const __m512i u = _mm512_castps_si512(x);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));

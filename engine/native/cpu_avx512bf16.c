@@ -6,8 +6,9 @@
  * instruction VDPBF16PS multiplies 16 pairs of bf16 by 16 pairs of bf16 and adds each
  * lane's two products to a float32 sum: 32 multiply-adds per instruction, twice what a
  * float32 FMA does per vector. It wants the same inputs as AMX (activations rounded to
- * bf16 once per call, weights as bf16) and keeps float32 sums, so the fast path computes
- * the same products whichever of the two a CPU has, with the AMX path's accuracy.
+ * bf16 once per call, or split in two bf16 rows, weights as bf16) and keeps float32 sums,
+ * so the fast path computes the same products whichever of the two a CPU has, with the
+ * AMX path's accuracy.
  *
  * Layout. Everything but the multiply is cpu_amx.c's: the activations rounded into A tiles
  * (16 rows x 32 bf16, strip after strip), the weights packed one panel of 128 rows at a

@@ -345,7 +345,8 @@ static int alloc_state(la_engine *e, char *err, size_t errlen) {
 
 /* alloc_amx sizes the AMX buffers (matmul=amx) for the widest product at its most rows:
  * the vision tower's at every patch of the longest image, the projector's and the
- * decoder's at every position. Allocations this large are fresh mappings whose pages are
+ * decoder's at every position; twice the A tiles for the products split_activations
+ * splits. Allocations this large are fresh mappings whose pages are
  * committed only when a request reaches them. */
 static int alloc_amx(la_engine *e, char *err, size_t errlen) {
     const la_config *c = &e->cfg;

@@ -222,14 +222,14 @@ func precision(backend engine.BackendKind, quant engine.WeightsQuant, matmul nat
 		if quant == engine.WeightsQ8 {
 			weights = "int8 decoder weights (q8, blocks of 32)"
 		}
-		products := "prefill and vision in bf16"
+		splits := ""
 		switch split {
 		case native.SplitVision:
-			products = "vision in split bf16 (two bf16 an activation), prefill in bf16"
+			splits = ", vision's activations as two bf16 each"
 		case native.SplitAll:
-			products = "prefill and vision in split bf16 (two bf16 an activation)"
+			splits = ", their activations as two bf16 each"
 		}
-		return weights + "; " + products + " " + on + " with f32 sums, decode f32 compute"
+		return weights + "; prefill and vision in bf16 " + on + " with f32 sums" + splits + ", decode f32 compute"
 	}
 	if quant == engine.WeightsQ8 {
 		return "int8 decoder weights (q8, blocks of 32), f32 compute"
