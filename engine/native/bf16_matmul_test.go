@@ -38,25 +38,36 @@ func skipUnavailable(t testing.TB, m Matmul) {
 // for q8).
 func bf16Model(x, w []float32, n, rows, cols int) []float32 {
 	y := make([]float32, n*rows)
-	at := func(v []float32, i int, lim int) float32 {
-		if i >= lim {
-			return 0
-		}
-		return bf16Value(v[i])
-	}
 	for i := 0; i < n; i++ {
+		xr := bf16Values(x[i*cols : (i+1)*cols])
 		for r := 0; r < rows; r++ {
-			var s float32
-			xr, wr := x[i*cols:(i+1)*cols], w[r*cols:(r+1)*cols]
-			for k := 0; k < cols; k += 2 {
-				odd := at(xr, k+1, cols) * at(wr, k+1, cols)
-				even := at(xr, k, cols) * at(wr, k, cols)
-				s = (s + odd) + even
-			}
-			y[i*rows+r] = s
+			y[i*rows+r] = addPairs(0, xr, bf16Values(w[r*cols:(r+1)*cols]), 0, cols)
 		}
 	}
 	return y
+}
+
+// bf16Values is v rounded to bfloat16, element by element.
+func bf16Values(v []float32) []float32 {
+	out := make([]float32, len(v))
+	for i, f := range v {
+		out[i] = bf16Value(f)
+	}
+	return out
+}
+
+// addPairs adds to s, as VDPBF16PS does, the products of x and w (both already bf16) over
+// the column pairs from k0 up to k1: each pair's odd product first, then the even one's,
+// each addition rounded to float32; an odd last column pairs with a zero.
+func addPairs(s float32, x, w []float32, k0, k1 int) float32 {
+	for k := k0; k < k1; k += 2 {
+		var odd float32
+		if k+1 < k1 {
+			odd = x[k+1] * w[k+1]
+		}
+		s = (s + odd) + x[k]*w[k]
+	}
+	return s
 }
 
 // TestBF16GemmMatchesReference holds each bf16 kernel set's product to a float64 sum of
@@ -151,24 +162,17 @@ func bf16SplitModel(x, w []float32, n, rows, cols int) []float32 {
 	const block = 256
 	y := make([]float32, n*rows)
 	for i := 0; i < n; i++ {
-		hi, lo := make([]float32, cols), make([]float32, cols)
+		hi := bf16Values(x[i*cols : (i+1)*cols])
+		lo := make([]float32, cols)
 		for k, v := range x[i*cols : (i+1)*cols] {
-			hi[k] = bf16Value(v)
 			lo[k] = bf16Value(v - hi[k])
 		}
 		for r := 0; r < rows; r++ {
-			wr := w[r*cols : (r+1)*cols]
+			wr := bf16Values(w[r*cols : (r+1)*cols])
 			var s float32
 			for k0 := 0; k0 < cols; k0 += block {
-				for _, part := range [][]float32{hi, lo} {
-					for k := k0; k < min(k0+block, cols); k += 2 {
-						var odd float32
-						if k+1 < cols {
-							odd = part[k+1] * bf16Value(wr[k+1])
-						}
-						s = (s + odd) + part[k]*bf16Value(wr[k])
-					}
-				}
+				s = addPairs(s, hi, wr, k0, min(k0+block, cols))
+				s = addPairs(s, lo, wr, k0, min(k0+block, cols))
 			}
 			y[i*rows+r] = s
 		}
