@@ -70,6 +70,27 @@ func addPairs(s float32, x, w []float32, k0, k1 int) float32 {
 	return s
 }
 
+// productInputs draws a product's operands: weights [rows, cols] in (-0.5, 0.5) as raw
+// rows of dtype dt (q8dtype included) and as the values those rows hold, and activations
+// [n, cols] in (-2, 2).
+func productInputs(rng *rand.Rand, dt checkpoint.DType, n, rows, cols int) (raw []byte, stored, x []float32) {
+	w := make([]float32, rows*cols)
+	for i := range w {
+		w[i] = (2*rng.Float32() - 1) * 0.5
+	}
+	if dt == q8dtype {
+		raw = q8Quantize(w, cols)
+		stored = q8Dequantize(raw, cols)
+	} else {
+		raw, stored = encodeRow(w, dt)
+	}
+	x = make([]float32, n*cols)
+	for i := range x {
+		x[i] = 4*rng.Float32() - 2
+	}
+	return raw, stored, x
+}
+
 // TestBF16GemmMatchesReference holds each bf16 kernel set's product to a float64 sum of
 // the same bf16 inputs (within 1e-6 of the products' magnitudes: the accuracy the fast
 // path documents), for every weight dtype (q8 included) and for shapes that leave partial
@@ -96,22 +117,7 @@ func testBF16Gemm(t *testing.T, mm Matmul) {
 			if dt == q8dtype && s.cols%q8Block != 0 {
 				continue
 			}
-			w := make([]float32, s.rows*s.cols)
-			for i := range w {
-				w[i] = (2*rng.Float32() - 1) * 0.5
-			}
-			var raw []byte
-			exact := make([]float32, len(w)) // the weights as stored
-			if dt == q8dtype {
-				raw = q8Quantize(w, s.cols)
-				exact = q8Dequantize(raw, s.cols)
-			} else {
-				raw, exact = encodeRow(w, dt)
-			}
-			x := make([]float32, s.n*s.cols)
-			for i := range x {
-				x[i] = 4*rng.Float32() - 2
-			}
+			raw, exact, x := productInputs(rng, dt, s.n, s.rows, s.cols)
 			got, _, err := bf16GemmProbe(mm, false, dt, raw, s.rows, s.cols, x, s.n, 2, 1)
 			if err != nil {
 				t.Fatal(err)
@@ -196,22 +202,7 @@ func TestBF16SplitGemm(t *testing.T) {
 					if dt == q8dtype && s.cols%q8Block != 0 {
 						continue // int8 rows are whole blocks
 					}
-					w := make([]float32, s.rows*s.cols)
-					for i := range w {
-						w[i] = (2*rng.Float32() - 1) * 0.5
-					}
-					var raw []byte
-					var exact []float32
-					if dt == q8dtype {
-						raw = q8Quantize(w, s.cols)
-						exact = q8Dequantize(raw, s.cols)
-					} else {
-						raw, exact = encodeRow(w, dt)
-					}
-					x := make([]float32, s.n*s.cols)
-					for i := range x {
-						x[i] = 4*rng.Float32() - 2
-					}
+					raw, exact, x := productInputs(rng, dt, s.n, s.rows, s.cols)
 					split, _, err := bf16GemmProbe(mm, true, dt, raw, s.rows, s.cols, x, s.n, 2, 1)
 					if err != nil {
 						t.Fatal(err)
