@@ -162,7 +162,7 @@ func defineFlags(o *options, d Defaults) (fs *flag.FlagSet, grid, batch, quant, 
 	fs.IntVar(&o.streamMiB, "stream-mib", 256, "size of each STREAM array in MiB")
 	fs.BoolVar(&o.resident, "resident", true, "decode from a copy of the decoder's matrices (false: from the file mapping; backend option resident_weights)")
 	quant = fs.String("quant", string(cmp.Or(d.Settings.WeightsQuant, engine.WeightsBF16)), "decoder weights: bf16 (the checkpoint's, the exact path) or q8 (the fast path: int8 blocks made at open, and prefill and vision on AMX where the CPU has it; LA_WEIGHTS_QUANT)")
-	split = fs.String("split", string(native.SplitVision), "which bf16 products (the fast path's, --quant q8) carry each activation as two bf16: vision (the image's), none or all (and prefill's; backend option split_activations)")
+	split = fs.String("split", string(native.Splits[0]), "which bf16 products (the fast path's, --quant q8) carry each activation as two bf16: vision (the image's), none or all (and prefill's; backend option split_activations)")
 	fs.IntVar(&o.maxSeqLen, "max-seq-len", d.Settings.MaxSeqLen, "positions of each sequence's KV cache, as the worker opens the backend (0 = just room for the runs)")
 	batch = fs.String("batch", "", "batch sizes to sweep, like 1,2,4,8,16: aggregate decode tokens/s of that many sequences decoded together (replaces the stage runs)")
 	return fs, grid, batch, quant, split

@@ -91,6 +91,23 @@ func productInputs(rng *rand.Rand, dt checkpoint.DType, n, rows, cols int) (raw 
 	return raw, stored, x
 }
 
+// sameOnAnyThreads runs the product again on 1, 3 and 7 threads (fewer weight panels
+// than threads split the rows too) and wants want, what two threads gave, bit for bit.
+func sameOnAnyThreads(t *testing.T, mm Matmul, split bool, dt checkpoint.DType, raw []byte, n, rows, cols int, x, want []float32) {
+	t.Helper()
+	for _, threads := range []int{1, 3, 7} {
+		other, _, err := bf16GemmProbe(mm, split, dt, raw, rows, cols, x, n, threads, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range other {
+			if math.Float32bits(other[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("dtype %d, %dx%dx%d, split %v: element %d differs between %d threads and two", dt, n, rows, cols, split, i, threads)
+			}
+		}
+	}
+}
+
 // TestBF16GemmMatchesReference holds each bf16 kernel set's product to a float64 sum of
 // the same bf16 inputs (within 1e-6 of the products' magnitudes: the accuracy the fast
 // path documents), for every weight dtype (q8 included) and for shapes that leave partial
@@ -145,17 +162,7 @@ func testBF16Gemm(t *testing.T, mm Matmul) {
 					}
 				}
 			}
-			for _, threads := range []int{1, 3, 7} { // fewer panels than threads split the rows too
-				other, _, err := bf16GemmProbe(mm, false, dt, raw, s.rows, s.cols, x, s.n, threads, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range other {
-					if math.Float32bits(other[i]) != math.Float32bits(got[i]) {
-						t.Fatalf("dtype %d, %v: element %d differs between %d threads and two", dt, s, i, threads)
-					}
-				}
-			}
+			sameOnAnyThreads(t, mm, false, dt, raw, s.n, s.rows, s.cols, x, got)
 		}
 	}
 }
@@ -238,17 +245,7 @@ func TestBF16SplitGemm(t *testing.T) {
 							}
 						}
 					}
-					for _, threads := range []int{1, 3, 7} {
-						other, _, err := bf16GemmProbe(mm, true, dt, raw, s.rows, s.cols, x, s.n, threads, 1)
-						if err != nil {
-							t.Fatal(err)
-						}
-						for i := range other {
-							if math.Float32bits(other[i]) != math.Float32bits(split[i]) {
-								t.Fatalf("dtype %d, %v: element %d differs between %d threads and two", dt, s, i, threads)
-							}
-						}
-					}
+					sameOnAnyThreads(t, mm, true, dt, raw, s.n, s.rows, s.cols, x, split)
 				}
 			}
 		})
@@ -408,9 +405,10 @@ func TestBF16VisionNearExact(t *testing.T) {
 	}
 }
 
-// TestSplitOption: the fast path splits the image's activations unless told otherwise,
-// Split says what was chosen (none where the products are float32), and a value outside
-// the three is refused by name.
+// TestSplitOption: the fast path splits the image's activations unless told otherwise
+// (none where the products are float32), and a value outside the three is refused by
+// name. What each split does is TestBF16SplitGemm's, TestBF16VisionNearExact's and
+// TestSplitAllReachesPrefill's.
 func TestSplitOption(t *testing.T) {
 	lockThread(t)
 	m := openModel(t, filepath.Join(checkpointsDir, "tiny-bf16"))
@@ -425,14 +423,6 @@ func TestSplitOption(t *testing.T) {
 	}
 	if got := openBackend(t, m, o).Split(); got != want {
 		t.Errorf("the fast path with no split chosen says %q, want %q", got, want)
-	}
-	if FastMatmul() != MatmulF32 {
-		for _, s := range Splits {
-			o.BackendOptions = map[string]string{"split_activations": string(s)}
-			if got := openBackend(t, m, o).Split(); got != s {
-				t.Errorf("split_activations=%s: Split says %q", s, got)
-			}
-		}
 	}
 	o.BackendOptions = map[string]string{"split_activations": "text"}
 	if b, err := Open("cpu", m, o); err == nil {

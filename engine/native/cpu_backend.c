@@ -612,9 +612,10 @@ static int check_config(const la_config *c, char *err, size_t errlen) {
  *   short_prompt_rows  0..16 (default 16): a prompt of up to this many tokens runs its
  *                      products as a decode step does where the GEMM would first convert
  *                      every weight (cpu_text.c, short_prompt); 0: always the GEMM
- *   split_activations  vision (default), none or all: which bf16 products carry each
- *                      activation as two bf16 (cpu_split): the vision tower's, patch
- *                      embedding's and projector's, no product's, or those and prefill's
+ *   split_activations  none, vision or all: which bf16 products carry each activation
+ *                      as two bf16 (cpu_split): no product's, the vision tower's, patch
+ *                      embedding's and projector's, or those and prefill's; none when
+ *                      unnamed here (native.Open names its default, vision)
  * An unknown key is an error, so a typo does not pass silently. */
 static int parse_options(la_engine *e, const char *opts, char *err, size_t errlen) {
     e->widen_block_bytes = LA_CPU_WIDEN_BLOCK_BYTES;
@@ -622,7 +623,7 @@ static int parse_options(la_engine *e, const char *opts, char *err, size_t errle
     e->f32.level = cpu_f32_kernel_level();
     e->f32.small_rows = -1;
     e->short_prompt_rows = CPU_SHORT_PROMPT_ROWS;
-    e->split = CPU_SPLIT_VISION;
+    e->split = CPU_SPLIT_NONE; /* the Go side names its default (native.Splits) */
     int matmul_auto = 0;
     while (opts && *opts) {
         const char *end = strchr(opts, '\n');

@@ -189,6 +189,13 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 		o.BackendOptions = maps.Clone(o.BackendOptions)
 		o.BackendOptions["matmul"] = string(m.resolve(fast))
 	}
+	// bf16 products split the image's activations unless the caller chose (Splits names
+	// the default first); the C side is told the value it runs with, which Split reports.
+	bf16 := backend == engine.BackendCPU && cmp.Or(Matmul(o.BackendOptions["matmul"]), MatmulF32) != MatmulF32
+	if _, chosen := o.BackendOptions["split_activations"]; bf16 && !chosen {
+		o.BackendOptions = maps.Clone(o.BackendOptions)
+		o.BackendOptions["split_activations"] = string(Splits[0])
+	}
 	for k, v := range o.BackendOptions {
 		if k == "" || strings.ContainsAny(k, "=\n") || strings.Contains(v, "\n") {
 			return nil, fmt.Errorf("native: open %s: backend option %q=%q: keys need no '=' or newline, values no newline", backend, k, v)
@@ -210,10 +217,10 @@ func Open(backend engine.BackendKind, m *checkpoint.Model, o Options) (*Backend,
 		maxBatch:   o.MaxBatch,
 		step:       newStepBuffers(o.MaxBatch),
 		matmul:     cmp.Or(Matmul(o.BackendOptions["matmul"]), MatmulF32),
-		split:      cmp.Or(Split(o.BackendOptions["split_activations"]), SplitVision),
+		split:      SplitNone, // float32 products have nothing to split
 	}
-	if b.matmul == MatmulF32 {
-		b.split = SplitNone // float32 products have nothing to split
+	if bf16 {
+		b.split = Split(o.BackendOptions["split_activations"])
 	}
 	if b.errBuf == nil || !b.step.ok() {
 		b.freeBuffers()
