@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/locateanything/detect/engine"
 	"github.com/locateanything/detect/engine/native"
 	"github.com/locateanything/detect/tools/tinymodel/shapes"
 )
@@ -57,9 +58,7 @@ func TestHeldoutScenesQ8(t *testing.T) {
 	}
 
 	var tallyExact, tallyQ8 shapes.Tally
-	same, differ := 0, 0
-	var iouSum float64
-	var boxPairs int
+	var agree tokenAgreement
 	for _, sc := range set.Scenes {
 		data, err := os.ReadFile(filepath.Join("testdata", sc.File))
 		if err != nil {
@@ -67,15 +66,7 @@ func TestHeldoutScenesQ8(t *testing.T) {
 		}
 		_, want := predict(t, exact, data, sc.Query, sc.Task, sc.File)
 		_, got := predict(t, q8, data, sc.Query, sc.Task, sc.File)
-		if slices.Equal(got.Tokens, want.Tokens) {
-			same++
-		} else {
-			differ++
-			a, b := normBoxes(want.Detections), normBoxes(got.Detections)
-			for i := range min(len(a), len(b)) {
-				iouSum += shapes.IoU(a[i], b[i])
-				boxPairs++
-			}
+		if !agree.add(want, got) {
 			t.Logf("%s (%s %q): q8 %q, exact %q", sc.File, sc.Task, sc.Query, got.RawText, want.RawText)
 		}
 		if sc.Kind == detectKindToCheck {
@@ -83,16 +74,7 @@ func TestHeldoutScenesQ8(t *testing.T) {
 			tallyQ8.Add(truthBoxes(sc.Truth), normBoxes(got.Detections))
 		}
 	}
-	t.Logf("%d of %d scenes decode the same tokens on int8 weights", same, same+differ)
-	if boxPairs > 0 {
-		t.Logf("differing scenes: mean IoU %.3f over %d boxes matched in order", iouSum/float64(boxPairs), boxPairs)
-		if iouSum/float64(boxPairs) < minQ8BoxIoU {
-			t.Errorf("differing scenes' boxes have mean IoU %.3f with the exact path's, want >= %.2f", iouSum/float64(boxPairs), minQ8BoxIoU)
-		}
-	}
-	if float64(same) < minQ8SameScenes*float64(same+differ) {
-		t.Errorf("%d of %d scenes decode the same tokens, want at least %.0f%%", same, same+differ, 100*minQ8SameScenes)
-	}
+	agree.check(t, "held-out", minQ8SameScenes, minQ8BoxIoU)
 	assertFloors(t, "bf16 weights", tallyExact)
 	assertFloors(t, "q8 weights", tallyQ8)
 }
@@ -106,8 +88,7 @@ func TestFreshScenesQ8(t *testing.T) {
 		t.Skip("runs the model twice on 800 scenes")
 	}
 	exact, q8 := openBundled(t, 48, "bf16"), openBundled(t, 48, "q8")
-	same, differ, pairs := 0, 0, 0
-	var iouSum float64
+	var agree tokenAgreement
 	for i := range 1000 {
 		r := rand.New(rand.NewPCG(7, uint64(i)))
 		s := shapes.NewScene(r)
@@ -122,27 +103,48 @@ func TestFreshScenesQ8(t *testing.T) {
 		what := fmt.Sprintf("scene %d (%s %q)", i, q.Task, q.Text)
 		_, want := predict(t, exact, buf.Bytes(), q.Text, q.Task, what)
 		_, got := predict(t, q8, buf.Bytes(), q.Text, q.Task, what)
-		if slices.Equal(got.Tokens, want.Tokens) {
-			same++
-			continue
-		}
-		differ++
-		a, b := normBoxes(want.Detections), normBoxes(got.Detections)
-		for j := range min(len(a), len(b)) {
-			iouSum += shapes.IoU(a[j], b[j])
-			pairs++
-		}
+		agree.add(want, got)
 	}
-	share := float64(same) / float64(same+differ)
-	t.Logf("%d of %d fresh scenes (%.1f%%) decode the same tokens on the fast path", same, same+differ, 100*share)
-	if share < minQ8FreshSameScenes {
-		t.Errorf("%.1f%% of the fresh scenes decode the exact path's tokens, want >= %.0f%%", 100*share, 100*minQ8FreshSameScenes)
+	agree.check(t, "fresh", minQ8FreshSameScenes, minQ8FreshBoxIoU)
+}
+
+// tokenAgreement tallies how far the fast path's answers are from the exact path's: the
+// scenes whose tokens are the same, and for the others the IoU of their boxes with the
+// exact path's, matched in order.
+type tokenAgreement struct {
+	same, differ, boxPairs int
+	iouSum                 float64
+}
+
+// add counts one scene's two answers and says whether their tokens are the same.
+func (a *tokenAgreement) add(exact, fast *engine.Prediction) bool {
+	if slices.Equal(fast.Tokens, exact.Tokens) {
+		a.same++
+		return true
 	}
-	if pairs > 0 {
-		iou := iouSum / float64(pairs)
-		t.Logf("differing scenes: mean IoU %.3f over %d boxes matched in order", iou, pairs)
-		if iou < minQ8FreshBoxIoU {
-			t.Errorf("the differing fresh scenes' boxes have mean IoU %.3f with the exact path's, want >= %.2f", iou, minQ8FreshBoxIoU)
+	a.differ++
+	x, y := normBoxes(exact.Detections), normBoxes(fast.Detections)
+	for i := range min(len(x), len(y)) {
+		a.iouSum += shapes.IoU(x[i], y[i])
+		a.boxPairs++
+	}
+	return false
+}
+
+// check logs the tally of the named scene set and holds it to its floors: the share of
+// scenes with the same tokens, and the mean IoU of the differing scenes' boxes.
+func (a tokenAgreement) check(t *testing.T, set string, minSame, minIoU float64) {
+	t.Helper()
+	share := float64(a.same) / float64(a.same+a.differ)
+	t.Logf("%s scenes: %d of %d (%.1f%%) decode the same tokens on the fast path", set, a.same, a.same+a.differ, 100*share)
+	if share < minSame {
+		t.Errorf("%s scenes: %.1f%% decode the exact path's tokens, want >= %.1f%%", set, 100*share, 100*minSame)
+	}
+	if a.boxPairs > 0 {
+		iou := a.iouSum / float64(a.boxPairs)
+		t.Logf("%s scenes that differ: mean IoU %.3f over %d boxes matched in order", set, iou, a.boxPairs)
+		if iou < minIoU {
+			t.Errorf("%s scenes that differ: their boxes have mean IoU %.3f with the exact path's, want >= %.2f", set, iou, minIoU)
 		}
 	}
 }
