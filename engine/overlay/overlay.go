@@ -114,40 +114,54 @@ func (o Options) Draw(img image.Image, dets []engine.Detection, pts []engine.Poi
 		return image.NewRGBA(image.Rectangle{}) // EncodePNG refuses it with an error
 	}
 	b := img.Bounds()
-	dst := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
-	draw.Draw(dst, dst.Bounds(), img, b.Min, draw.Src)
+	pic := image.Rect(0, 0, b.Dx(), b.Dy())
 	if len(dets) == 0 && len(pts) == 0 && !o.Simulated {
+		dst := image.NewRGBA(pic)
+		draw.Draw(dst, pic, img, b.Min, draw.Src)
 		return dst
 	}
-	st := styleFor(dst.Bounds())
-	// Boxes first, then every piece of text on top, so that no box line crosses a label.
+	st := styleFor(pic)
+	// Where each mark and its tag go is known before anything is drawn, so the canvas is
+	// made once, with the legend's margin when the layout needs one.
 	var items []item
+	var boxes []image.Rectangle
 	for _, d := range dets {
-		r, ok := boxRect(d.Box, dst.Bounds())
+		r, ok := boxRect(d.Box, pic)
 		if !ok {
 			continue
 		}
-		strokeRect(dst, r, st.stroke, LabelColor(d.Label))
+		boxes = append(boxes, r)
 		items = append(items, item{text: tagText(d.Label, d.Score), label: d.Label, score: d.Score, anchor: r})
 	}
+	var centers []image.Point
 	for _, p := range pts {
-		c, ok := pointAt(p.Point, dst.Bounds())
+		c, ok := pointAt(p.Point, pic)
 		if !ok {
 			continue
 		}
-		marker(dst, c, st.radius, LabelColor(p.Label))
-		anchor := image.Rect(c.X-st.radius, c.Y-st.radius, c.X+st.radius+1, c.Y+st.radius+1).Intersect(dst.Bounds())
+		centers = append(centers, c)
+		anchor := image.Rect(c.X-st.radius, c.Y-st.radius, c.X+st.radius+1, c.Y+st.radius+1).Intersect(pic)
 		items = append(items, item{text: tagText(p.Label, p.Score), label: p.Label, score: p.Score, anchor: anchor})
 	}
-	area := dst.Bounds()
+	area := pic
 	var band bandPlan
 	if o.Simulated {
 		band = planBand(area, st.fontPx)
 		area.Max.Y = band.rect.Min.Y
 	}
-	p := layout(dst.Bounds(), area, st.fontPx, items, nil)
+	p := layout(pic, area, st.fontPx, items, nil)
+
+	dst := image.NewRGBA(image.Rect(0, 0, pic.Dx(), pic.Dy()+p.margin))
+	draw.Draw(dst, pic, img, b.Min, draw.Src)
 	if p.margin > 0 {
-		dst = withMargin(dst, p.margin)
+		fill(dst, image.Rect(0, pic.Max.Y, pic.Max.X, pic.Max.Y+p.margin), marginColor)
+	}
+	// Boxes first, then every piece of text on top, so that no box line crosses a label.
+	for i, r := range boxes {
+		strokeRect(dst, r, st.stroke, LabelColor(items[i].label))
+	}
+	for i, c := range centers {
+		marker(dst, c, st.radius, LabelColor(items[len(boxes)+i].label))
 	}
 	drawPlan(dst, p)
 	drawBand(dst, band)
@@ -156,15 +170,6 @@ func (o Options) Draw(img image.Image, dets []engine.Detection, pts []engine.Poi
 
 // marginColor is the background of the legend's margin: near-black, for white text.
 var marginColor = color.RGBA{24, 24, 24, 255}
-
-// withMargin is pic with h rows of marginColor added below it.
-func withMargin(pic *image.RGBA, h int) *image.RGBA {
-	b := pic.Bounds()
-	out := image.NewRGBA(image.Rect(b.Min.X, b.Min.Y, b.Max.X, b.Max.Y+h))
-	draw.Draw(out, b, pic, b.Min, draw.Src)
-	fill(out, image.Rect(b.Min.X, b.Max.Y, b.Max.X, b.Max.Y+h), marginColor)
-	return out
-}
 
 func newFace(px float64) font.Face {
 	f, err := boldFont()
@@ -252,7 +257,7 @@ func shorten(label string) string {
 	return string([]rune(label)[:maxLabelRunes-1]) + "…"
 }
 
-// drawPlan draws the tags and the legend of p (on dst's margin, which withMargin added).
+// drawPlan draws the tags and the legend of p (on dst's margin, which Draw made).
 func drawPlan(dst *image.RGBA, p plan) {
 	if len(p.tags) > 0 {
 		face := newFace(p.fontPx)
