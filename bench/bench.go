@@ -105,9 +105,7 @@ func Run(args []string, d Defaults, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.threads == 0 {
-		o.threads = runtime.NumCPU()
-	}
+	o.threads = engine.Settings{Threads: o.threads}.ThreadCount() // 0: the engine's own choice
 	// Machine figures first, before the backend's buffers take memory.
 	mf, err := measureMachine(m.Config, o, sh)
 	if err != nil {
